@@ -1,0 +1,5 @@
+"""``python -m kbuild``: the same as the ``kbuild`` command."""
+
+from kbuild.cli import main
+
+raise SystemExit(main())

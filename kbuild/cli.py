@@ -1,0 +1,67 @@
+"""The ``kbuild`` command: one verb per subcommand, each in the module that owns the concern.
+
+Verbs and their modules: ``compile``/``explain`` → :mod:`kbuild.commands` (compile + key);
+``cache`` → :mod:`kbuild.cache.cli`; ``sass`` → :mod:`kbuild.sass.cli`; ``bench`` →
+:mod:`kbuild.bench.cli`. Each module exposes ``add_parser(subparsers)`` and sets
+``func=handler`` where ``handler(args) -> int``.
+
+Errors derived from :class:`kbuild.errors.KBuildError` print one ``error:`` line and exit with
+their code (2 for bad input); tracebacks only with ``--debug``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import logging
+import sys
+import traceback
+from collections.abc import Sequence
+
+from kbuild import __version__
+from kbuild.config import env_flag
+from kbuild.errors import KBuildError
+
+#: Modules that contribute subcommands, in the order they appear in ``--help``.
+COMMAND_MODULES = [
+    "kbuild.commands",
+    "kbuild.cache.cli",
+    "kbuild.sass.cli",
+    "kbuild.bench.cli",
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="kbuild", description="Ahead-of-time compiled, SASS-tuned GPU kernels.")
+    parser.add_argument("--version", action="version", version=f"kbuild {__version__}")
+    parser.add_argument("--debug", action="store_true", help="show tracebacks and debug logging")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name and (name == exc.name or name.startswith(exc.name + ".")):  # area not built yet
+                continue
+            raise
+        module.add_parser(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    debug = args.debug or env_flag("KBUILD_DEBUG")
+    logging.basicConfig(level=logging.DEBUG if debug else logging.WARNING, format="%(name)s: %(message)s")
+    if not getattr(args, "func", None):
+        parser.print_help(sys.stderr)
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except KBuildError as exc:
+        if debug:
+            traceback.print_exc()
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130

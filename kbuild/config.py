@@ -1,0 +1,526 @@
+"""The settings model: the one place that reads ``[tool.kbuild]`` and ``KBUILD_*`` variables.
+
+Every setting is a field of a frozen dataclass below, with a docstring (the string literal
+under the field) that the schema and ``kbuild config`` show. Field metadata says:
+
+* ``env``: the ``KBUILD_*`` variable that overrides it (environment beats pyproject);
+* ``key``: whether the value changes the shipped machine code, so that :mod:`kbuild.key`
+  collects those fields itself instead of keeping its own list.
+
+Sources are applied in order: defaults, then ``pyproject.toml``'s ``[tool.kbuild]``, then the
+environment. A wrong type or an unknown key raises :class:`kbuild.errors.ConfigError` naming
+the file and the dotted key, and suggests the closest valid key.
+
+Nothing else in kbuild touches ``os.environ``; code that needs a variable asks :func:`env_value`.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import difflib
+import inspect
+import os
+import re
+import sys
+import textwrap
+import types
+import typing
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
+from typing import Any, Literal, Union, get_args, get_origin
+
+from kbuild.errors import ConfigError
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+TuneMode = Literal["off", "auto", "require"]
+Algorithm = Literal["ppo", "random", "greedy"]
+
+#: Scalars allowed as constexpr values.
+Constexpr = Union[bool, int, float, str]
+
+_SIGNATURE_TYPE = re.compile(r"^\*?(?:k)?(?:i1|i8|i16|i32|i64|u1|u8|u16|u32|u64|fp8e4nv|fp8e5|fp8e4b15|fp16|bf16|fp32|fp64)(?::(?:1|16))?$")
+
+
+def _setting(default: Any = dataclasses.MISSING, *, env: str | None = None, key: bool = False,
+             default_factory: Any = dataclasses.MISSING) -> Any:
+    meta = {"env": env, "key": key}
+    if default_factory is not dataclasses.MISSING:
+        return field(default_factory=default_factory, metadata=meta)
+    return field(default=default, metadata=meta)
+
+
+def default_store_path() -> Path:
+    """The per-user cache directory: ``$XDG_CACHE_HOME/kbuild`` or ``~/.cache/kbuild``."""
+    xdg = env_value("XDG_CACHE_HOME")
+    base = Path(xdg) if xdg else Path.home() / ".cache"
+    return base / "kbuild"
+
+
+@dataclass(frozen=True)
+class KernelSettings:
+    """One Triton kernel to compile ahead of time (an entry of ``[[tool.kbuild.kernels]]``)."""
+
+    name: str
+    """Name of the kernel in this project; used by the CLI (``kbuild explain NAME``) and emitted symbols."""
+
+    source: str
+    """The ``@triton.jit`` function, as ``"package.module:function"``, importable from the project root."""
+
+    signature: dict[str, str] = _setting(key=True, default_factory=dict)
+    """Type of each non-constexpr parameter, by name, in Triton's AOT notation: ``"*fp16"`` is a pointer,
+    ``"i32"`` an integer; ``":16"`` declares the value (pointer address or integer) divisible by 16."""
+
+    constexprs: dict[str, Constexpr] = _setting(key=True, default_factory=dict)
+    """Value of each ``tl.constexpr`` parameter, by name."""
+
+    num_warps: int = _setting(4, key=True)
+    """Warps per program (Triton's ``num_warps``)."""
+
+    num_stages: int = _setting(3, key=True)
+    """Software-pipelining stages (Triton's ``num_stages``)."""
+
+    bench: str | None = None
+    """Optional bench spec, ``"package.module:callable"``, that makes inputs and the grid for measuring."""
+
+    @property
+    def module(self) -> str:
+        return self.source.partition(":")[0]
+
+    @property
+    def function(self) -> str:
+        return self.source.partition(":")[2]
+
+
+@dataclass(frozen=True)
+class BudgetSettings:
+    """Bounds on one tuning run; whichever is reached first stops it."""
+
+    evaluations: int = _setting(200, env="KBUILD_BUDGET_EVALUATIONS", key=True)
+    """Most candidate schedules measured on the GPU per kernel and target."""
+
+    seconds: float = _setting(600.0, env="KBUILD_BUDGET_SECONDS", key=True)
+    """Most wall-clock seconds spent tuning one kernel and target."""
+
+
+@dataclass(frozen=True)
+class RemoteSettings:
+    """A shared store tier (HTTP in the Bazel remote-cache layout, or Redis)."""
+
+    url: str
+    """``http(s)://host[:port]/prefix`` or ``redis://host[:port]/db``."""
+
+    writable: bool = False
+    """Whether this machine may write to the tier (trusted prewarm machines only)."""
+
+
+@dataclass(frozen=True)
+class Settings:
+    """``[tool.kbuild]``: what to compile, where to store it and how to tune it."""
+
+    targets: list[str] = _setting(env="KBUILD_TARGETS", default_factory=lambda: ["sm_80", "sm_90"])
+    """GPU architectures to compile every kernel for (``sm_80``, ``sm_90``, ...). The environment
+    variable takes a comma-separated list."""
+
+    kernels: list[KernelSettings] = field(default_factory=list)
+    """The kernels, one ``[[tool.kbuild.kernels]]`` table each."""
+
+    store: Path | None = _setting(None, env="KBUILD_STORE")
+    """Local store directory. Default: the per-user cache dir (``~/.cache/kbuild``). Relative paths are
+    taken from the directory of ``pyproject.toml``."""
+
+    store_max_bytes: int = _setting(10 * 2**30, env="KBUILD_STORE_MAX_BYTES")
+    """Size bound of the local store; least-recently-used entries are evicted beyond it."""
+
+    remotes: list[RemoteSettings] = field(default_factory=list)
+    """Shared store tiers, read in order after the local one."""
+
+    store_secret: str | None = field(default=None, metadata={"env": "KBUILD_STORE_SECRET", "env_only": True})
+    """Shared secret for HMAC-SHA256 signing of metadata records. Environment only (never in pyproject):
+    when set, unsigned or wrongly signed remote records are rejected."""
+
+    tune: TuneMode = _setting("auto", env="KBUILD_TUNE")
+    """``off``: never tune; ``auto``: tune when a GPU of the target architecture is present, else ship the
+    baseline; ``require``: fail when any kernel would ship untuned."""
+
+    algorithm: Algorithm = _setting("ppo", env="KBUILD_ALGORITHM", key=True)
+    """Search algorithm used on a store miss."""
+
+    budget: BudgetSettings = field(default_factory=BudgetSettings)
+    """Tuning budget per kernel and target."""
+
+    seed: int = _setting(0, env="KBUILD_SEED", key=True)
+    """Seed of the tuning search."""
+
+    python_path: list[str] = field(default_factory=lambda: [".", "src"])
+    """Directories (relative to ``pyproject.toml``) put on ``sys.path`` to import kernel sources."""
+
+    # Resolved context, not read from TOML.
+    project_dir: Path = field(default=Path("."), metadata={"internal": True})
+    config_file: str = field(default="<defaults>", metadata={"internal": True})
+
+    def kernel(self, name: str) -> KernelSettings:
+        """The kernel called ``name``; a :class:`ConfigError` listing the known names otherwise."""
+        for k in self.kernels:
+            if k.name == name:
+                return k
+        known = ", ".join(k.name for k in self.kernels) or "none declared"
+        hint = difflib.get_close_matches(name, [k.name for k in self.kernels], n=1)
+        extra = f"; did you mean {hint[0]!r}?" if hint else ""
+        raise ConfigError(self.config_file, "[tool.kbuild.kernels]", f"no kernel named {name!r} (known: {known}){extra}")
+
+    @property
+    def store_path(self) -> Path:
+        if self.store is None:
+            return default_store_path()
+        return self.store if self.store.is_absolute() else (self.project_dir / self.store)
+
+
+# ----------------------------------------------------------------------------------------------
+# Environment: the only reader of os.environ in kbuild.
+
+def env_value(name: str, environ: Mapping[str, str] | None = None) -> str | None:
+    """Value of an environment variable, or None when unset or empty. The single access point."""
+    value = (os.environ if environ is None else environ).get(name)
+    return value if value not in (None, "") else None
+
+
+def env_flag(name: str, environ: Mapping[str, str] | None = None) -> bool:
+    value = env_value(name, environ)
+    return value is not None and value.lower() not in ("0", "false", "no", "off")
+
+
+# ----------------------------------------------------------------------------------------------
+# Conversion from TOML values to the typed model.
+
+class _Converter:
+    def __init__(self, where: str) -> None:
+        self.where = where
+
+    def error(self, path: str, message: str) -> ConfigError:
+        return ConfigError(self.where, path, message)
+
+    def convert(self, value: Any, tp: Any, path: str) -> Any:
+        origin = get_origin(tp)
+        if tp is Any:
+            return value
+        if origin in (Union, types.UnionType):
+            options = get_args(tp)
+            if value is None and type(None) in options:
+                return None
+            errors = []
+            for opt in options:
+                if opt is type(None):
+                    continue
+                try:
+                    return self.convert(value, opt, path)
+                except ConfigError as exc:
+                    errors.append(exc.detail)
+            raise self.error(path, f"expected {_type_name(tp)}, got {_value_name(value)}")
+        if origin is Literal:
+            allowed = get_args(tp)
+            if value not in allowed:
+                hint = difflib.get_close_matches(str(value), [str(a) for a in allowed], n=1)
+                extra = f"; did you mean {hint[0]!r}?" if hint else ""
+                raise self.error(path, f"expected one of {', '.join(repr(a) for a in allowed)}, got {value!r}{extra}")
+            return value
+        if origin is list:
+            (item_tp,) = get_args(tp)
+            if not isinstance(value, list):
+                raise self.error(path, f"expected an array, got {_value_name(value)}")
+            return [self.convert(v, item_tp, f"{path}[{i}]") for i, v in enumerate(value)]
+        if origin is dict:
+            _, val_tp = get_args(tp)
+            if not isinstance(value, dict):
+                raise self.error(path, f"expected a table, got {_value_name(value)}")
+            return {str(k): self.convert(v, val_tp, f"{path}.{k}") for k, v in value.items()}
+        if dataclasses.is_dataclass(tp):
+            if not isinstance(value, dict):
+                raise self.error(path, f"expected a table, got {_value_name(value)}")
+            return self.dataclass(tp, value, path)
+        if tp is bool:
+            if not isinstance(value, bool):
+                raise self.error(path, f"expected true or false, got {_value_name(value)}")
+            return value
+        if tp is int:
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise self.error(path, f"expected an integer, got {_value_name(value)}")
+            return value
+        if tp is float:
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise self.error(path, f"expected a number, got {_value_name(value)}")
+            return float(value)
+        if tp is str:
+            if not isinstance(value, str):
+                raise self.error(path, f"expected a string, got {_value_name(value)}")
+            return value
+        if tp is Path:
+            if not isinstance(value, str):
+                raise self.error(path, f"expected a path string, got {_value_name(value)}")
+            return Path(value).expanduser()
+        raise TypeError(f"settings model uses an unsupported type {tp!r}")  # pragma: no cover
+
+    def dataclass(self, cls: Any, table: dict[str, Any], path: str) -> Any:
+        hints = _hints(cls)
+        fields = {f.name: f for f in dataclasses.fields(cls) if not f.metadata.get("internal")}
+        kwargs: dict[str, Any] = {}
+        for raw_key, value in table.items():
+            name = str(raw_key).replace("-", "_")
+            sub = f"{path}.{raw_key}" if path else str(raw_key)
+            if name in fields and fields[name].metadata.get("env_only"):
+                raise self.error(sub, f"set {fields[name].metadata['env']} in the environment; secrets do not belong in pyproject.toml")
+            if name not in fields:
+                hint = difflib.get_close_matches(name, list(fields), n=1)
+                extra = f"; did you mean {hint[0]!r}?" if hint else f"; valid keys: {', '.join(fields)}"
+                raise self.error(sub, f"unknown key{extra}")
+            kwargs[name] = self.convert(value, hints[name], sub)
+        for f in fields.values():
+            if f.name not in kwargs and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                raise self.error(f"{path}.{f.name}" if path else f.name, "required key is missing")
+        return cls(**kwargs)
+
+
+@cache
+def _hints(cls: Any) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def _type_name(tp: Any) -> str:
+    origin = get_origin(tp)
+    if origin in (Union, types.UnionType):
+        return " or ".join(_type_name(a) for a in get_args(tp) if a is not type(None))
+    return {bool: "a boolean", int: "an integer", float: "a number", str: "a string", Path: "a path"}.get(tp, str(tp))
+
+
+def _value_name(value: Any) -> str:
+    if isinstance(value, bool):
+        return f"boolean {value}"
+    if isinstance(value, dict):
+        return "a table"
+    if isinstance(value, list):
+        return "an array"
+    return f"{type(value).__name__} {value!r}"
+
+
+# ----------------------------------------------------------------------------------------------
+# Loading.
+
+def load_settings(pyproject: str | os.PathLike[str] | None = None, *, environ: Mapping[str, str] | None = None,
+                  require_table: bool = True) -> Settings:
+    """Read ``[tool.kbuild]`` from ``pyproject`` (default ``./pyproject.toml``) and apply ``KBUILD_*``.
+
+    Raises :class:`ConfigError` (exit status 2) for a missing file, bad TOML, a missing table when
+    ``require_table``, an unknown key, a wrong type, or an invalid kernel declaration.
+    """
+    path = Path(pyproject) if pyproject is not None else Path("pyproject.toml")
+    where = str(path)
+    try:
+        text = path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ConfigError(where, "(file)", "no such file; pass --config PATH to a pyproject.toml") from None
+    except OSError as exc:
+        raise ConfigError(where, "(file)", f"cannot read: {exc.strerror}") from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(where, "(file)", f"not valid TOML: {exc}") from None
+    table = data.get("tool", {}).get("kbuild")
+    if table is None:
+        if require_table:
+            raise ConfigError(where, "[tool.kbuild]", "table is missing; declare your kernels there (see the README)")
+        table = {}
+    return settings_from_table(table, where=where, project_dir=path.resolve().parent, environ=environ)
+
+
+def settings_from_table(table: Mapping[str, Any], *, where: str = "<table>", project_dir: Path | None = None,
+                        environ: Mapping[str, str] | None = None) -> Settings:
+    conv = _Converter(where)
+    if not isinstance(table, dict):
+        raise conv.error("[tool.kbuild]", "expected a table")
+    kernels = table.get("kernels")
+    base = conv.dataclass(Settings, {k: v for k, v in table.items() if k != "kernels"}, "")
+    # Kernels get their own path notation: [tool.kbuild.kernels][i].key
+    parsed: list[KernelSettings] = []
+    if kernels is not None:
+        if not isinstance(kernels, list):
+            raise conv.error("[tool.kbuild.kernels]", f"expected an array of tables, got {_value_name(kernels)}")
+        for i, k in enumerate(kernels):
+            kpath = f"[tool.kbuild.kernels][{i}]"
+            if not isinstance(k, dict):
+                raise conv.error(kpath, f"expected a table, got {_value_name(k)}")
+            parsed.append(_validate_kernel(conv.dataclass(KernelSettings, k, kpath), conv, kpath))
+    names = [k.name for k in parsed]
+    for i, n in enumerate(names):
+        if n in names[:i]:
+            raise conv.error(f"[tool.kbuild.kernels][{i}].name", f"duplicate kernel name {n!r}")
+    settings = dataclasses.replace(base, kernels=parsed, project_dir=project_dir or Path.cwd(), config_file=where)
+    settings = _apply_environment(settings, environ)
+    _validate_settings(settings, conv)
+    return settings
+
+
+def _validate_kernel(k: KernelSettings, conv: _Converter, path: str) -> KernelSettings:
+    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k.name):
+        raise conv.error(f"{path}.name", f"{k.name!r} is not an identifier (letters, digits and _)")
+    for key, spec in (("source", k.source), ("bench", k.bench)):
+        if spec is None:
+            continue
+        mod, sep, fn = spec.partition(":")
+        if not sep or not mod or not fn or not all(p.isidentifier() for p in mod.split(".")) or not fn.isidentifier():
+            raise conv.error(f"{path}.{key}", f"expected \"package.module:function\", got {spec!r}")
+    for pname, ty in k.signature.items():
+        if not pname.isidentifier():
+            raise conv.error(f"{path}.signature.{pname}", "parameter names must be identifiers")
+        if not _SIGNATURE_TYPE.match(ty.strip()):
+            raise conv.error(
+                f"{path}.signature.{pname}",
+                f"{ty!r} is not a Triton type; expected e.g. \"*fp16\", \"*fp32:16\", \"i32\", \"i64:16\", \"fp32\"",
+            )
+    both = sorted(set(k.signature) & set(k.constexprs))
+    if both:
+        raise conv.error(f"{path}.constexprs.{both[0]}", "declared both in signature and constexprs")
+    if not 1 <= k.num_warps <= 32 or k.num_warps & (k.num_warps - 1):
+        raise conv.error(f"{path}.num_warps", f"expected a power of two from 1 to 32, got {k.num_warps}")
+    if not 1 <= k.num_stages <= 8:
+        raise conv.error(f"{path}.num_stages", f"expected 1 to 8, got {k.num_stages}")
+    return k
+
+
+def _validate_settings(s: Settings, conv: _Converter) -> None:
+    from kbuild.targets import parse_target  # local: targets imports nothing heavy either
+
+    for i, t in enumerate(s.targets):
+        try:
+            parse_target(t)
+        except ValueError as exc:
+            raise conv.error(f"targets[{i}]", str(exc)) from None
+    if s.budget.evaluations <= 0:
+        raise conv.error("budget.evaluations", f"must be positive, got {s.budget.evaluations}")
+    if s.budget.seconds <= 0:
+        raise conv.error("budget.seconds", f"must be positive, got {s.budget.seconds}")
+    if s.store_max_bytes <= 0:
+        raise conv.error("store_max_bytes", f"must be positive, got {s.store_max_bytes}")
+
+
+def _apply_environment(s: Settings, environ: Mapping[str, str] | None) -> Settings:
+    """Overlay ``KBUILD_*`` variables declared in field metadata (recursing into nested tables)."""
+
+    def overlay(obj: Any, prefix: str) -> Any:
+        changes: dict[str, Any] = {}
+        hints = _hints(type(obj))
+        for f in dataclasses.fields(obj):
+            value = getattr(obj, f.name)
+            if dataclasses.is_dataclass(value) and not isinstance(value, type):
+                new = overlay(value, f"{prefix}{f.name}.")
+                if new is not value:
+                    changes[f.name] = new
+                continue
+            var = f.metadata.get("env")
+            if not var:
+                continue
+            raw = env_value(var, environ)
+            if raw is None:
+                continue
+            conv = _Converter(f"environment variable {var}")
+            changes[f.name] = conv.convert(_parse_env(raw, hints[f.name]), hints[f.name], var)
+        return dataclasses.replace(obj, **changes) if changes else obj
+
+    return overlay(s, "")
+
+
+def _parse_env(raw: str, tp: Any) -> Any:
+    """Turn an environment string into the TOML-like value the converter expects."""
+    origin = get_origin(tp)
+    args = [a for a in get_args(tp) if a is not type(None)]
+    if origin in (Union, types.UnionType) and len(args) == 1:
+        tp, origin = args[0], get_origin(args[0])
+    if origin is list:
+        return [p.strip() for p in raw.split(",") if p.strip()]
+    if tp is int:
+        try:
+            return int(raw)
+        except ValueError:
+            return raw
+    if tp is float:
+        try:
+            return float(raw)
+        except ValueError:
+            return raw
+    if tp is bool:
+        return raw.lower() in ("1", "true", "yes", "on")
+    return raw
+
+
+# ----------------------------------------------------------------------------------------------
+# Introspection: docs, key fields and the JSON schema come from the model itself.
+
+@cache
+def field_docs(cls: type) -> dict[str, str]:
+    """The docstring under each field of a settings dataclass (the scikit-build-core convention)."""
+    source = textwrap.dedent(inspect.getsource(cls))
+    tree = ast.parse(source)
+    body = tree.body[0].body  # type: ignore[attr-defined]
+    docs: dict[str, str] = {}
+    for node, nxt in zip(body, body[1:]):
+        if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+            if isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant) and isinstance(nxt.value.value, str):
+                docs[node.target.id] = " ".join(nxt.value.value.split())
+    return docs
+
+
+def key_fields(cls: type) -> list[str]:
+    """Names of the fields of ``cls`` marked as changing the machine code."""
+    return [f.name for f in dataclasses.fields(cls) if f.metadata.get("key")]
+
+
+def json_schema() -> dict[str, Any]:
+    """JSON schema of ``[tool.kbuild]``, generated from the model (committed; a test checks it)."""
+
+    def schema_for(tp: Any) -> dict[str, Any]:
+        origin = get_origin(tp)
+        if origin in (Union, types.UnionType):
+            opts = [a for a in get_args(tp) if a is not type(None)]
+            return schema_for(opts[0]) if len(opts) == 1 else {"anyOf": [schema_for(a) for a in opts]}
+        if origin is Literal:
+            return {"enum": list(get_args(tp))}
+        if origin is list:
+            return {"type": "array", "items": schema_for(get_args(tp)[0])}
+        if origin is dict:
+            return {"type": "object", "additionalProperties": schema_for(get_args(tp)[1])}
+        if dataclasses.is_dataclass(tp):
+            docs = field_docs(tp)
+            hints = _hints(tp)
+            props = {}
+            required = []
+            for f in dataclasses.fields(tp):
+                if f.metadata.get("internal"):
+                    continue
+                entry = schema_for(hints[f.name])
+                if f.name in docs:
+                    entry["description"] = docs[f.name]
+                if f.metadata.get("env"):
+                    entry["x-env"] = f.metadata["env"]
+                if f.metadata.get("key"):
+                    entry["x-in-key"] = True
+                if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                    required.append(f.name)
+                props[f.name] = entry
+            out: dict[str, Any] = {"type": "object", "additionalProperties": False, "properties": props}
+            if required:
+                out["required"] = required
+            if tp.__doc__:
+                out["description"] = " ".join(tp.__doc__.split())
+            return out
+        return {bool: {"type": "boolean"}, int: {"type": "integer"}, float: {"type": "number"},
+                str: {"type": "string"}, Path: {"type": "string"}}[tp]
+
+    schema = schema_for(Settings)
+    schema["$schema"] = "http://json-schema.org/draft-07/schema#"
+    schema["title"] = "[tool.kbuild]"
+    return schema
