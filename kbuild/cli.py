@@ -1,6 +1,7 @@
 """The ``kbuild`` command: one verb per subcommand, each in the module that owns the concern.
 
-Verbs and their modules: ``compile``/``explain`` → :mod:`kbuild.commands` (compile + key);
+Verbs and their modules: ``compile`` → :mod:`kbuild.commands.compile`; ``explain`` →
+:mod:`kbuild.commands.explain`;
 ``cache`` → :mod:`kbuild.cache.cli`; ``sass`` → :mod:`kbuild.sass.cli`; ``bench`` →
 :mod:`kbuild.bench.cli`. Each module exposes ``add_parser(subparsers)`` and sets
 ``func=handler`` where ``handler(args) -> int``.
@@ -24,7 +25,8 @@ from kbuild.errors import KBuildError
 
 #: Modules that contribute subcommands, in the order they appear in ``--help``.
 COMMAND_MODULES = [
-    "kbuild.commands",
+    "kbuild.commands.compile",
+    "kbuild.commands.explain",
     "kbuild.cache.cli",
     "kbuild.sass.cli",
     "kbuild.bench.cli",

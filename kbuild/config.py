@@ -20,6 +20,7 @@ import ast
 import dataclasses
 import difflib
 import inspect
+import itertools
 import os
 import re
 import sys
@@ -28,7 +29,6 @@ import types
 import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from functools import cache
 from pathlib import Path
 from typing import Any, Literal, Union, get_args, get_origin
 
@@ -43,7 +43,7 @@ TuneMode = Literal["off", "auto", "require"]
 Algorithm = Literal["ppo", "random", "greedy"]
 
 #: Scalars allowed as constexpr values.
-Constexpr = Union[bool, int, float, str]
+Constexpr = bool | int | float | str
 
 _SIGNATURE_TYPE = re.compile(r"^\*?(?:k)?(?:i1|i8|i16|i32|i64|u1|u8|u16|u32|u64|fp8e4nv|fp8e5|fp8e4b15|fp16|bf16|fp32|fp64)(?::(?:1|16))?$")
 
@@ -286,9 +286,13 @@ class _Converter:
         return cls(**kwargs)
 
 
-@cache
+_HINTS: dict[Any, dict[str, Any]] = {}
+
+
 def _hints(cls: Any) -> dict[str, Any]:
-    return typing.get_type_hints(cls)
+    if cls not in _HINTS:
+        _HINTS[cls] = typing.get_type_hints(cls)
+    return _HINTS[cls]
 
 
 def _type_name(tp: Any) -> str:
@@ -460,14 +464,13 @@ def _parse_env(raw: str, tp: Any) -> Any:
 # ----------------------------------------------------------------------------------------------
 # Introspection: docs, key fields and the JSON schema come from the model itself.
 
-@cache
-def field_docs(cls: type) -> dict[str, str]:
+def field_docs(cls: Any) -> dict[str, str]:
     """The docstring under each field of a settings dataclass (the scikit-build-core convention)."""
     source = textwrap.dedent(inspect.getsource(cls))
     tree = ast.parse(source)
     body = tree.body[0].body  # type: ignore[attr-defined]
     docs: dict[str, str] = {}
-    for node, nxt in zip(body, body[1:]):
+    for node, nxt in itertools.pairwise(body):
         if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
             if isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant) and isinstance(nxt.value.value, str):
                 docs[node.target.id] = " ".join(nxt.value.value.split())

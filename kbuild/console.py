@@ -15,7 +15,14 @@ from contextlib import contextmanager
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 from rich.table import Table
 
 #: Human output (tables, progress, warnings) goes to stderr.
@@ -49,7 +56,7 @@ def info(message: str) -> None:
 @contextmanager
 def progress(description: str, total: int | None, *, enabled: bool = True):
     """A progress bar on stderr. Yields ``advance(n=1, **fields)``; silent when not ``enabled``."""
-    if not enabled or not console.is_terminal and total is None:
+    if not enabled or (not console.is_terminal and total is None):
         yield lambda n=1, **kw: None
         return
     columns = [TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),

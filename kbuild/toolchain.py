@@ -62,7 +62,8 @@ def run_tool(name: str, args: Sequence[str], *, what: str | None = None, timeout
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, check=False)
     except subprocess.TimeoutExpired as exc:
-        raise ToolError(what or name, cmd, -1, f"timed out after {timeout:.0f} s\n{exc.stderr or ''}") from None
+        stderr = exc.stderr.decode(errors="replace") if isinstance(exc.stderr, bytes) else (exc.stderr or "")
+        raise ToolError(what or name, cmd, -1, f"timed out after {timeout:.0f} s\n{stderr}") from None
     except OSError as exc:
         raise ToolError(what or name, cmd, -1, str(exc)) from None
     if proc.returncode != 0:

@@ -1,0 +1,1 @@
+"""kbx_demo: an example package whose Triton kernels kbuild compiles ahead of time."""

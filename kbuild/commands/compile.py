@@ -1,0 +1,49 @@
+"""``kbuild compile``: every kernel × target → baseline cubin in the store, and a table."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+from kbuild.commands.common import add_config_args, settings_from_args, target_list
+from kbuild.console import emit_json, print_table, progress
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("compile", help="compile the project's kernels for each target into the store",
+                       description="Compile every [tool.kbuild] kernel for every target (no GPU needed), "
+                                   "look each up in the store first, and store new baseline cubins.")
+    add_config_args(p)
+    p.add_argument("--kernel", action="append", metavar="NAME", help="only this kernel (repeatable)")
+    p.add_argument("--out", metavar="DIR", help="also write each cubin to DIR/<kernel>.<target>.cubin")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from kbuild.cache import open_store
+    from kbuild.hooks.pipeline import run_pipeline, select_kernels, select_targets
+
+    settings = settings_from_args(args)
+    store = open_store(settings)
+    total = len(select_kernels(settings, args.kernel)) * len(select_targets(settings, target_list(args)))
+    with progress("compile", total, enabled=not args.no_progress and not args.json) as advance:
+        builds = run_pipeline(settings, store, kernels=args.kernel, targets=target_list(args),
+                              on_step=lambda b: advance(status=f"{b.spec.name} {b.target.name}"))
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        for b in builds:
+            dest = out / f"{b.spec.name}.{b.target.name}.cubin"
+            tmp = dest.with_suffix(".cubin.tmp")
+            tmp.write_bytes(b.artefact.cubin)
+            os.replace(tmp, dest)
+    if args.json:
+        emit_json([b.as_json() for b in builds])
+    else:
+        print_table(f"kbuild compile — store {settings.store_path}",
+                    ["kernel", "target", "key", "cubin", "store", "status"],
+                    [(b.spec.name, b.target.name, b.key.hex[:12], f"{len(b.artefact.cubin):,} B",
+                      "hit" if b.hit else "new", b.status) for b in builds])
+    return 0

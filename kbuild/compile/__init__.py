@@ -1,0 +1,17 @@
+"""kbuild.compile: kernel declarations → baseline cubins, per target, without a GPU.
+
+``triton_aot`` compiles ``@triton.jit`` functions; a CUDA C++ (nvcc) front end will sit beside
+it. Each front end returns :class:`CompiledKernel`.
+"""
+
+from kbuild.compile.triton_aot import (
+    CompiledKernel,
+    compile_kernel,
+    compiler_options,
+    load_jit_function,
+    portable_options,
+    source_hash,
+)
+
+__all__ = ["CompiledKernel", "compile_kernel", "compiler_options", "load_jit_function", "portable_options",
+           "source_hash"]

@@ -1,0 +1,104 @@
+"""The content key: sha256 of canonical JSON over everything that changes the shipped bytes.
+
+Components (see ARCHITECTURE.md "The key"):
+
+* ``kernel``: Triton's source hash of the function and its callees, the function name, and
+  every :class:`~kbuild.config.KernelSettings` field marked ``key`` (signature, constexprs,
+  num_warps, num_stages) — collected from the settings model, not listed here;
+* ``compiler``: Triton's version, its parsed backend options (paths reduced to file names),
+  the ptxas version and line info (off);
+* ``target``: the exact architecture ptxas builds for (``sm_90a`` is not ``sm_90``);
+* ``tuner``: ``null`` for a baseline, else the tuner version and every
+  :class:`~kbuild.config.Settings`/:class:`~kbuild.config.BudgetSettings` field marked ``key``
+  (algorithm, seed, budget).
+
+Left out on purpose: checkout path, time, host name, GPU model and driver (they do not change
+compiled bytes; tuning results record them in metadata instead).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from kbuild.config import BudgetSettings, KernelSettings, Settings, key_fields
+from kbuild.targets import Target
+from kbuild.tune import TUNER_VERSION
+
+#: Bumped when the layout of the components changes.
+KEY_SCHEMA = 1
+
+
+def canonical_json(obj: Any) -> str:
+    """Sorted keys, no whitespace, ASCII: one text per value, whatever the dict order."""
+    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
+
+
+def digest(components: dict[str, Any]) -> str:
+    return hashlib.sha256(canonical_json(components).encode("ascii")).hexdigest()
+
+
+def _declared(obj: Any, cls: type) -> dict[str, Any]:
+    return {name: getattr(obj, name) for name in key_fields(cls)}
+
+
+def tuner_component(settings: Settings) -> dict[str, Any]:
+    out: dict[str, Any] = {"version": TUNER_VERSION}
+    out.update(_declared(settings, Settings))
+    out["budget"] = _declared(settings.budget, BudgetSettings)
+    return out
+
+
+@dataclass(frozen=True)
+class KernelKey:
+    """The components and the resulting hex key of one kernel × target (baseline or tuned)."""
+
+    components: dict[str, Any]
+
+    @property
+    def hex(self) -> str:
+        return digest(self.components)
+
+    @property
+    def tuned(self) -> bool:
+        return self.components["tuner"] is not None
+
+    def flat(self) -> dict[str, Any]:
+        """Components as dotted paths, for ``kbuild explain``."""
+        out: dict[str, Any] = {}
+
+        def walk(prefix: str, value: Any) -> None:
+            if isinstance(value, dict) and value and prefix.count(".") < 1:
+                for k in sorted(value):
+                    walk(f"{prefix}.{k}" if prefix else k, value[k])
+            else:
+                out[prefix] = value
+
+        walk("", self.components)
+        return out
+
+
+def kernel_key(*, spec: KernelSettings, target: Target, source_hash: str, function: str,
+               compiler: dict[str, Any], tuner: dict[str, Any] | None) -> KernelKey:
+    """Assemble the components. ``compiler`` comes from :func:`compiler_component`."""
+    kernel: dict[str, Any] = {"source_hash": source_hash, "function": function}
+    kernel.update(_declared(spec, KernelSettings))
+    # Normalise whitespace in type strings so "*fp16 :16" and "*fp16:16" agree.
+    kernel["signature"] = {k: "".join(v.split()) for k, v in kernel["signature"].items()}
+    return KernelKey({
+        "schema": KEY_SCHEMA,
+        "kernel": kernel,
+        "compiler": compiler,
+        "target": {"arch": target.arch, "cc": target.cc},
+        "tuner": tuner,
+    })
+
+
+def compiler_component(*, triton_version: str, ptxas_version: str, options: dict[str, Any]) -> dict[str, Any]:
+    return {"triton": triton_version, "backend": "cuda", "ptxas": ptxas_version, "line_info": False,
+            "options": options}
+
+
+__all__ = ["KernelKey", "canonical_json", "compiler_component", "digest", "kernel_key", "tuner_component"]

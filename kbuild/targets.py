@@ -1,0 +1,64 @@
+"""GPU targets: parse ``sm_XY`` strings into the exact architecture the compiler builds for.
+
+The exact target matters for the key: Triton 3.6 builds compute capability 9.0 for ``sm_90a``
+(the arch-specific variant with wgmma/TMA), and ``sm_90`` and ``sm_90a`` cubins differ. The
+user writes ``sm_90`` (or ``sm_90a``); :attr:`Target.arch` is what ptxas received.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+#: Compute capabilities Triton 3.6's NVIDIA backend compiles for, and the ISA family used by kbuild.sass.
+SUPPORTED: dict[int, str] = {
+    75: "sm_75",
+    80: "sm_80",
+    86: "sm_80",
+    87: "sm_80",
+    89: "sm_80",
+    90: "sm_90",
+    100: "sm_100",
+    103: "sm_100",
+    120: "sm_120",
+}
+
+
+@dataclass(frozen=True, order=True)
+class Target:
+    """One compilation target."""
+
+    cc: int
+    """Compute capability as an integer (90 for sm_90)."""
+
+    @property
+    def name(self) -> str:
+        """Canonical user-facing name, ``sm_90``."""
+        return f"sm_{self.cc}"
+
+    @property
+    def arch(self) -> str:
+        """What ptxas compiles for: Triton uses the ``a`` variant from sm_90 on."""
+        return f"sm_{self.cc}a" if self.cc >= 90 else f"sm_{self.cc}"
+
+    @property
+    def family(self) -> str:
+        """ISA family whose SASS table applies (``sm_80`` covers sm_80/86/87/89)."""
+        return SUPPORTED[self.cc]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+def parse_target(text: str) -> Target:
+    """``"sm_90"``, ``"sm_90a"`` or ``"90"`` → :class:`Target`; ValueError naming the supported ones otherwise."""
+    m = re.fullmatch(r"(?:sm_?)?(\d{2,3})(a?)", text.strip().lower())
+    supported = ", ".join(f"sm_{cc}" for cc in SUPPORTED)
+    if not m:
+        raise ValueError(f"{text!r} is not a GPU target; expected one of {supported}")
+    cc = int(m.group(1))
+    if cc not in SUPPORTED:
+        raise ValueError(f"unsupported target {text!r}; Triton 3.6 targets here: {supported}")
+    if m.group(2) and cc < 90:
+        raise ValueError(f"{text!r}: arch-specific 'a' targets exist only from sm_90 on")
+    return Target(cc)

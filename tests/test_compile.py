@@ -1,0 +1,97 @@
+"""Real Triton AOT compiles on a machine with no GPU: deterministic, path-independent cubins."""
+
+from __future__ import annotations
+
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+
+from kbuild.compile import compile_kernel
+from kbuild.config import load_settings
+from kbuild.errors import KernelSourceError
+from kbuild.hooks.pipeline import resolve, select_targets
+
+ELF_MAGIC = b"\x7fELF"
+
+
+def compile_all(project: Path) -> dict[tuple[str, str], tuple[bytes, dict, str]]:
+    s = load_settings(project / "pyproject.toml", environ={})
+    out = {}
+    for b in resolve(s, s.kernels, select_targets(s, ["sm_80", "sm_90"])):
+        ck = compile_kernel(s, b.spec, b.target, fn=b.fn)
+        out[(b.spec.name, b.target.name)] = (ck.cubin, ck.metadata, b.baseline_key.hex)
+    return out
+
+
+def _forget_example_modules() -> None:
+    for name in [m for m in sys.modules if m == "kbx_demo" or m.startswith("kbx_demo.")]:
+        del sys.modules[name]
+
+
+def test_two_checkouts_give_identical_cubins_and_keys(example_project: Path, tmp_path: Path):
+    other = tmp_path / "elsewhere" / "deeper" / "checkout"
+    shutil.copytree(example_project, other)
+    _forget_example_modules()
+    first = compile_all(example_project)
+    _forget_example_modules()
+    second = compile_all(other)
+    _forget_example_modules()
+    assert set(first) == {(k, t) for k in ("matmul_leaky_relu", "softmax", "layernorm") for t in ("sm_80", "sm_90")}
+    for ident, (cubin, meta, key) in first.items():
+        cubin2, _, key2 = second[ident]
+        assert cubin.startswith(ELF_MAGIC)
+        assert cubin == cubin2, f"{ident}: cubin bytes differ between checkouts"
+        assert key == key2, f"{ident}: key differs between checkouts"
+        assert str(example_project).encode() not in cubin and str(other).encode() not in cubin
+        assert meta["symbol"] == ident[0]
+        assert meta["arch"] == {"sm_80": "sm_80", "sm_90": "sm_90a"}[ident[1]]
+        assert meta["ptxas_version"] and meta["triton_version"].startswith("3.6")
+        assert meta["num_warps"] in (4, 8) and meta["shared"] >= 0
+        assert [p["name"] for p in meta["params"]][:2] in (["a_ptr", "b_ptr"], ["out_ptr", "in_ptr"], ["x_ptr", "y_ptr"])
+    # sm_80 and sm_90 builds really differ.
+    assert first[("softmax", "sm_80")][0] != first[("softmax", "sm_90")][0]
+
+
+def write_project(tmp_path: Path, kernel_src: str, decl: str) -> Path:
+    pkg = tmp_path / "badpkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "k.py").write_text(kernel_src)
+    (tmp_path / "pyproject.toml").write_text(f"[tool.kbuild]\ntargets=['sm_90']\n[[tool.kbuild.kernels]]\n{decl}\n")
+    return tmp_path / "pyproject.toml"
+
+
+KSRC = """
+import triton, triton.language as tl
+@triton.jit
+def add(x_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(x_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) + 1, mask=offs < n)
+def plain(x):
+    return x
+"""
+
+
+@pytest.mark.parametrize(("decl", "key", "fragment"), [
+    ('name="a"\nsource="badpkg.nope:add"', ".source", "cannot import module 'badpkg.nope'"),
+    ('name="a"\nsource="badpkg.k:missing"', ".source", "has no attribute 'missing'"),
+    ('name="a"\nsource="badpkg.k:plain"', ".source", "not a @triton.jit function"),
+    ('name="a"\nsource="badpkg.k:add"\nsignature={x_ptr="*fp32"}\nconstexprs={BLOCK=128}', ".signature",
+     "parameter 'n'"),
+    ('name="a"\nsource="badpkg.k:add"\nsignature={x_ptr="*fp32", n="i32", m="i32"}\nconstexprs={BLOCK=128}',
+     ".signature.m", "has no parameter 'm'"),
+    ('name="a"\nsource="badpkg.k:add"\nsignature={x_ptr="*fp32", n="i32", BLOCK="i32"}', ".signature.BLOCK",
+     "tl.constexpr parameter"),
+])
+def test_bad_kernel_declarations(tmp_path: Path, decl: str, key: str, fragment: str):
+    sys.modules.pop("badpkg", None)
+    sys.modules.pop("badpkg.k", None)
+    cfg = write_project(tmp_path, KSRC, decl)
+    s = load_settings(cfg, environ={})
+    with pytest.raises(KernelSourceError) as err:
+        resolve(s, s.kernels, select_targets(s, None))
+    assert err.value.key == f"[tool.kbuild.kernels][0]{key}"
+    assert fragment in str(err.value)
+    assert str(err.value).startswith(str(cfg))

@@ -1,0 +1,120 @@
+"""The settings model: valid input, each class of invalid input, environment overrides, schema."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from kbuild.config import (
+    KernelSettings,
+    Settings,
+    json_schema,
+    key_fields,
+    load_settings,
+    settings_from_table,
+)
+from kbuild.errors import ConfigError
+
+ROOT = Path(__file__).resolve().parent.parent
+
+KERNEL = {"name": "add", "source": "pkg.mod:add", "signature": {"x": "*fp32:16", "n": "i32"},
+          "constexprs": {"BLOCK": 1024}}
+
+
+def table(**extra):
+    return {"kernels": [dict(KERNEL)], **extra}
+
+
+def test_defaults_and_valid_table():
+    s = settings_from_table(table(), project_dir=Path("/p"), environ={})
+    assert s.targets == ["sm_80", "sm_90"]
+    assert s.tune == "auto"
+    assert s.budget.evaluations == 200
+    k = s.kernels[0]
+    assert (k.name, k.module, k.function, k.num_warps, k.num_stages) == ("add", "pkg.mod", "add", 4, 3)
+    assert s.kernel("add") is k
+
+
+def test_example_project_loads():
+    s = load_settings(ROOT / "examples" / "cmake-extension" / "pyproject.toml", environ={})
+    assert [k.name for k in s.kernels] == ["matmul_leaky_relu", "softmax", "layernorm"]
+
+
+@pytest.mark.parametrize(
+    ("tbl", "key", "fragment"),
+    [
+        ({"kernels": [{**KERNEL, "signature": "x"}]}, "[tool.kbuild.kernels][0].signature", "expected a table"),
+        ({"kernels": [{**KERNEL, "signature": {"x": "*float"}}]}, "[tool.kbuild.kernels][0].signature.x", "not a Triton type"),
+        ({"kernels": [{**KERNEL, "num_warps": "4"}]}, "[tool.kbuild.kernels][0].num_warps", "expected an integer"),
+        ({"kernels": [{**KERNEL, "num_warps": 3}]}, "[tool.kbuild.kernels][0].num_warps", "power of two"),
+        ({"kernels": [{**KERNEL, "source": "nocolon"}]}, "[tool.kbuild.kernels][0].source", "package.module:function"),
+        ({"kernels": [{**KERNEL, "nme": "x"}]}, "[tool.kbuild.kernels][0].nme", "did you mean 'name'"),
+        ({"kernels": [{k: v for k, v in KERNEL.items() if k != "source"}]}, "[tool.kbuild.kernels][0].source", "required"),
+        ({"kernels": [KERNEL, KERNEL]}, "[tool.kbuild.kernels][1].name", "duplicate"),
+        ({"kernels": [{**KERNEL, "constexprs": {"x": 1}}]}, "[tool.kbuild.kernels][0].constexprs.x", "both"),
+        (table(targets=["sm_99"]), "targets[0]", "unsupported target"),
+        (table(targets="sm_90"), "targets", "expected an array"),
+        (table(tune="sometimes"), "tune", "expected one of"),
+        (table(tunes="auto"), "tunes", "did you mean 'tune'"),
+        (table(budget={"evaluations": 0}), "budget.evaluations", "must be positive"),
+        (table(budget={"evaluation": 10}), "budget.evaluation", "did you mean 'evaluations'"),
+        (table(store_secret="hunter2"), "store_secret", "KBUILD_STORE_SECRET"),
+        (table(remotes=[{"writable": True}]), "remotes[0].url", "required"),
+    ],
+)
+def test_invalid_tables_name_file_and_key(tbl, key, fragment):
+    with pytest.raises(ConfigError) as err:
+        settings_from_table(tbl, where="pyproject.toml", environ={})
+    assert err.value.key == key
+    assert fragment in str(err.value)
+    assert str(err.value).startswith(f"pyproject.toml: {key}: ")
+    assert err.value.exit_code == 2
+
+
+def test_bad_files(tmp_path: Path):
+    with pytest.raises(ConfigError, match="no such file"):
+        load_settings(tmp_path / "missing.toml")
+    bad = tmp_path / "pyproject.toml"
+    bad.write_text("[tool.kbuild\n")
+    with pytest.raises(ConfigError, match="not valid TOML"):
+        load_settings(bad)
+    bad.write_text("[project]\nname='x'\n")
+    with pytest.raises(ConfigError, match=r"\[tool.kbuild\]: table is missing"):
+        load_settings(bad)
+
+
+def test_environment_overrides_pyproject():
+    env = {"KBUILD_STORE": "/tmp/s", "KBUILD_TARGETS": "sm_90, sm_80", "KBUILD_TUNE": "off",
+           "KBUILD_BUDGET_EVALUATIONS": "17", "KBUILD_STORE_SECRET": "s3cret"}
+    s = settings_from_table(table(tune="require"), environ=env)
+    assert s.store_path == Path("/tmp/s")
+    assert s.targets == ["sm_90", "sm_80"]
+    assert s.tune == "off"
+    assert s.budget.evaluations == 17
+    assert s.store_secret == "s3cret"
+
+
+def test_bad_environment_value_names_the_variable():
+    with pytest.raises(ConfigError) as err:
+        settings_from_table(table(), environ={"KBUILD_BUDGET_EVALUATIONS": "many"})
+    assert "KBUILD_BUDGET_EVALUATIONS" in str(err.value)
+    with pytest.raises(ConfigError, match="expected one of"):
+        settings_from_table(table(), environ={"KBUILD_TUNE": "maybe"})
+
+
+def test_relative_store_is_taken_from_the_project_dir():
+    s = settings_from_table(table(store="build/store"), project_dir=Path("/proj"), environ={})
+    assert s.store_path == Path("/proj/build/store")
+
+
+def test_key_fields_are_declared_in_the_model():
+    assert set(key_fields(KernelSettings)) == {"signature", "constexprs", "num_warps", "num_stages"}
+    assert set(key_fields(Settings)) == {"algorithm", "seed"}
+
+
+def test_committed_schema_matches_the_model():
+    committed = json.loads((ROOT / "kbuild" / "schema" / "kbuild.schema.json").read_text())
+    assert committed == json_schema(), "run: python -m kbuild.schema > kbuild/schema/kbuild.schema.json"
+    assert committed["properties"]["kernels"]["items"]["properties"]["num_warps"]["description"]
