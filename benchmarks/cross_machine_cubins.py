@@ -14,7 +14,10 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+try:  # an installed kbuild (kbuild.hooks is mapped from hooks/ only by an install)
+    import kbuild.hooks  # noqa: F401
+except ImportError:
+    sys.path.insert(0, str(ROOT))
 
 from kbuild.compile import compile_kernel  # noqa: E402
 from kbuild.config import load_settings  # noqa: E402
