@@ -116,13 +116,19 @@ def untuned_reason(settings: Settings, target: Target) -> str:
     return "untuned: tuning on a store miss is not available in this kbuild version yet"
 
 
-def run_pipeline(settings: Settings, store: Any, *, kernels: Sequence[str] | None = None,
+def run_pipeline(settings: Settings, store: Any = None, *, kernels: Sequence[str] | None = None,
                  targets: Sequence[str] | None = None,
                  on_step: Callable[[KernelBuild], None] | None = None) -> list[KernelBuild]:
-    """Resolve, look up, compile and store every kernel × target. Returns the builds in order."""
-    from kbuild.cache import Artefact
+    """Resolve, look up, compile and store every kernel × target. Returns the builds in order.
+
+    ``store`` defaults to the settings' tiered store, opened only after every kernel resolved, so
+    bad input does not even create an empty store directory.
+    """
+    from kbuild.cache import Artefact, open_store
 
     builds = resolve(settings, select_kernels(settings, kernels), select_targets(settings, targets))
+    if store is None:
+        store = open_store(settings)
     new: list[Any] = []
     for b in builds:
         found = store.get(b.tuned_key.hex) if b.tuned_key is not None else None

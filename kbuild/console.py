@@ -26,7 +26,7 @@ from rich.progress import (
 from rich.table import Table
 
 #: Human output (tables, progress, warnings) goes to stderr.
-console = Console(stderr=True, highlight=False)
+console = Console(stderr=True, highlight=False, width=None if sys.stderr.isatty() else 132)
 
 
 def emit_json(obj: Any) -> None:

@@ -32,6 +32,7 @@ def triton_dir() -> Path:
 
 @functools.cache
 def triton_version() -> str:
+    triton_dir()  # a clear MissingDependencyError when Triton is absent
     import triton
 
     return str(triton.__version__)

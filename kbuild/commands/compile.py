@@ -22,14 +22,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from kbuild.cache import open_store
     from kbuild.hooks.pipeline import run_pipeline, select_kernels, select_targets
 
     settings = settings_from_args(args)
-    store = open_store(settings)
     total = len(select_kernels(settings, args.kernel)) * len(select_targets(settings, target_list(args)))
     with progress("compile", total, enabled=not args.no_progress and not args.json) as advance:
-        builds = run_pipeline(settings, store, kernels=args.kernel, targets=target_list(args),
+        builds = run_pipeline(settings, kernels=args.kernel, targets=target_list(args),
                               on_step=lambda b: advance(status=f"{b.spec.name} {b.target.name}"))
     if args.out:
         out = Path(args.out)
