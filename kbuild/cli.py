@@ -1,7 +1,8 @@
 """The ``kbuild`` command: one verb per subcommand, each in the module that owns the concern.
 
 Verbs and their modules: ``compile`` → :mod:`kbuild.commands.compile`; ``explain`` →
-:mod:`kbuild.commands.explain`;
+:mod:`kbuild.commands.explain`; ``emit``, ``inspect``, ``verify-wheel``, ``lock`` →
+:mod:`kbuild.commands.emit` etc. (build hooks);
 ``cache`` → :mod:`kbuild.cache.cli`; ``sass`` → :mod:`kbuild.sass.cli`; ``bench`` →
 :mod:`kbuild.bench.cli`. Each module exposes ``add_parser(subparsers)`` and sets
 ``func=handler`` where ``handler(args) -> int``.
@@ -27,6 +28,11 @@ from kbuild.errors import KBuildError
 COMMAND_MODULES = [
     "kbuild.commands.compile",
     "kbuild.commands.explain",
+    "kbuild.commands.tune",
+    "kbuild.commands.emit",
+    "kbuild.commands.inspect",
+    "kbuild.commands.verify_wheel",
+    "kbuild.commands.lock",
     "kbuild.cache.cli",
     "kbuild.sass.cli",
     "kbuild.bench.cli",

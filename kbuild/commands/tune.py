@@ -1,0 +1,160 @@
+"""``kbuild tune``: search a kernel's SASS schedule on a budget and report PPO beside the baselines.
+
+``kbuild tune KERNEL --target sm_90`` tunes a kernel of the project (its baseline comes from the
+pipeline, its inputs from its ``bench`` spec); ``kbuild tune --suite`` tunes the benchmark suite.
+``--backend gpu`` (the default) measures on a GPU of the target architecture in an isolated worker
+process; ``--backend model`` uses the CPU cost model, and says so: model results never ship.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from kbuild.commands.common import add_config_args, settings_from_args
+from kbuild.console import emit_json, print_table, progress
+from kbuild.errors import GPUUnavailableError, UsageError
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("tune", help="search a kernel's SASS schedule (PPO beside random and greedy search)",
+                       description="Tune one kernel (or the bench suite) for one target, within a budget of GPU "
+                                   "evaluations and seconds, and report every algorithm's result.")
+    p.add_argument("kernel", nargs="?", metavar="KERNEL", help="a kernel of the project (omit with --suite)")
+    add_config_args(p, targets=False)
+    p.add_argument("--suite", action="store_true", help="tune kbuild's benchmark suite instead of a project kernel")
+    p.add_argument("--only", action="append", metavar="NAME", help="with --suite: only these suite kernels")
+    p.add_argument("--target", default="sm_90", metavar="SM", help="target architecture (default sm_90)")
+    p.add_argument("--algo", default="all", choices=["ppo", "random", "greedy", "all"])
+    p.add_argument("--budget-evals", type=int, default=None, metavar="N", help="evaluations per algorithm")
+    p.add_argument("--budget-seconds", type=float, default=None, metavar="S", help="seconds per algorithm")
+    p.add_argument("--seed", type=int, default=None)
+    p.add_argument("--horizon", type=int, default=32, help="steps per episode")
+    p.add_argument("--backend", choices=["gpu", "model"], default="gpu",
+                   help="gpu: measure on the GPU (default); model: CPU cost model estimate")
+    p.add_argument("--out", metavar="DIR", help="write <kernel>.tune.json and <kernel>.tune.png here")
+    p.set_defaults(func=run)
+
+
+def _budget(args: argparse.Namespace, settings: Any) -> tuple[int, float, int]:
+    evals = args.budget_evals if args.budget_evals is not None else (settings.budget.evaluations if settings else 200)
+    secs = args.budget_seconds if args.budget_seconds is not None else (settings.budget.seconds if settings else 600.0)
+    seed = args.seed if args.seed is not None else (settings.seed if settings else 0)
+    if evals <= 0:
+        raise UsageError(f"--budget-evals must be positive, got {evals}")
+    if secs <= 0:
+        raise UsageError(f"--budget-seconds must be positive, got {secs}")
+    return evals, secs, seed
+
+
+def _backend(args: argparse.Namespace, target: Any) -> Any:
+    if args.backend == "model":
+        return None
+    from kbuild.gpu import has_gpu, local_gpus
+
+    if not has_gpu(target.cc):
+        have = ", ".join(f"{g.name} ({g.sm})" for g in local_gpus()) or "none"
+        raise GPUUnavailableError(f"tuning {target.name} needs an {target.name} GPU; this machine has {have} "
+                                  f"(use --backend model for a CPU estimate)")
+    from kbuild.tune.measure.client import WorkerClient
+
+    return WorkerClient()
+
+
+def _jobs(args: argparse.Namespace, target: Any) -> list[tuple[str, bytes, str | None, Any]]:
+    """(name, baseline cubin, kernel symbol, KernelRef or None) for each kernel to tune."""
+    from kbuild.tune.measure.backend import KernelRef
+
+    jobs = []
+    if args.suite:
+        from kbuild.bench.kernels import SUITE
+        from kbuild.bench.spec import compile_spec, load_spec
+
+        names = args.only or list(SUITE)
+        unknown = [n for n in names if n not in SUITE]
+        if unknown:
+            raise UsageError(f"--only: unknown suite kernel {unknown[0]!r}; known: {', '.join(SUITE)}")
+        for name in names:
+            bench = load_spec(SUITE[name])
+            if target.cc not in bench.archs:
+                continue
+            compiled = compile_spec(bench, bench.configs[0], target.cc)
+            jobs.append((name, compiled.asm["cubin"], compiled.metadata.name, KernelRef(spec=SUITE[name], config=0)))
+        return jobs
+    if not args.kernel:
+        raise UsageError("name a KERNEL of the project, or pass --suite")
+    from kbuild.hooks.pipeline import run_pipeline
+
+    settings = settings_from_args(args)
+    spec = settings.kernel(args.kernel)
+    (build,) = run_pipeline(settings, kernels=[spec.name], targets=[target.name])
+    ref = None
+    if args.backend == "gpu":
+        if not spec.bench:
+            idx = [k.name for k in settings.kernels].index(spec.name)
+            raise UsageError(f"{settings.config_file}: [tool.kbuild.kernels][{idx}].bench: kernel {spec.name!r} has "
+                             f"no bench spec; measuring it needs one")
+        ref = KernelRef(spec=spec.bench, python_path=tuple(str(settings.project_dir / p) for p in settings.python_path))
+    return [(spec.name, build.artefact.cubin, build.artefact.meta.get("symbol"), ref)]
+
+
+def run(args: argparse.Namespace) -> int:
+    from kbuild.hooks.pipeline import select_targets
+    from kbuild.tune.api import learning_curve_png, tune
+
+    settings = settings_from_args(args) if not args.suite else None
+    target = select_targets(settings, [args.target])[0] if settings else _target(args.target)
+    evals, secs, seed = _budget(args, settings)
+    algorithms = ("random", "greedy", "ppo") if args.algo == "all" else (args.algo,)
+    backend = _backend(args, target)
+    jobs = _jobs(args, target)
+    results = []
+    try:
+        with progress("tune", len(jobs) * len(algorithms), enabled=not args.json) as advance:
+            for name, cubin, symbol, ref in jobs:
+                def report(algo: str, used: int, best: float, name: str = name) -> None:
+                    advance(status=f"{name} {algo}: {used} evals, best {best:.4f}")
+
+                r = tune(cubin, kernel=symbol, backend=backend, kernel_ref=ref, algorithms=algorithms,
+                         evaluations=evals, seconds=secs, seed=seed, horizon=args.horizon, on_progress=report)
+                rep = r.report()
+                rep["name"] = name
+                rep["target"] = target.name
+                rep["budget"] = {"evaluations": evals, "seconds": secs, "seed": seed}
+                if args.out:
+                    out = Path(args.out)
+                    out.mkdir(parents=True, exist_ok=True)
+                    tmp = out / f".{name}.tune.json.tmp"
+                    tmp.write_text(json.dumps(rep, indent=2, default=str))
+                    os.replace(tmp, out / f"{name}.tune.json")
+                    learning_curve_png(r, str(out / f"{name}.tune.png"))
+                results.append(rep)
+    finally:
+        if backend is not None:
+            backend.close()
+    if args.json:
+        emit_json(results if args.suite else results[0])
+        return 0
+    rows = []
+    for rep in results:
+        for algo, a in rep["algorithms"].items():
+            rows.append((rep["name"], algo, f"{a['best_ratio']:.4f}", a["evaluations"], f"{a['seconds']:.1f}s",
+                         "←" if rep["winner"] == algo else ""))
+    print_table(f"kbuild tune ({results[0]['backend'] if results else args.backend}; ratio = time / baseline time)",
+                ["kernel", "algorithm", "best ratio", "evals", "time", "winner"], rows)
+    for rep in results:
+        print_table(None, ["kernel", "decision", "PPO"], [(rep["name"], rep["decision"]["reason"],
+                                                          rep["ppo_vs_baselines"])])
+    return 0
+
+
+def _target(name: str) -> Any:
+    from kbuild.targets import parse_target
+
+    try:
+        return parse_target(name)
+    except ValueError as exc:
+        raise UsageError(f"--target: {exc}") from None

@@ -1,0 +1,156 @@
+"""``tune()``: one kernel's baseline cubin in, the best *correct* cubin (or the baseline) out.
+
+Every algorithm gets the same budget. The best schedule over all of them is rebuilt from its
+moves, written with the engine's own disassembly check, re-checked by the independent verifier,
+then (on a GPU backend) re-checked bit-exact on ``K_ACCEPT`` fresh input sets and re-timed
+against the baseline in a fresh interleaved run; :func:`kbuild.tune.accept.decide` says whether
+it ships. Stores are never touched here.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from kbuild import __version__
+from kbuild.tune import TUNER_VERSION
+from kbuild.tune.accept import Decision, decide
+from kbuild.tune.env import SassScheduleEnv
+from kbuild.tune.evaluate import BackendEvaluator, Budget, Evaluator, ModelEvaluator
+from kbuild.tune.measure.backend import K_ACCEPT, MODEL_BACKEND, Backend, KernelRef
+from kbuild.tune.search import ALGORITHMS, SearchResult, run_search
+
+
+@dataclass
+class TuneResult:
+    kernel: str
+    backend: str
+    baseline: bytes = field(repr=False)
+    cubin: bytes = field(repr=False)
+    """What ships: the tuned cubin when ``decision.accepted``, else the baseline."""
+    decision: Decision
+    searches: dict[str, SearchResult]
+    winner: str | None
+    diff: str
+    seconds: float
+    pinned_fraction: float
+    movable: int
+
+    @property
+    def accepted(self) -> bool:
+        return self.decision.accepted
+
+    def report(self) -> dict[str, Any]:
+        """The JSON report stored beside the artefact."""
+        return {
+            "kbuild_version": __version__,
+            "tuner_version": TUNER_VERSION,
+            "kernel": self.kernel,
+            "backend": self.backend,
+            "accepted": self.accepted,
+            "decision": self.decision.as_dict(),
+            "winner": self.winner,
+            "algorithms": {name: r.as_dict() for name, r in self.searches.items()},
+            "ppo_vs_baselines": ppo_verdict(self.searches),
+            "evaluations": sum(r.evaluations for r in self.searches.values()),
+            "seconds": round(self.seconds, 3),
+            "pinned_fraction": round(self.pinned_fraction, 4),
+            "movable_instructions": self.movable,
+            "diff": self.diff,
+        }
+
+
+def ppo_verdict(searches: dict[str, SearchResult]) -> str:
+    if "ppo" not in searches or len(searches) == 1:
+        return "not compared"
+    ppo = searches["ppo"].best_ratio
+    others = {k: v.best_ratio for k, v in searches.items() if k != "ppo"}
+    best_other = min(others, key=lambda k: others[k])
+    if ppo < others[best_other]:
+        return f"PPO beat the baselines ({ppo:.4f} vs {best_other} {others[best_other]:.4f})"
+    return f"PPO did not beat {best_other} on this kernel ({ppo:.4f} vs {others[best_other]:.4f})"
+
+
+def tune(baseline: bytes, *, kernel: str | None = None, backend: Backend | None = None,
+         kernel_ref: KernelRef | None = None, algorithms: Sequence[str] = ("ppo",), evaluations: int = 200,
+         seconds: float = 600.0, seed: int = 0, horizon: int = 32, max_movable: int = 256,
+         on_progress: Callable[[str, int, float], None] | None = None) -> TuneResult:
+    """Search every algorithm on its own budget; verify and (on a GPU backend) accept the best."""
+    from kbuild.sass.schedule import Schedule
+    from kbuild.sass.verify import Verifier
+
+    for a in algorithms:
+        if a not in ALGORITHMS:
+            raise ValueError(f"unknown algorithm {a!r}; expected one of {', '.join(ALGORITHMS)}")
+    started = time.monotonic()
+    schedule = Schedule.from_cubin(baseline, kernel)
+    if backend is not None:
+        if kernel_ref is None:
+            raise ValueError("a measurement backend needs the kernel's bench spec (kernel_ref)")
+        backend.load(kernel_ref, baseline)
+    searches: dict[str, SearchResult] = {}
+    movable = 0
+    for i, algorithm in enumerate(algorithms):
+        schedule.reset()
+        budget = Budget(evaluations, seconds)
+        evaluator: Evaluator = (BackendEvaluator(backend, budget, seed=seed * 1000 + i) if backend is not None
+                                else ModelEvaluator(schedule, budget))
+        env = SassScheduleEnv(schedule, evaluator, horizon=horizon, max_movable=max_movable)
+        movable = len(env.movable)
+        searches[algorithm] = run_search(algorithm, env, seed=seed)
+        if on_progress is not None:
+            on_progress(algorithm, budget.used, searches[algorithm].best_ratio)
+    winner = min((a for a in searches if searches[a].best_moves and not math.isnan(searches[a].best_ratio)),
+                 key=lambda a: searches[a].best_ratio, default=None)
+    schedule.reset()
+    backend_name = backend.name if backend is not None else MODEL_BACKEND
+    pinned_fraction = float(sum(s.pinned is not None for s in schedule.analysis.sems)) / max(schedule.n, 1)
+    if winner is None or searches[winner].best_ratio >= 1.0:
+        decision = Decision(False, "baseline kept: no schedule beat the baseline during the search")
+        return TuneResult(schedule.kernel, backend_name, baseline, baseline, decision, searches, None,
+                          "no moves", time.monotonic() - started, pinned_fraction, movable)
+    for slot, direction in searches[winner].best_moves:
+        schedule.apply(slot, direction)
+    candidate = schedule.to_cubin(verify=True, disassemble_check=True)
+    problems = Verifier.from_bytes(baseline, schedule.kernel).check(candidate, disassemble_check=True)
+    check = timing = None
+    if backend is not None and not problems:
+        check = backend.check(candidate, K_ACCEPT, seed=10_000 + seed)
+        if check.valid:
+            timing = backend.time(candidate, rounds=15, reps=20)
+    elif not problems:
+        from kbuild.tune.measure.backend import CheckResult
+
+        check = CheckResult(valid=True, backend=MODEL_BACKEND, executed=False)
+    decision = decide(verifier_problems=problems, check=check, timing=timing)
+    shipped = candidate if decision.accepted else baseline
+    return TuneResult(schedule.kernel, backend_name, baseline, shipped, decision, searches, winner, schedule.diff(),
+                      time.monotonic() - started, pinned_fraction, movable)
+
+
+def learning_curve_png(result: TuneResult, path: str) -> bool:
+    """Best ratio against evaluations, one line per algorithm. False when matplotlib is missing."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        return False
+    fig, ax = plt.subplots(figsize=(6, 3.5), dpi=120)
+    for name, r in result.searches.items():
+        if r.curve:
+            xs, ys = zip(*r.curve)
+            ax.step(xs, ys, where="post", label=name)
+    ax.axhline(1.0, color="grey", lw=0.8, ls="--")
+    ax.set_xlabel("evaluations")
+    ax.set_ylabel("best time / baseline time")
+    ax.set_title(f"{result.kernel} ({result.backend})", fontsize=9)
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return True

@@ -1,0 +1,170 @@
+"""The assembly game as a ``gymnasium.Env``: move one instruction one slot up or down per step.
+
+* **Movable set**: the instructions of the *hot region* that the engine does not pin. The hot
+  region is the largest basic block (the software-pipelined loop body in the kernels we have
+  seen), optionally capped at ``max_movable`` instructions around its memory operations. Moves
+  that would leave the region are masked, so the set never changes within an episode.
+* **Action**: ``Discrete(2 × movable)``; action ``2m + d`` moves movable instruction ``m`` up
+  (``d = 0``) or down (``d = 1``). :meth:`action_masks` (sb3-contrib's convention) comes from the
+  engine's legal-move mask.
+* **Observation**: per movable instruction, ``FEATURES`` values (opcode class, memory space and
+  direction, variable latency, control-code fields, register-use counts, current and original
+  position in the region), flattened to ``(movable × FEATURES,)``, float32 in [-1, 1].
+* **Reward**: ``previous ratio − new ratio`` (ratios are times over the baseline time, so the
+  reward is the throughput change normalised by the baseline). An invalid or faulting candidate
+  gives ``-1`` and ends the episode. Episodes are truncated at ``horizon`` steps.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from kbuild.tune.evaluate import BudgetExhausted, Evaluator
+
+FEATURES = 14
+_CLASSES = ("load", "store", "tensor", "alu", "other")
+
+
+def hot_region(schedule: Any) -> tuple[int, int]:
+    """``(start, end)`` slots of the largest basic block with a movable instruction."""
+    an = schedule.analysis
+    best, best_len = (0, an.n), -1
+    pinned = np.array([s.pinned is not None for s in an.sems])
+    for b in range(len(an.block_start)):
+        s, e = int(an.block_start[b]), int(an.block_end[b])
+        movable = int((~pinned[s:e]).sum())
+        if movable > 1 and e - s > best_len:
+            best, best_len = (s, e), e - s
+    return best
+
+
+def _op_class(opcode: str, sem: Any) -> str:
+    if sem.mem_read and not sem.mem_write:
+        return "load"
+    if sem.mem_write:
+        return "store"
+    if opcode.startswith(("HMMA", "HGMMA", "IMMA", "DMMA", "LDSM", "QGMMA")):
+        return "tensor"
+    if sem.wbar == 7 and sem.rbar == 7:
+        return "alu"
+    return "other"
+
+
+def _popcount(value: Any) -> int:
+    return bin(value).count("1") if isinstance(value, int) else len(value) if hasattr(value, "__len__") else 0
+
+
+class SassScheduleEnv(gym.Env):
+    """Reorder the SASS of one kernel; the reward is the measured (or modelled) speed change."""
+
+    metadata = {"render_modes": ["ansi"]}
+
+    def __init__(self, schedule: Any, evaluator: Evaluator, *, horizon: int = 32, max_movable: int = 256,
+                 invalid_reward: float = -1.0, render_mode: str | None = None) -> None:
+        super().__init__()
+        self.schedule = schedule
+        self.evaluator = evaluator
+        self.horizon = horizon
+        self.invalid_reward = invalid_reward
+        self.render_mode = render_mode
+        an = schedule.analysis
+        self.region = hot_region(schedule)
+        start, end = self.region
+        candidates = [i for i in range(start, end) if an.sems[i].pinned is None]
+        if len(candidates) > max_movable:  # keep memory operations first, then their neighbours
+            mem = [i for i in candidates if an.sems[i].space is not None]
+            rest = [i for i in candidates if an.sems[i].space is None]
+            candidates = sorted((mem + rest)[:max_movable])
+        if not candidates:
+            raise ValueError(f"kernel {schedule.kernel!r} has no movable instruction in its hot region")
+        self.movable = np.array(candidates, dtype=np.int64)  # instruction ids (= original slots)
+        m = len(self.movable)
+        self.action_space = gym.spaces.Discrete(2 * m)
+        self.observation_space = gym.spaces.Box(-1.0, 1.0, shape=(m * FEATURES,), dtype=np.float32)
+        self._static = self._static_features()
+        self.ratio = 1.0
+        self.best_ratio = 1.0
+        self.best_moves: list[tuple[int, int]] = []
+        self.steps = 0
+        self.history: list[dict[str, Any]] = []
+
+    # --- features ---------------------------------------------------------------------------
+    def _static_features(self) -> np.ndarray:
+        an = self.schedule.analysis
+        feats = np.zeros((len(self.movable), FEATURES), dtype=np.float32)
+        span = max(self.region[1] - self.region[0] - 1, 1)
+        for row, i in enumerate(self.movable.tolist()):
+            sem, ins = an.sems[i], an.instructions[i]
+            feats[row, _CLASSES.index(_op_class(ins.opcode, sem))] = 1.0
+            feats[row, 5] = {"global": 1.0, "shared": 0.5, "local": -0.5}.get(sem.space or "", 0.0)
+            feats[row, 6] = 1.0 if (sem.wbar != 7 or sem.rbar != 7) else 0.0
+            feats[row, 7] = min(_popcount(sem.reads), 8) / 8
+            feats[row, 8] = min(_popcount(sem.writes), 8) / 8
+            feats[row, 9] = bin(sem.wait).count("1") / 6
+            feats[row, 10] = 2.0 * (i - self.region[0]) / span - 1.0  # original position
+        return feats
+
+    def _obs(self) -> np.ndarray:
+        obs = self._static.copy()
+        sched = self.schedule
+        span = max(self.region[1] - self.region[0] - 1, 1)
+        pos = sched.pos[self.movable]
+        obs[:, 11] = 2.0 * (pos - self.region[0]) / span - 1.0
+        obs[:, 12] = sched.stall[self.movable] / 15.0
+        obs[:, 13] = np.clip(pos - self.movable, -16, 16) / 16.0
+        return obs.reshape(-1)
+
+    # --- gymnasium API ----------------------------------------------------------------------
+    def action_masks(self) -> np.ndarray:
+        legal = self.schedule.legal_moves()
+        pos = self.schedule.pos[self.movable]
+        start, end = self.region
+        up = legal[pos, 0] & (pos - 1 >= start)
+        down = legal[pos, 1] & (pos + 1 < end)
+        mask = np.empty(2 * len(self.movable), dtype=bool)
+        mask[0::2] = up
+        mask[1::2] = down
+        return mask
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
+        super().reset(seed=seed)
+        self.schedule.reset()
+        self.ratio = 1.0
+        self.steps = 0
+        return self._obs(), {"ratio": self.ratio}
+
+    def step(self, action: int):
+        self.steps += 1
+        m, d = divmod(int(action), 2)
+        if not self.action_masks()[int(action)]:
+            # An illegal action never reaches the engine: it ends the episode like an invalid candidate.
+            return self._obs(), float(self.invalid_reward), True, False, {"ratio": self.ratio, "illegal": True}
+        slot = int(self.schedule.pos[self.movable[m]])
+        self.schedule.apply(slot, d)
+        try:
+            ev = self.evaluator.evaluate(self.schedule)
+        except BudgetExhausted:
+            self.schedule.undo()
+            return self._obs(), 0.0, False, True, {"ratio": self.ratio, "budget_exhausted": True}
+        info: dict[str, Any] = {"ratio": ev.ratio, "valid": ev.valid}
+        self.history.append({"evaluations": self.evaluator.budget.used, "ratio": ev.ratio if ev.valid else None,
+                             "seconds": round(self.evaluator.budget.elapsed, 3)})
+        if not ev.valid:
+            info["reason"] = ev.reason
+            self.schedule.undo()
+            return self._obs(), float(self.invalid_reward), True, False, info
+        reward = self.ratio - ev.ratio
+        self.ratio = ev.ratio
+        if ev.ratio < self.best_ratio:
+            self.best_ratio = ev.ratio
+            self.best_moves = [(mv.slot, mv.direction) for mv in self.schedule.moves]
+        truncated = self.steps >= self.horizon or self.evaluator.budget.exhausted
+        return self._obs(), float(reward), False, truncated, info
+
+    def render(self) -> str | None:
+        if self.render_mode == "ansi":
+            return f"step {self.steps}: ratio {self.ratio:.4f} (best {self.best_ratio:.4f})\n{self.schedule.diff()}"
+        return None

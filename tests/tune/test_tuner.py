@@ -1,0 +1,184 @@
+"""The tuner on the CPU cost-model backend: env contract, budgets, determinism, searches, acceptance."""
+
+from __future__ import annotations
+
+import json
+import math
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kbuild.cli import main
+from kbuild.sass.schedule import Schedule
+from kbuild.tune.accept import decide
+from kbuild.tune.api import tune
+from kbuild.tune.env import SassScheduleEnv
+from kbuild.tune.evaluate import Budget, ModelEvaluator
+from kbuild.tune.measure.backend import GPU_BACKEND, CheckResult, TimeResult
+from kbuild.tune.search import greedy_search, ppo_search, random_search
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "sass"
+CUBIN = (FIXTURES / "softmax.sm90.cubin").read_bytes()
+
+
+@pytest.fixture(scope="module")
+def schedule() -> Schedule:
+    return Schedule.from_cubin(CUBIN)
+
+
+def make_env(schedule: Schedule, evaluations: int = 50, horizon: int = 16) -> SassScheduleEnv:
+    schedule.reset()
+    return SassScheduleEnv(schedule, ModelEvaluator(schedule, Budget(evaluations, 600)), horizon=horizon)
+
+
+def test_env_passes_gymnasium_and_sb3_checkers(schedule):
+    from gymnasium.utils.env_checker import check_env
+    from stable_baselines3.common.env_checker import check_env as sb3_check_env
+
+    env = make_env(schedule, evaluations=10_000)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        check_env(env, skip_render_check=True)
+        sb3_check_env(make_env(schedule, evaluations=10_000), warn=True)
+    obs, _ = env.reset(seed=3)
+    assert obs.shape == env.observation_space.shape and env.observation_space.contains(obs)
+    mask = env.action_masks()
+    assert mask.shape == (env.action_space.n,) and mask.any()
+
+
+def test_masked_actions_are_the_engines_legal_moves(schedule):
+    env = make_env(schedule)
+    env.reset()
+    legal = schedule.legal_moves()
+    mask = env.action_masks()
+    for m, instr in enumerate(env.movable.tolist()):
+        slot = int(schedule.pos[instr])
+        assert not mask[2 * m] or legal[slot, 0]
+        assert not mask[2 * m + 1] or legal[slot, 1]
+    # A masked-out action never reaches the engine: the episode ends with the invalid reward.
+    bad = int(np.flatnonzero(~mask)[0])
+    _, reward, terminated, _, info = env.step(bad)
+    assert terminated and reward == -1.0 and info["illegal"]
+    assert schedule.moves == []
+
+
+def test_ppo_stops_exactly_at_its_evaluation_budget(schedule):
+    env = make_env(schedule, evaluations=40)
+    result = ppo_search(env, seed=0, n_steps=16, batch_size=16)
+    assert result.evaluations == 40
+    assert env.evaluator.budget.used == 40
+
+
+def test_seconds_budget_stops_the_search(schedule):
+    env = make_env(schedule, evaluations=10**9)
+    env.evaluator.budget.seconds = 0.5
+    result = random_search(env, seed=0)
+    assert result.seconds < 5 and result.evaluations > 0
+
+
+def test_same_seed_same_result_on_the_model(schedule):
+    a = tune(CUBIN, algorithms=("ppo", "random", "greedy"), evaluations=30, seed=7)
+    b = tune(CUBIN, algorithms=("ppo", "random", "greedy"), evaluations=30, seed=7)
+    for algo in ("ppo", "random", "greedy"):
+        assert a.searches[algo].best_ratio == b.searches[algo].best_ratio
+        assert a.searches[algo].best_moves == b.searches[algo].best_moves
+        assert a.searches[algo].curve == b.searches[algo].curve
+    assert a.diff == b.diff
+
+
+def test_random_and_greedy_find_and_replay_improvements(schedule):
+    for search in (random_search, greedy_search):
+        env = make_env(schedule, evaluations=60)
+        result = search(env, seed=1)
+        assert result.evaluations <= 60
+        assert result.best_ratio <= 1.0
+        assert [c[1] for c in result.curve] == sorted((c[1] for c in result.curve), reverse=True)
+        # The recorded moves reproduce the recorded ratio.
+        schedule.reset()
+        for slot, d in result.best_moves:
+            schedule.apply(slot, d)
+        if result.best_moves:
+            fresh = ModelEvaluator(schedule, Budget(1, 60))
+            assert math.isclose(fresh.evaluate(schedule).ratio, result.best_ratio)
+
+
+def test_model_results_never_ship(schedule):
+    r = tune(CUBIN, algorithms=("greedy",), evaluations=40, seed=0)
+    assert not r.accepted
+    assert r.cubin == CUBIN
+    assert "cost model" in r.decision.reason or "no schedule beat" in r.decision.reason
+    rep = r.report()
+    assert rep["backend"].startswith("cost-model") and json.dumps(rep)
+
+
+def _timing(ratio, ci, aa_ci):
+    return TimeResult(backend=GPU_BACKEND, ratio=ratio, ci=ci, aa_ratio=1.0, aa_ci=aa_ci, baseline_ms=1.0,
+                      candidate_ms=ratio)
+
+
+GOOD_CHECK = CheckResult(valid=True, backend=GPU_BACKEND, k=10)
+
+
+def test_acceptance_rule():
+    # Inside the noise: the CI reaches past the A/A spread -> baseline kept.
+    d = decide(verifier_problems=[], check=GOOD_CHECK, timing=_timing(0.995, (0.990, 0.999), (0.994, 1.006)))
+    assert not d.accepted and "does not beat the A/A spread" in d.reason
+    # Clearly faster: accepted, with the speedup and its interval.
+    d = decide(verifier_problems=[], check=GOOD_CHECK, timing=_timing(0.90, (0.88, 0.92), (0.995, 1.004)))
+    assert d.accepted and math.isclose(d.speedup, 1 / 0.90)
+    # Any verifier problem, too few input sets, or a failed check keeps the baseline.
+    assert not decide(verifier_problems=["x"], check=GOOD_CHECK, timing=_timing(0.5, (0.4, 0.6), (1, 1))).accepted
+    few = CheckResult(valid=True, backend=GPU_BACKEND, k=3)
+    assert "only 3 input sets" in decide(verifier_problems=[], check=few, timing=_timing(0.5, (0.4, 0.6), (1, 1))).reason
+    bad = CheckResult(valid=False, backend=GPU_BACKEND, k=1, reason="output mismatch")
+    assert "output mismatch" in decide(verifier_problems=[], check=bad, timing=None).reason
+
+
+class NoisyBackend:
+    """A synthetic GPU-like backend: every candidate is 'faster' by less than the noise."""
+
+    name = GPU_BACKEND
+
+    def load(self, kernel, baseline):
+        return None
+
+    def check(self, candidate, k=3, *, seed=0):
+        return CheckResult(valid=True, backend=self.name, k=k)
+
+    def time(self, candidate, *, rounds=8, reps=10):
+        return _timing(0.997, (0.992, 1.002), (0.995, 1.005))
+
+    def close(self):
+        pass
+
+
+def test_noise_level_candidate_comes_back_as_baseline_kept():
+    from kbuild.tune.measure.backend import KernelRef
+
+    r = tune(CUBIN, backend=NoisyBackend(), kernel_ref=KernelRef(spec="x:y"), algorithms=("random",), evaluations=10)
+    assert not r.accepted and r.cubin == CUBIN
+    assert "baseline kept" in r.decision.reason
+
+
+def test_cli_bad_input(capsys, example_project: Path):
+    cfg = str(example_project / "pyproject.toml")
+    assert main(["tune", "softmax", "--config", cfg, "--target", "sm_90"]) == 2
+    assert "tuning sm_90 needs an sm_90 GPU; this machine has none" in capsys.readouterr().err
+    assert main(["tune", "nope", "--config", cfg, "--backend", "model"]) == 2
+    assert "no kernel named 'nope'" in capsys.readouterr().err
+    assert main(["tune", "softmax", "--config", cfg, "--backend", "model", "--budget-evals", "0"]) == 2
+    assert "--budget-evals must be positive" in capsys.readouterr().err
+
+
+def test_cli_model_backend_json(capsys, example_project: Path, tmp_path: Path, monkeypatch):
+    monkeypatch.setenv("KBUILD_STORE", str(tmp_path / "store"))
+    code = main(["tune", "softmax", "--config", str(example_project / "pyproject.toml"), "--backend", "model",
+                 "--algo", "greedy", "--budget-evals", "20", "--json", "--out", str(tmp_path / "rep")])
+    out = capsys.readouterr().out
+    assert code == 0
+    doc = json.loads(out)
+    assert doc["backend"].startswith("cost-model") and doc["accepted"] is False
+    assert doc["algorithms"]["greedy"]["evaluations"] <= 20
+    assert (tmp_path / "rep" / "softmax.tune.json").exists()
