@@ -1,0 +1,322 @@
+"""``kbuild cache``: ls | stats | gc | verify | rm | export | import | put | get.
+
+Every sub-verb takes ``--json`` and then prints exactly one JSON document on stdout; tables and
+warnings go to stderr. The store comes from the settings model (``--config``, default
+``./pyproject.toml`` when present) and ``--store DIR`` overrides its local directory. Bad input
+exits with status 2 and leaves the store unchanged.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import dataclasses
+import json
+import os
+import sys
+import tempfile
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from kbuild.console import emit_json, info, print_table
+
+from .bundle import export_bundle, import_bundle
+from .errors import StoreUsageError
+from .local import LocalBackend
+from .stats import load_stats, reset_stats
+from .store import Artefact, Tier, TieredStore, check_key, open_store
+
+
+def add_parser(subparsers: Any) -> None:
+    """Add the ``cache`` verb and its sub-verbs to the ``kbuild`` command."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--config", metavar="PYPROJECT", help="pyproject.toml to read [tool.kbuild] from "
+                        "(default: ./pyproject.toml when present)")
+    common.add_argument("--store", metavar="DIR", help="local store directory (overrides the settings)")
+    common.add_argument("--strict", action="store_true", help="fail when a remote tier is unavailable")
+    common.add_argument("--json", action="store_true", help="print one JSON document on stdout")
+
+    parser = subparsers.add_parser("cache", help="inspect and maintain the artefact store",
+                                   description=__doc__.splitlines()[0] if __doc__ else None)
+    verbs = parser.add_subparsers(dest="cache_command", metavar="VERB", required=True)
+
+    p = verbs.add_parser("ls", parents=[common], help="list entries")
+    p.add_argument("--target", help="only entries for this target (e.g. sm_90)")
+    p.add_argument("--all-tiers", action="store_true", help="list the remote tiers too")
+    p.set_defaults(func=cmd_ls)
+
+    p = verbs.add_parser("stats", parents=[common], help="hits, misses, bytes and time saved")
+    p.add_argument("--reset", action="store_true", help="zero the recorded statistics")
+    p.set_defaults(func=cmd_stats)
+
+    p = verbs.add_parser("gc", parents=[common], help="evict to the size bound, drop dangling and orphan data")
+    p.add_argument("--max-bytes", type=int, help="shrink to this many bytes instead of store_max_bytes")
+    p.set_defaults(func=cmd_gc)
+
+    p = verbs.add_parser("verify", parents=[common], help="re-check every entry's digests and signatures")
+    p.add_argument("--fix", action="store_true", help="delete damaged entries")
+    p.add_argument("--all-tiers", action="store_true", help="verify the remote tiers too")
+    p.set_defaults(func=cmd_verify)
+
+    p = verbs.add_parser("rm", parents=[common], help="delete entries from the writable tiers")
+    p.add_argument("keys", nargs="+", metavar="KEY")
+    p.add_argument("--all-tiers", action="store_true", help="delete from writable remote tiers too")
+    p.set_defaults(func=cmd_rm)
+
+    p = verbs.add_parser("export", parents=[common], help="write a deterministic bundle of the local store")
+    p.add_argument("file", metavar="FILE", help="bundle to write (.tar, or .tar.gz/.tgz for gzip)")
+    p.add_argument("--target", help="only entries for this target (e.g. sm_90)")
+    p.set_defaults(func=cmd_export)
+
+    p = verbs.add_parser("import", parents=[common], help="verify a bundle and add it to the local store")
+    p.add_argument("file", metavar="FILE")
+    p.set_defaults(func=cmd_import)
+
+    p = verbs.add_parser("put", parents=[common], help="store a cubin under a key (scripting, debugging)")
+    p.add_argument("--key", required=True, help="artefact key (sha256 hex)")
+    p.add_argument("--cubin", required=True, metavar="FILE")
+    p.add_argument("--meta", metavar="FILE", help="JSON object of metadata")
+    p.set_defaults(func=cmd_put)
+
+    p = verbs.add_parser("get", parents=[common], help="fetch a verified artefact")
+    p.add_argument("key", metavar="KEY")
+    p.add_argument("-o", "--output", metavar="FILE", help="write the cubin here (default: stdout, unless --json)")
+    p.set_defaults(func=cmd_get)
+
+
+# ----------------------------------------------------------------------------------------------
+
+def _settings(args: argparse.Namespace) -> Any:
+    from kbuild.config import load_settings, settings_from_table
+
+    if args.config:
+        settings = load_settings(args.config, require_table=False)
+    elif Path("pyproject.toml").is_file():
+        settings = load_settings("pyproject.toml", require_table=False)
+    else:
+        settings = settings_from_table({}, where="<defaults>")
+    if args.store:
+        settings = dataclasses.replace(settings, store=Path(args.store).resolve())
+    return settings
+
+
+def _open(args: argparse.Namespace) -> TieredStore:
+    return open_store(_settings(args), strict=args.strict)
+
+
+def _tiers(store: TieredStore, all_tiers: bool) -> list[Tier]:
+    return list(store.tiers) if all_tiers else [store.local]
+
+
+def _local_backend(store: TieredStore) -> LocalBackend:
+    backend = store.local.backend
+    assert isinstance(backend, LocalBackend)
+    return backend
+
+
+def _human(n: float) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(n) < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)  # pragma: no cover
+
+
+def cmd_ls(args: argparse.Namespace) -> int:
+    with _open(args) as store:
+        rows = []
+        for tier in _tiers(store, args.all_tiers):
+            for e in tier.entries():
+                if args.target and e.meta.get("target") != args.target:
+                    continue
+                rows.append(e)
+    rows.sort(key=lambda e: (str(e.meta.get("kernel", "")), str(e.meta.get("target", "")), e.key, e.tier))
+    if args.json:
+        emit_json({"count": len(rows), "bytes": sum(e.cubin_size for e in rows),
+                   "entries": [e.as_dict() for e in rows]})
+    else:
+        print_table(f"{len(rows)} entries", ["key", "kernel", "target", "tuned", "size", "created", "tier"],
+                    [(e.key[:16], e.meta.get("kernel", "-"), e.meta.get("target", "-"), e.meta.get("tuned", "-"),
+                      _human(e.cubin_size), e.meta.get("created_at", "-"), e.tier) for e in rows])
+    return 0
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    with _open(args) as store:
+        local = _local_backend(store)
+        if args.reset:
+            reset_stats(local.path)
+        recorded = load_stats(local.path)
+        entries = list(store.local.entries())
+        volume = local.volume()
+    targets = Counter(str(e.meta.get("target", "?")) for e in entries)
+    tuned = sum(1 for e in entries if e.meta.get("tuned") is True)
+    doc = {
+        "store": str(local.path),
+        "entries": len(entries),
+        "tuned": tuned,
+        "cubin_bytes": sum(e.cubin_size for e in entries),
+        "disk_bytes": volume,
+        "max_bytes": local.max_bytes,
+        "by_target": dict(sorted(targets.items())),
+        **recorded.as_dict(),
+    }
+    if args.json:
+        emit_json(doc)
+    else:
+        info(f"store {doc['store']}: {len(entries)} entries ({tuned} tuned), {_human(doc['cubin_bytes'])} of cubins, "
+             f"{_human(volume)} on disk of {_human(local.max_bytes)}")
+        rate = doc["hit_rate"]
+        info(f"time saved by hits: {doc['time_saved_seconds']:.1f} s; hit rate: "
+             f"{'-' if rate is None else f'{100 * rate:.1f}%'}")
+        print_table(None, ["tier", "hits", "misses", "corrupt", "rejected", "errors", "read", "written"],
+                    [(name, t["hits"], t["misses"], t["corrupt"], t["rejected"], t["errors"], _human(t["bytes_read"]),
+                      _human(t["bytes_written"])) for name, t in doc["tiers"].items()])
+    return 0
+
+
+def cmd_gc(args: argparse.Namespace) -> int:
+    if args.max_bytes is not None and args.max_bytes < 0:
+        raise StoreUsageError(f"--max-bytes must not be negative, got {args.max_bytes}")
+    with _open(args) as store:
+        report = _local_backend(store).gc(max_bytes=args.max_bytes)
+    if args.json:
+        emit_json(report.as_dict())
+    else:
+        info(f"gc: {report.entries} entries kept; removed {report.evicted_blobs} evicted cubins, "
+             f"{report.dangling_records} dangling records, {report.orphan_blobs} orphan cubins, "
+             f"{report.unreadable_records} unreadable records; {_human(report.bytes_before)} → "
+             f"{_human(report.bytes_after)} in {report.seconds:.2f} s")
+    return 0
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    checked = 0
+    problems = []
+    file_warnings = 0
+    with _open(args) as store:
+        secret = store.local.secret
+        for tier in _tiers(store, args.all_tiers):
+            n, found = tier.verify(fix=args.fix, secret=secret)
+            checked += n
+            problems.extend(found)
+        file_warnings = _local_backend(store).check_files(fix=args.fix)
+    remaining = [p for p in problems if not p.fixed]
+    if args.json:
+        emit_json({"checked": checked, "ok": not remaining, "problems": [p.as_dict() for p in problems],
+                   "file_warnings": file_warnings})
+    else:
+        for p in problems:
+            info(f"{p.tier}: {p.key}: {p.problem}{' (deleted)' if p.fixed else ''}")
+        info(f"verified {checked} entries: {len(problems)} problems, {len(problems) - len(remaining)} fixed")
+    return 1 if remaining else 0
+
+
+def cmd_rm(args: argparse.Namespace) -> int:
+    keys = [check_key(k) for k in args.keys]
+    removed: list[str] = []
+    missing: list[str] = []
+    with _open(args) as store:
+        tiers = [t for t in _tiers(store, args.all_tiers) if t.writable]
+        for key in keys:
+            hit = False
+            for tier in tiers:
+                hit = tier.delete(key) or hit
+            (removed if hit else missing).append(key)
+    if args.json:
+        emit_json({"removed": removed, "missing": missing})
+    else:
+        info(f"removed {len(removed)} entries" + (f"; not found: {', '.join(missing)}" if missing else "")
+             + ("; run `kbuild cache gc` to free their cubins" if removed else ""))
+    return 0 if not missing else 1
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    with _open(args) as store:
+        report = export_bundle(store.local, args.file, target=args.target)
+    if args.json:
+        emit_json(report.as_dict())
+    else:
+        info(f"exported {report.entries} entries ({report.blobs} cubins, {_human(report.bytes)}) to {report.path}")
+    return 0
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    with _open(args) as store:
+        report = import_bundle(store.local, args.file, secret=store.local.secret)
+    if args.json:
+        emit_json(report.as_dict())
+    else:
+        info(f"imported {report.imported} entries from {report.path} ({report.already_present} already present)")
+    return 0
+
+
+def _read_file(path: str, what: str) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        raise StoreUsageError(f"{path}: cannot read the {what}: {exc.strerror or exc}") from None
+
+
+def cmd_put(args: argparse.Namespace) -> int:
+    cubin = _read_file(args.cubin, "cubin")
+    meta: Any = {}
+    if args.meta:
+        try:
+            meta = json.loads(_read_file(args.meta, "metadata"))
+        except ValueError as exc:
+            raise StoreUsageError(f"{args.meta}: not JSON: {exc}") from None
+        if not isinstance(meta, dict):
+            raise StoreUsageError(f"{args.meta}: expected a JSON object of metadata")
+    art = Artefact.create(key=args.key, cubin=cubin, meta=meta)
+    with _open(args) as store:
+        store.put(art)
+        found = store.local.fetch(art.key, count=False)
+        stored = found[0] if found else None
+    doc = {"key": art.key, "cubin_sha256": art.cubin_sha256, "meta_sha256": art.meta_sha256, "size": art.size,
+           "kept_existing": stored is not None and stored.cubin_sha256 != art.cubin_sha256}
+    if args.json:
+        emit_json(doc)
+    else:
+        info(f"stored {art.key} ({_human(art.size)})" + (" — an entry with another cubin already existed and was kept"
+                                                         if doc["kept_existing"] else ""))
+    return 0
+
+
+def _write_atomic(path: Path, data: bytes) -> None:
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def cmd_get(args: argparse.Namespace) -> int:
+    key = check_key(args.key)
+    with _open(args) as store:
+        art = store.get(key)
+    if art is None:
+        if args.json:
+            emit_json({"key": key, "hit": False})
+        else:
+            info(f"miss: {key} is in no store tier")
+        return 1
+    if args.output:
+        try:
+            _write_atomic(Path(args.output), art.cubin)
+        except OSError as exc:
+            raise StoreUsageError(f"{args.output}: cannot write the cubin: {exc.strerror or exc}") from None
+    elif not args.json:
+        if sys.stdout.isatty():
+            raise StoreUsageError("refusing to write a cubin to a terminal; pass -o FILE or redirect stdout")
+        sys.stdout.buffer.write(art.cubin)
+        sys.stdout.flush()
+    if args.json:
+        emit_json({"key": key, "hit": True, "cubin_sha256": art.cubin_sha256, "meta_sha256": art.meta_sha256,
+                   "size": art.size, "output": args.output, "meta": art.meta})
+    return 0

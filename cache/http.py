@@ -1,0 +1,189 @@
+"""The HTTP tier, in the Bazel remote-cache layout.
+
+``http(s)://[user:password@]host[:port][/prefix]``:
+
+* ``GET/PUT/HEAD {prefix}/cas/<sha256>`` — the cubin bytes;
+* ``GET/PUT/HEAD {prefix}/ac/<key>`` — the JSON metadata record (kbuild's record in place of
+  Bazel's ActionResult protobuf; bazel-remote needs ``--disable_http_ac_validation``);
+* ``DELETE`` for ``kbuild cache rm``/``verify --fix``, and ``GET {prefix}/ac/`` as a JSON
+  directory listing for ``ls`` — both optional.
+
+nginx serves all of it with the WebDAV module::
+
+    location / { dav_methods PUT DELETE; create_full_put_path on; autoindex on; autoindex_format json; }
+
+nginx writes a PUT body to a temporary file and renames it into place, so readers never see a
+partial record or blob. Credentials in the URL are sent as HTTP basic authentication and never
+shown. Connections are kept alive, one per thread. Any network failure, timeout or unexpected
+status raises :class:`TierUnavailableError`, which the tiered store turns into a warning.
+"""
+
+from __future__ import annotations
+
+import base64
+import http.client
+import json
+import logging
+import ssl
+import threading
+from collections.abc import Iterator
+from urllib.parse import quote, unquote, urlsplit
+
+from .errors import StoreUsageError, TierUnavailableError
+from .store import is_digest, redact_url
+
+log = logging.getLogger(__name__)
+
+_OK_PUT = {200, 201, 204}
+
+
+class HttpBackend:
+    """A Bazel-layout HTTP cache (nginx WebDAV, bazel-remote, ...)."""
+
+    def __init__(self, url: str, *, timeout: float = 5.0) -> None:
+        parts = urlsplit(url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise StoreUsageError(f"store URL {redact_url(url)!r}: expected http(s)://host[:port][/prefix]")
+        self.location = redact_url(url)  # exactly as configured, so messages can be matched to remotes[i]
+        self.scheme = parts.scheme
+        self.host = parts.hostname
+        try:
+            self.port = parts.port or (443 if parts.scheme == "https" else 80)
+        except ValueError:
+            raise StoreUsageError(f"store URL {self.location!r}: invalid port") from None
+        self.prefix = parts.path.rstrip("/")
+        self.timeout = timeout
+        self.headers: dict[str, str] = {}
+        if parts.username is not None:
+            token = f"{unquote(parts.username)}:{unquote(parts.password or '')}".encode()
+            self.headers["Authorization"] = "Basic " + base64.b64encode(token).decode("ascii")
+        self._tls = ssl.create_default_context() if parts.scheme == "https" else None
+        self._local = threading.local()
+
+    def __repr__(self) -> str:
+        return f"HttpBackend({self.location!r})"
+
+    def _connection(self) -> http.client.HTTPConnection:
+        conn = getattr(self._local, "conn", None)
+        if conn is None:
+            if self._tls is not None:
+                conn = http.client.HTTPSConnection(self.host, self.port, timeout=self.timeout, context=self._tls)
+            else:
+                conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
+            self._local.conn = conn
+            self._local.fresh = True
+        return conn
+
+    def _drop(self) -> None:
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            conn.close()
+        self._local.conn = None
+
+    def request(self, method: str, path: str, body: bytes | None = None) -> tuple[int, bytes]:
+        """One request (retried once on a kept-alive connection the server closed). All kbuild
+        requests are idempotent, so the retry is safe."""
+        url = self.prefix + path
+        headers = dict(self.headers)
+        if body is not None:
+            headers["Content-Type"] = "application/octet-stream"
+        for attempt in (0, 1):
+            conn = self._connection()
+            reused = not getattr(self._local, "fresh", True)
+            self._local.fresh = False
+            try:
+                conn.request(method, url, body=body, headers=headers)
+                resp = conn.getresponse()
+                data = resp.read()
+                if resp.will_close:
+                    self._drop()
+                return resp.status, data
+            except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError) as exc:
+                self._drop()
+                if attempt == 0 and reused:
+                    continue
+                raise TierUnavailableError(f"{self.location}: {method} {path}: {exc}") from None
+            except (OSError, http.client.HTTPException) as exc:
+                self._drop()
+                raise TierUnavailableError(f"{self.location}: {method} {path}: {exc}") from None
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _unexpected(self, method: str, path: str, status: int, data: bytes) -> TierUnavailableError:
+        snippet = data[:200].decode("utf-8", "replace").strip()
+        return TierUnavailableError(f"{self.location}: {method} {path} answered HTTP {status}"
+                                    + (f": {snippet}" if snippet else ""))
+
+    def _get(self, path: str) -> bytes | None:
+        status, data = self.request("GET", path)
+        if status == 200:
+            return data
+        if status == 404:
+            return None
+        raise self._unexpected("GET", path, status, data)
+
+    def _head(self, path: str) -> bool:
+        status, data = self.request("HEAD", path)
+        if status == 200:
+            return True
+        if status == 404:
+            return False
+        raise self._unexpected("HEAD", path, status, data)
+
+    def _put(self, path: str, data: bytes) -> None:
+        status, body = self.request("PUT", path, bytes(data))
+        if status not in _OK_PUT:
+            raise self._unexpected("PUT", path, status, body)
+
+    def _delete(self, path: str) -> bool:
+        status, body = self.request("DELETE", path)
+        if status in (200, 202, 204):
+            return True
+        if status == 404:
+            return False
+        raise self._unexpected("DELETE", path, status, body)
+
+    # -- Backend protocol
+
+    def get_record(self, key: str) -> bytes | None:
+        return self._get(f"/ac/{quote(key)}")
+
+    def get_blob(self, digest: str) -> bytes | None:
+        return self._get(f"/cas/{quote(digest)}")
+
+    def has_record(self, key: str) -> bool:
+        return self._head(f"/ac/{quote(key)}")
+
+    def has_blob(self, digest: str) -> bool:
+        return self._head(f"/cas/{quote(digest)}")
+
+    def put_blob(self, digest: str, data: bytes) -> None:
+        self._put(f"/cas/{quote(digest)}", data)
+
+    def put_record(self, key: str, data: bytes) -> bool:
+        # HTTP has no atomic "create if absent"; the tier checked for an existing record first.
+        self._put(f"/ac/{quote(key)}", data)
+        return True
+
+    def delete_record(self, key: str) -> bool:
+        return self._delete(f"/ac/{quote(key)}")
+
+    def delete_blob(self, digest: str) -> bool:
+        return self._delete(f"/cas/{quote(digest)}")
+
+    def record_keys(self) -> Iterator[str]:
+        """Keys from the JSON directory listing of ``/ac/`` (nginx ``autoindex_format json``)."""
+        status, data = self.request("GET", "/ac/")
+        if status == 404:
+            return iter(())
+        if status != 200:
+            raise self._unexpected("GET", "/ac/", status, data)
+        try:
+            listing = json.loads(data)
+            names = [str(item["name"]) for item in listing if item.get("type", "file") == "file"]
+        except (ValueError, TypeError, KeyError, AttributeError):
+            raise TierUnavailableError(f"{self.location}: GET /ac/ did not return a JSON listing; listing an HTTP "
+                                       "tier needs nginx `autoindex on; autoindex_format json;`") from None
+        return iter(sorted(n for n in names if is_digest(n)))
+
+    def close(self) -> None:
+        self._drop()

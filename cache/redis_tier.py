@@ -1,0 +1,110 @@
+"""The Redis tier (redis-py), for teams that already run Redis for Triton's or inductor's caches.
+
+``redis://[user:password@]host[:port][/db][?prefix=kbuild]`` (also ``rediss://`` and
+``unix://``). Keys: ``<prefix>:cas:<sha256>`` holds the cubin, ``<prefix>:ac:<key>`` the JSON
+record. Records are written with ``SET NX`` after their blob, so the first writer wins
+atomically. Size and eviction are the Redis server's business (``maxmemory`` with an LRU
+policy); an evicted blob makes a dangling record, which reads treat as a miss.
+
+The module is not called ``redis.py`` so that it never shadows the redis-py package.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from typing import Any, TypeVar
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from .errors import StoreUsageError, TierUnavailableError
+from .store import is_digest, redact_url
+
+T = TypeVar("T")
+
+_PREFIX = re.compile(r"^[A-Za-z0-9_.-]+$")
+
+
+class RedisBackend:
+    """A Redis server as a store tier. The connection is made on first use."""
+
+    def __init__(self, url: str, *, timeout: float = 5.0) -> None:
+        try:
+            import redis
+        except ImportError:
+            raise StoreUsageError(f"store URL {redact_url(url)!r} needs redis-py: pip install 'kbuild[remote]'") from None
+        self._redis = redis
+        parts = urlsplit(url)
+        query = parse_qsl(parts.query, keep_blank_values=True)
+        prefix = "kbuild"
+        rest = []
+        for name, value in query:
+            if name == "prefix":
+                prefix = value
+            else:
+                rest.append((name, value))
+        if not _PREFIX.match(prefix):
+            raise StoreUsageError(f"store URL {redact_url(url)!r}: prefix {prefix!r} must be letters, digits, _ . -")
+        self.prefix = prefix
+        clean = urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(rest), parts.fragment))
+        self.location = redact_url(url)
+        try:
+            self.client = redis.Redis.from_url(clean, socket_timeout=timeout, socket_connect_timeout=timeout)
+        except ValueError as exc:
+            raise StoreUsageError(f"store URL {self.location!r}: {exc}") from None
+
+    def __repr__(self) -> str:
+        return f"RedisBackend({self.location!r})"
+
+    def _call(self, what: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        try:
+            return fn(*args, **kwargs)
+        except self._redis.RedisError as exc:
+            raise TierUnavailableError(f"{self.location}: {what}: {exc}") from None
+
+    def _ac(self, key: str) -> str:
+        return f"{self.prefix}:ac:{key}"
+
+    def _cas(self, digest: str) -> str:
+        return f"{self.prefix}:cas:{digest}"
+
+    # -- Backend protocol
+
+    def get_record(self, key: str) -> bytes | None:
+        return self._call("GET record", self.client.get, self._ac(key))  # type: ignore[return-value]
+
+    def get_blob(self, digest: str) -> bytes | None:
+        return self._call("GET cubin", self.client.get, self._cas(digest))  # type: ignore[return-value]
+
+    def has_record(self, key: str) -> bool:
+        return bool(self._call("EXISTS", self.client.exists, self._ac(key)))
+
+    def has_blob(self, digest: str) -> bool:
+        return bool(self._call("EXISTS", self.client.exists, self._cas(digest)))
+
+    def put_blob(self, digest: str, data: bytes) -> None:
+        self._call("SET cubin", self.client.set, self._cas(digest), bytes(data))
+
+    def put_record(self, key: str, data: bytes) -> bool:
+        return bool(self._call("SET record", self.client.set, self._ac(key), bytes(data), nx=True))
+
+    def delete_record(self, key: str) -> bool:
+        return bool(self._call("DEL record", self.client.delete, self._ac(key)))
+
+    def delete_blob(self, digest: str) -> bool:
+        return bool(self._call("DEL cubin", self.client.delete, self._cas(digest)))
+
+    def record_keys(self) -> Iterator[str]:
+        start = len(self.prefix) + len(":ac:")
+
+        def scan() -> list[str]:
+            out = []
+            for raw in self.client.scan_iter(match=f"{self.prefix}:ac:*", count=1000):
+                name = raw.decode("utf-8", "replace") if isinstance(raw, bytes) else str(raw)
+                if is_digest(name[start:]):
+                    out.append(name[start:])
+            return sorted(out)
+
+        return iter(self._call("SCAN", scan))
+
+    def close(self) -> None:
+        self.client.close()

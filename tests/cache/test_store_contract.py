@@ -1,0 +1,195 @@
+"""One contract suite that every backend (local diskcache, HTTP/nginx, Redis) passes, through a Tier."""
+
+from __future__ import annotations
+
+import json
+import logging
+
+import pytest
+from store_helpers import make_artefact, make_key
+
+from kbuild.cache.errors import StoreUsageError
+from kbuild.cache.store import Artefact, Backend, Store, Tier
+from kbuild.errors import StoreError
+
+
+def test_backend_and_tier_implement_the_protocols(case):
+    assert isinstance(case.backend, Backend)
+    assert isinstance(case.tier(), Store)
+
+
+def test_miss_on_empty(case):
+    tier = case.tier()
+    key = make_key("absent")
+    assert tier.get(key) is None
+    assert not tier.contains(key)
+    assert list(tier.keys()) == []
+    assert tier.stats.tier(tier.name).misses == 1
+
+
+def test_put_get_round_trip(case):
+    tier = case.tier()
+    art = make_artefact("roundtrip", size=5000)
+    tier.put(art)
+    got = tier.get(art.key)
+    assert got == art
+    assert got.cubin == art.cubin and got.meta == art.meta
+    assert tier.contains(art.key)
+    assert list(tier.keys()) == [art.key]
+    s = tier.stats.tier(tier.name)
+    assert (s.hits, s.puts) == (1, 1)
+    assert tier.stats.time_saved_seconds == pytest.approx(2.0)
+
+
+@pytest.mark.parametrize("size", [0, 1, 2 * 2**20 + 3])
+def test_sizes(case, size):
+    tier = case.tier()
+    art = make_artefact(f"size{size}", size=size)
+    tier.put(art)
+    assert tier.get(art.key) == art
+
+
+def test_entries_list_metadata(case):
+    tier = case.tier()
+    arts = [make_artefact(f"e{i}", size=100 + i) for i in range(5)]
+    for a in arts:
+        tier.put(a)
+    infos = {e.key: e for e in tier.entries()}
+    assert set(infos) == {a.key for a in arts}
+    for a in arts:
+        assert infos[a.key].cubin_sha256 == a.cubin_sha256
+        assert infos[a.key].cubin_size == a.size
+        assert infos[a.key].meta == a.meta
+    assert sorted(tier.keys()) == sorted(a.key for a in arts)
+
+
+def test_delete(case):
+    tier = case.tier()
+    art = make_artefact("del")
+    tier.put(art)
+    assert tier.delete(art.key) is True
+    assert tier.get(art.key) is None
+    assert not tier.contains(art.key)
+    assert tier.delete(art.key) is False
+    tier.put(art)  # a deleted key can be stored again
+    assert tier.get(art.key) == art
+
+
+def test_entries_are_immutable_first_writer_wins(case, caplog):
+    tier = case.tier()
+    first = make_artefact("imm", size=300)
+    other = Artefact.create(key=first.key, cubin=b"different bytes", meta={"target": "sm_90"})
+    tier.put(first)
+    with caplog.at_level(logging.WARNING):
+        tier.put(other)
+    assert tier.get(first.key) == first
+    assert tier.stats.tier(tier.name).conflicts == 1
+    assert "different cubin" in caplog.text
+    tier.put(first)  # identical put: a no-op, no conflict
+    assert tier.stats.tier(tier.name).conflicts == 1
+
+
+def test_flipped_byte_in_blob_is_detected_deleted_and_reported(case, caplog):
+    tier = case.tier()
+    art = make_artefact("flip", size=4096)
+    tier.put(art)
+    damaged = bytearray(art.cubin)
+    damaged[1234] ^= 0x01
+    case.corrupt_blob(art.cubin_sha256, bytes(damaged))
+    with caplog.at_level(logging.WARNING):
+        assert tier.get(art.key) is None
+    assert "corrupt entry" in caplog.text and art.key in caplog.text
+    assert tier.stats.tier(tier.name).corrupt == 1
+    assert not tier.contains(art.key)
+    assert not case.backend.has_blob(art.cubin_sha256)
+    tier.put(art)  # and the next put repairs it
+    assert tier.get(art.key) == art
+
+
+def test_damaged_records_are_misses(case):
+    tier = case.tier()
+    a, b = make_artefact("rec-a"), make_artefact("rec-b")
+    tier.put(a)
+    tier.put(b)
+    case.plant_record(a.key, b"{not json")
+    assert tier.get(a.key) is None
+    # b's record copied under a's key: the record names another key
+    case.plant_record(a.key, case.backend.get_record(b.key))
+    assert tier.get(a.key) is None
+    # metadata edited without updating its digest
+    rec = json.loads(case.backend.get_record(b.key))
+    rec["meta"]["tuned"] = True
+    case.plant_record(b.key, json.dumps(rec).encode())
+    assert tier.get(b.key) is None
+    assert tier.stats.tier(tier.name).corrupt == 3
+
+
+def test_record_without_blob_is_a_miss(case):
+    tier = case.tier()
+    art = make_artefact("dangling")
+    tier.put(art)
+    case.backend.delete_blob(art.cubin_sha256)
+    assert tier.get(art.key) is None
+    assert tier.stats.tier(tier.name).corrupt == 0
+    tier.put(art)
+    assert tier.get(art.key) == art
+
+
+def test_poisoning_unsigned_or_wrongly_signed_records_rejected(case, caplog):
+    secret = "s3cret"
+    tier = case.tier(secret=secret, trusted=False)
+    good = make_artefact("signed")
+    tier.put(good)
+    assert json.loads(case.backend.get_record(good.key))["signature"].startswith("hmac-sha256:")
+    assert tier.get(good.key) == good
+
+    planted = make_artefact("planted")
+    case.corrupt_blob(planted.cubin_sha256, planted.cubin)
+    case.plant_record(planted.key, planted.record(None))  # unsigned
+    with caplog.at_level(logging.WARNING):
+        assert tier.get(planted.key) is None
+    assert "not signed" in caplog.text
+    case.plant_record(planted.key, planted.record("wrong secret"))
+    assert tier.get(planted.key) is None
+    assert tier.stats.tier(tier.name).rejected == 2
+    # the same records read fine without a secret, so it is the signature that was refused
+    assert Tier(case.backend).get(planted.key) == planted
+
+
+def test_verify_and_fix(case):
+    tier = case.tier()
+    good, bad = make_artefact("v-good"), make_artefact("v-bad")
+    tier.put(good)
+    tier.put(bad)
+    case.corrupt_blob(bad.cubin_sha256, bad.cubin[:-1] + b"X")
+    checked, problems = tier.verify()
+    assert checked == 2
+    assert [(p.key, p.fixed) for p in problems] == [(bad.key, False)]
+    checked, problems = tier.verify(fix=True)
+    assert [(p.key, p.fixed) for p in problems] == [(bad.key, True)]
+    checked, problems = tier.verify()
+    assert (checked, problems) == (1, [])
+    assert tier.get(good.key) == good
+
+
+def test_read_only_tier_refuses_writes_and_keeps_corrupt_data(case):
+    writer = case.tier()
+    art = make_artefact("ro")
+    writer.put(art)
+    reader = case.tier(writable=False)
+    assert reader.get(art.key) == art
+    with pytest.raises(StoreError, match="read-only"):
+        reader.put(make_artefact("ro2"))
+    with pytest.raises(StoreError, match="read-only"):
+        reader.delete(art.key)
+    case.corrupt_blob(art.cubin_sha256, b"garbage")
+    assert reader.get(art.key) is None
+    assert case.backend.has_record(art.key)  # a read-only tier is reported, not modified
+
+
+def test_invalid_keys_are_usage_errors(case):
+    tier = case.tier()
+    for bad in ("", "ABC", "../" + "0" * 61, make_key("x").upper()):
+        with pytest.raises(StoreUsageError) as info:
+            tier.get(bad)
+        assert info.value.exit_code == 2
