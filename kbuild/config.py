@@ -41,6 +41,7 @@ else:  # pragma: no cover
 
 TuneMode = Literal["off", "auto", "require"]
 Algorithm = Literal["ppo", "random", "greedy"]
+ShipMode = Literal["extension", "package-data"]
 
 #: Scalars allowed as constexpr values.
 Constexpr = bool | int | float | str
@@ -160,6 +161,11 @@ class Settings:
 
     python_path: list[str] = field(default_factory=lambda: [".", "src"])
     """Directories (relative to ``pyproject.toml``) put on ``sys.path`` to import kernel sources."""
+
+    ship: ShipMode = _setting("extension")
+    """How the wheel carries the kernels: ``extension`` embeds the cubins in a C extension with a
+    launcher; ``package-data`` writes them with an index into ``<package>/_kbuild/`` for packages that
+    run their ``@triton.jit`` kernels just in time, and :mod:`kbuild.runtime` substitutes the tuned ones."""
 
     # Resolved context, not read from TOML.
     project_dir: Path = field(default=Path("."), metadata={"internal": True})

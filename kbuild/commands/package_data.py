@@ -1,0 +1,55 @@
+"""``kbuild package-data``: run the pipeline and write the shipped cubins as package data.
+
+For projects that run their Triton kernels just in time (``ship = "package-data"``)::
+
+    kbuild package-data --config pyproject.toml --out build/lib/mypkg [--package mypkg]
+
+writes ``build/lib/mypkg/_kbuild/`` (``index.json``, ``<sha256>.cubin``, ``__init__.py``; see
+:mod:`kbuild.runtime.package`). Only tuned kernels are written unless ``--include-untuned``.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from kbuild.commands.common import add_config_args, settings_from_args, target_list
+from kbuild.console import emit_json, print_table, warn
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("package-data", help="write tuned cubins + index into a package (Triton-JIT packages)",
+                       description=__doc__.splitlines()[0] if __doc__ else None)
+    add_config_args(p)
+    p.add_argument("--out", required=True, metavar="PACKAGE_DIR",
+                   help="the import package's folder (with its __init__.py) in the tree that becomes the wheel")
+    p.add_argument("--package", metavar="NAME", help="import name to enable (default: the kernels' top-level package)")
+    p.add_argument("--kernel", action="append", metavar="NAME", help="only this kernel (repeatable)")
+    p.add_argument("--include-untuned", action="store_true",
+                   help="also ship baseline cubins (substituting them gains nothing; for testing)")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from kbuild.hooks.pipeline import run_pipeline
+    from kbuild.runtime.package import write_package_data
+
+    settings = settings_from_args(args)
+    if settings.ship != "package-data":
+        warn(f"{settings.config_file}: ship = {settings.ship!r}; writing package data anyway")
+    builds = run_pipeline(settings, kernels=args.kernel, targets=target_list(args))
+    result = write_package_data(settings, builds, Path(args.out), package=args.package,
+                                include_untuned=args.include_untuned)
+    entries = result.index["entries"]
+    if args.json:
+        emit_json({"package": result.package, "data_dir": str(result.data_dir),
+                   "files": [str(p) for p in result.files],
+                   "entries": [{"key": k, "kernel": e["kernel"], "target": e["target"]["name"], "tuned": e["tuned"],
+                                "speedup": e["speedup"], "cubin_sha256": e["cubin_sha256"]} for k, e in entries.items()],
+                   "skipped": [{"kernel": k, "target": t, "reason": r} for k, t, r in result.skipped]})
+    else:
+        rows = [(e["kernel"], e["target"]["name"], k[:12], "tuned" if e["tuned"] else "baseline",
+                 f"×{e['speedup']:.3f}" if e["speedup"] else "") for k, e in entries.items()]
+        rows += [(k, t, "", "not shipped", r) for k, t, r in result.skipped]
+        print_table(f"kbuild package-data — {result.data_dir}", ["kernel", "target", "key", "ships", "note"], rows)
+    return 0

@@ -1,0 +1,142 @@
+"""The package-data index: ``<package>/_kbuild/index.json`` next to the shipped ``<sha256>.cubin`` files.
+
+One entry per kernel × target, keyed by the kernel's **baseline** key: the key the run time can
+recompute from what Triton's JIT compiled (:mod:`kbuild.runtime.keys`). The tuned artefact's own
+key also covers the tuner's settings, which the run time cannot know; it is kept as
+``artefact_key``. Each entry holds what identifies the compiled kernel (source hash,
+``module:qualname``, declared signature and constexprs, options, target, Triton and ptxas
+versions, the full key components), the facts checked against Triton's compiled kernel before
+its cubin is replaced (``checks``: kernel symbol, shared memory, warps, CTAs, scratch), and the
+cubin's file name, sha256 and size, the tuned flag and the measured speedup.
+
+The file is canonical: sorted keys, no timestamps, no paths, so that the same builds always give
+the same bytes.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from kbuild.errors import UsageError
+from kbuild.key import KEY_SCHEMA, digest
+
+INDEX_FORMAT = "kbuild-runtime-index"
+INDEX_VERSION = 1
+#: Folder inside the package that holds the index and the cubins (and the generated ``__init__.py``).
+DATA_DIR = "_kbuild"
+INDEX_FILE = "index.json"
+
+#: Compiled-kernel metadata fields that must agree between the artefact and Triton's kernel.
+CHECK_FIELDS = ("name", "shared", "num_warps", "num_ctas", "global_scratch_size")
+
+_REQUIRED = ("function", "source_hash", "signature", "constexprs", "options", "target", "triton_version",
+             "ptxas_version", "checks", "cubin", "cubin_sha256", "key_components", "tuned")
+
+
+class IndexFormatError(UsageError):
+    """An index that is not a kbuild runtime index, or is inconsistent."""
+
+
+def index_entry(build: Any) -> tuple[str, dict[str, Any]]:
+    """``(baseline key, entry)`` for one :class:`kbuild.hooks.pipeline.KernelBuild` with an artefact."""
+    art = build.artefact
+    meta = art.meta
+    comps = build.baseline_key.components
+    fn = build.fn
+    speedup = meta.get("speedup") if build.tuned else None
+    checks = {"name": meta.get("symbol"), "shared": meta.get("shared"), "num_warps": meta.get("num_warps"),
+              "num_ctas": meta.get("num_ctas", 1), "global_scratch_size": meta.get("global_scratch_size", 0)}
+    entry = {
+        "kernel": build.spec.name,
+        "function": f"{fn.fn.__module__}:{fn.fn.__qualname__}" if hasattr(fn, "fn") else build.spec.source,
+        "source_hash": comps["kernel"]["source_hash"],
+        "signature": comps["kernel"]["signature"],
+        "constexprs": comps["kernel"]["constexprs"],
+        "options": comps["compiler"]["options"],
+        "target": {"name": build.target.name, **comps["target"]},
+        "triton_version": comps["compiler"]["triton"],
+        "ptxas_version": comps["compiler"]["ptxas"],
+        "symbol": meta.get("symbol"),
+        "checks": checks,
+        "tuned": bool(build.tuned),
+        "speedup": float(speedup) if isinstance(speedup, (int, float)) and not isinstance(speedup, bool) else None,
+        "artefact_key": build.key.hex,
+        "cubin": f"{art.cubin_sha256}.cubin",
+        "cubin_sha256": art.cubin_sha256,
+        "cubin_bytes": len(art.cubin),
+        "key_components": comps,
+    }
+    return build.baseline_key.hex, entry
+
+
+def build_index(entries: Iterable[tuple[str, Mapping[str, Any]]], *, package: str) -> dict[str, Any]:
+    from kbuild import __version__
+
+    out: dict[str, Any] = {}
+    for key, entry in entries:
+        if key in out and out[key]["cubin_sha256"] != entry["cubin_sha256"]:
+            raise IndexFormatError(f"two artefacts for the same kernel key {key} ({out[key]['kernel']}, "
+                              f"{entry['kernel']}): declare each kernel × target once")
+        out[key] = dict(entry)
+    return {"format": INDEX_FORMAT, "version": INDEX_VERSION, "key_schema": KEY_SCHEMA, "package": package,
+            "kbuild_version": __version__, "entries": {k: out[k] for k in sorted(out)}}
+
+
+def index_bytes(index: Mapping[str, Any]) -> bytes:
+    """Canonical bytes: sorted keys, two-space indent, ASCII, one trailing newline."""
+    return (json.dumps(index, sort_keys=True, indent=2, ensure_ascii=True, allow_nan=False) + "\n").encode("ascii")
+
+
+@dataclass(frozen=True)
+class Index:
+    """A loaded, checked index and the folder its cubins live in."""
+
+    package: str
+    data_dir: Path
+    entries: dict[str, dict[str, Any]]
+
+    def by_function(self) -> dict[str, list[tuple[str, dict[str, Any]]]]:
+        out: dict[str, list[tuple[str, dict[str, Any]]]] = {}
+        for key, entry in self.entries.items():
+            out.setdefault(entry["function"], []).append((key, entry))
+        return out
+
+
+def parse_index(data: bytes | str, *, data_dir: Path, where: str) -> Index:
+    """Check the format and every entry; an entry whose key is not the digest of its components is an error."""
+    try:
+        doc = json.loads(data)
+    except ValueError as exc:
+        raise IndexFormatError(f"{where}: not JSON: {exc}") from None
+    if not isinstance(doc, dict) or doc.get("format") != INDEX_FORMAT:
+        raise IndexFormatError(f"{where}: not a kbuild runtime index (format {doc.get('format') if isinstance(doc, dict) else None!r})")
+    if doc.get("version") != INDEX_VERSION or doc.get("key_schema") != KEY_SCHEMA:
+        raise IndexFormatError(f"{where}: index version {doc.get('version')!r} / key schema {doc.get('key_schema')!r}; "
+                          f"this kbuild reads version {INDEX_VERSION} / key schema {KEY_SCHEMA}")
+    entries = doc.get("entries")
+    if not isinstance(entries, dict):
+        raise IndexFormatError(f"{where}: 'entries' is not a table")
+    for key, entry in entries.items():
+        if not isinstance(entry, dict):
+            raise IndexFormatError(f"{where}: entries.{key}: not a table")
+        missing = [f for f in _REQUIRED if f not in entry]
+        if missing:
+            raise IndexFormatError(f"{where}: entries.{key}: missing {', '.join(missing)}")
+        if digest(entry["key_components"]) != key:
+            raise IndexFormatError(f"{where}: entries.{key}: the key is not the digest of its key_components")
+        if entry["cubin"] != f"{entry['cubin_sha256']}.cubin" or "/" in entry["cubin"] or "\\" in entry["cubin"]:
+            raise IndexFormatError(f"{where}: entries.{key}: cubin file must be <sha256>.cubin")
+    return Index(package=str(doc.get("package", "")), data_dir=data_dir, entries=dict(entries))
+
+
+def load_index(path: str | Path) -> Index:
+    p = Path(path)
+    return parse_index(p.read_bytes(), data_dir=p.parent, where=str(p))
+
+
+__all__ = ["CHECK_FIELDS", "DATA_DIR", "INDEX_FILE", "INDEX_FORMAT", "INDEX_VERSION", "Index", "IndexFormatError",
+           "build_index", "index_bytes", "index_entry", "load_index", "parse_index"]

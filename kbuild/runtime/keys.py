@@ -1,0 +1,184 @@
+"""The run-time side of the key: what Triton's JIT specialised a call to, in kbuild's declaration terms.
+
+At build time :mod:`kbuild.hooks.pipeline` keys a kernel from its ``[tool.kbuild.kernels]``
+declaration (:func:`kbuild.key.kernel_key`). At run time Triton 3.6 describes the same facts in
+its own terms, as handed to ``knobs.runtime.jit_post_compile_hook``:
+
+* ``signature``: ``{param: "*fp16" | "i32" | "i64" | "fp32" | "u1" | "constexpr"}``. A pointer is
+  typed by the tensor's dtype, an integer by its value range (``i64`` beyond 2**31-1);
+* ``configs[0]``: the attributes, ``{(index,): [["tt.divisibility", 16]]}`` for a pointer whose
+  address, or an integer whose value, is divisible by 16 (``[]`` when it is not);
+* ``constants``: ``{(index,): value}`` for ``tl.constexpr`` parameters, and for integer parameters
+  whose value is 1, which Triton specialises to the constant 1;
+* ``specialization_data``: JSON holding the parsed backend options (``num_warps``, ``num_stages``,
+  ``arch``, ...), the same dataclass that :func:`kbuild.compile.triton_aot.compiler_options` makes.
+
+:func:`specialization_from_hook` maps these onto the declaration notation: ``"*fp16:16"`` for a
+divisible pointer, ``"i32"`` for an integer that is not, a constexpr value by name, and ``":1"``
+for an integer Triton made the constant 1. Triton keeps no type for that constant, and the build
+compiles every ``"T:1"`` declaration to the same code, so the type is taken from the declaration
+the call is compared with (:meth:`CallSpecialization.key`). Anything the declaration format cannot
+express (tuple arguments, ``None``, dtype constexprs, other attributes) makes the call
+unsupported: it is never substituted.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from kbuild.compile.triton_aot import portable_options
+from kbuild.config import KernelSettings
+from kbuild.key import KernelKey, compiler_component, kernel_key
+from kbuild.targets import Target
+
+#: Constexpr values the declaration format can express (exact types: no numpy scalars, no dtypes).
+_CONSTEXPR_TYPES = (bool, int, float, str)
+
+
+def current_triton_version() -> str:
+    import triton
+
+    return str(triton.__version__)
+
+
+@dataclass(frozen=True)
+class CallSpecialization:
+    """One compiled specialisation of a ``@triton.jit`` function, in kbuild's terms."""
+
+    function: str
+    """``module:qualname`` of the Python function."""
+    name: str
+    """``fn.__name__``: the ``function`` component of the key (the declaration's ``source`` attribute)."""
+    source_hash: str
+    """Triton's ``JITFunction.cache_key``: the source of the function and everything it calls."""
+    signature: dict[str, str]
+    """Declaration notation; a parameter Triton specialised to the constant 1 holds ``":1"``."""
+    constexprs: dict[str, Any]
+    options: dict[str, Any]
+    """Triton's parsed backend options, install paths reduced to file names."""
+    cc: int
+    triton_version: str
+    unsupported: str | None = None
+    """Why this call cannot be expressed as a declaration (then it is never substituted)."""
+    ones: tuple[str, ...] = field(default=())
+
+    @property
+    def target(self) -> Target:
+        return Target(self.cc)
+
+    def declaration(self, declared: Mapping[str, str] | None = None) -> dict[str, str]:
+        """The signature, with each ``":1"`` typed as ``declared`` types it (``"i32:1"`` otherwise)."""
+        out = dict(self.signature)
+        for name in self.ones:
+            want = "".join((declared or {}).get(name, "").split())
+            out[name] = want if want.endswith(":1") else "i32:1"
+        return out
+
+    def key(self, *, ptxas_version: str, declared: Mapping[str, str] | None = None) -> KernelKey:
+        """The baseline key the build gives the declaration this call corresponds to.
+
+        ``ptxas_version`` is the build toolchain's (recorded in the index): the run time never runs
+        ptxas on the shipped cubin, so the version only has to name the one the cubin came from."""
+        spec = KernelSettings(name=self.name, source=f"{self.function.partition(':')[0]}:{self.name}",
+                              signature=self.declaration(declared), constexprs=dict(self.constexprs),
+                              num_warps=int(self.options.get("num_warps", 4)),
+                              num_stages=int(self.options.get("num_stages", 3)))
+        compiler = compiler_component(triton_version=self.triton_version, ptxas_version=ptxas_version,
+                                      options=self.options)
+        return kernel_key(spec=spec, target=self.target, source_hash=self.source_hash, function=self.name,
+                          compiler=compiler, tuner=None)
+
+
+def _divisibility(attrs: Any) -> tuple[str, str | None]:
+    """``(":16" | "", problem)`` from Triton's attribute list of one parameter."""
+    if not attrs:
+        return "", None
+    hint, problem = "", None
+    for item in attrs:
+        if list(item) == ["tt.divisibility", 16]:
+            hint = ":16"
+        else:
+            problem = f"attribute {item!r} has no declaration notation"
+    return hint, problem
+
+
+def specialization_from_hook(jit: Any, compile_info: Mapping[str, Any], *, cc: int,
+                             triton_version: str | None = None) -> CallSpecialization:
+    """Map the ``compile`` argument of Triton's ``jit_post_compile_hook`` onto the declaration notation."""
+    signature_in: Mapping[str, Any] = compile_info["signature"]
+    constants: Mapping[Any, Any] = compile_info.get("constants") or {}
+    configs = compile_info.get("configs") or [{}]
+    attrs: Mapping[Any, Any] = configs[0] if configs else {}
+    options = json.loads(compile_info["specialization_data"])["options"]
+    params = list(jit.params)
+    signature: dict[str, str] = {}
+    constexprs: dict[str, Any] = {}
+    ones: list[str] = []
+    problem: str | None = None
+    for i, param in enumerate(params):
+        name = param.name
+        ty = signature_in.get(name)
+        if not isinstance(ty, str):
+            problem = problem or f"parameter {name!r} has type {ty!r} (tuples are not declarable)"
+            continue
+        if ty == "constexpr":
+            if (i,) not in constants:
+                problem = problem or f"constexpr {name!r} has no value"
+                continue
+            value = constants[(i,)]
+            if param.is_constexpr:
+                if type(value) not in _CONSTEXPR_TYPES:
+                    problem = problem or f"constexpr {name!r} = {value!r} is not a bool, int, float or str"
+                    continue
+                constexprs[name] = value
+            elif value == 1 and type(value) is int:
+                signature[name] = ":1"
+                ones.append(name)
+            else:
+                problem = problem or f"parameter {name!r} was specialised to the constant {value!r}"
+            continue
+        hint, bad = _divisibility(attrs.get((i,)))
+        if bad:
+            problem = problem or f"parameter {name!r}: {bad}"
+        signature[name] = ty + hint
+    return CallSpecialization(
+        function=f"{jit.fn.__module__}:{jit.fn.__qualname__}", name=jit.fn.__name__,
+        source_hash=str(jit.cache_key), signature=signature, constexprs=constexprs,
+        options=portable_options(options), cc=int(cc),
+        triton_version=triton_version if triton_version is not None else current_triton_version(),
+        unsupported=problem, ones=tuple(ones))
+
+
+def specialization_for_call(jit: Any, *args: Any, cc: int, **kwargs: Any) -> CallSpecialization:
+    """What Triton's JIT makes of ``jit[grid](*args, **kwargs)`` on a device of compute capability ``cc``.
+
+    Runs Triton's own code path without a GPU: the binder that ``JITFunction.run`` uses
+    (``create_function_from_signature``), ``JITFunction._pack_args``, and ``JITFunction._call_hook``
+    to build the exact ``compile`` mapping the post-compile hook receives. Pointers may be CPU
+    tensors or any object with ``data_ptr()`` and ``dtype``. For tests, diagnostics and
+    ``kbuild package-data``'s examples; the run-time hook gets the mapping from Triton itself."""
+    from triton import knobs
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import make_backend
+    from triton.runtime.jit import create_function_from_signature
+
+    backend = make_backend(GPUTarget("cuda", cc, 32))
+    kwargs = dict(kwargs)
+    kwargs["debug"] = kwargs.get("debug", jit.debug) or knobs.runtime.debug  # as JITFunction.run does
+    kwargs["instrumentation_mode"] = knobs.compilation.instrumentation_mode
+    binder = create_function_from_signature(jit.signature, jit.params, backend)
+    bound_args, specialization, options = binder(*args, **kwargs)
+    options, signature, constexprs, attrs = jit._pack_args(backend, kwargs, bound_args, specialization, options)
+    captured: dict[str, Any] = {}
+
+    def capture(**hook_kwargs: Any) -> None:
+        captured.update(hook_kwargs)
+
+    jit._call_hook(capture, str(specialization) + str(options), signature, 0, constexprs, options, [attrs], False)
+    return specialization_from_hook(jit, captured["compile"], cc=cc)
+
+
+__all__ = ["CallSpecialization", "current_triton_version", "specialization_for_call", "specialization_from_hook"]

@@ -1,0 +1,111 @@
+"""The build side: package data for ship = "package-data" (index, cubins, generated enabling module)."""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from runtime_helpers import JIT_EXAMPLE, make_tuned
+
+import kbuild.runtime
+from kbuild.cli import main
+from kbuild.runtime.index import DATA_DIR, INDEX_FILE, load_index
+from kbuild.runtime.package import write_package_data
+
+
+def tree(root: Path) -> dict[str, bytes]:
+    return {p.relative_to(root).as_posix(): p.read_bytes() for p in sorted(root.rglob("*")) if p.is_file()}
+
+
+def test_index_is_deterministic(jit_settings: Any, tuned_builds: list[Any], tmp_path: Path) -> None:
+    a = write_package_data(jit_settings, tuned_builds, tmp_path / "a" / "kbx_jit")
+    b = write_package_data(jit_settings, list(reversed(tuned_builds)), tmp_path / "b" / "kbx_jit")
+    assert tree(a.data_dir) == tree(b.data_dir)
+    again = write_package_data(jit_settings, tuned_builds, tmp_path / "a" / "kbx_jit")
+    assert tree(again.data_dir) == tree(b.data_dir)
+    text = (a.data_dir / INDEX_FILE).read_text()
+    assert "created" not in text and str(tmp_path) not in text and "/work/" not in text
+    assert text == json.dumps(json.loads(text), sort_keys=True, indent=2) + "\n"
+
+
+def test_index_entries(jit_settings: Any, tuned_builds: list[Any], tmp_path: Path) -> None:
+    result = write_package_data(jit_settings, tuned_builds, tmp_path / "kbx_jit")
+    index = load_index(result.data_dir / INDEX_FILE)
+    assert index.package == "kbx_jit"
+    assert {e["target"]["arch"] for e in index.entries.values()} == {"sm_90a", "sm_80"}
+    for key, entry in index.entries.items():
+        build = next(b for b in tuned_builds if b.baseline_key.hex == key)
+        assert entry["artefact_key"] == build.tuned_key.hex != key
+        assert entry["function"] == "kbx_jit.kernels:softmax"
+        assert entry["signature"]["in_ptr"] == "*fp16:16" and entry["constexprs"] == {"BLOCK": 1024}
+        assert entry["options"]["num_warps"] == 4 and entry["options"]["num_stages"] == 3
+        assert entry["triton_version"] == "3.6.0" and entry["source_hash"] == str(build.fn.cache_key)
+        assert entry["checks"]["name"] == entry["symbol"] == "softmax"
+        assert entry["tuned"] is True and entry["speedup"] == 1.25
+        assert (result.data_dir / entry["cubin"]).read_bytes() == build.artefact.cubin
+    assert sorted(result.relative_files(tmp_path)) == sorted(
+        [f"kbx_jit/{DATA_DIR}/{n}" for n in ("__init__.py", INDEX_FILE)]
+        + [f"kbx_jit/{DATA_DIR}/{e['cubin']}" for e in index.entries.values()])
+
+
+def test_only_tuned_kernels_ship_and_stale_files_go(jit_settings: Any, baseline_builds: list[Any],
+                                                    tuned_builds: list[Any], tmp_path: Path) -> None:
+    first = write_package_data(jit_settings, tuned_builds, tmp_path / "kbx_jit")
+    assert len(list(first.data_dir.glob("*.cubin"))) == 2
+    mixed = [tuned_builds[0], dataclasses.replace(baseline_builds[1])]
+    second = write_package_data(jit_settings, mixed, tmp_path / "kbx_jit")
+    assert len(second.index["entries"]) == 1 and len(list(second.data_dir.glob("*.cubin"))) == 1
+    assert [(k, t) for k, t, _ in second.skipped] == [("softmax", baseline_builds[1].target.name)]
+    with_baselines = write_package_data(jit_settings, mixed, tmp_path / "kbx_jit", include_untuned=True)
+    assert [e["tuned"] for e in with_baselines.index["entries"].values()].count(False) == 1
+
+
+def test_generated_module_enables_the_package(jit_settings: Any, tuned_builds: list[Any], tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    pkg = tmp_path / "kbx_runtime_demo"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("from . import _kbuild  # noqa: F401\n")
+    write_package_data(jit_settings, tuned_builds, pkg, package="kbx_runtime_demo")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        module = importlib.import_module("kbx_runtime_demo._kbuild")
+        assert module.ENABLED is True
+        assert kbuild.runtime.enabled_packages() == ["kbx_runtime_demo"]
+    finally:
+        for name in [m for m in sys.modules if m.startswith("kbx_runtime_demo")]:
+            del sys.modules[name]
+
+
+def test_package_name_is_inferred_or_required(jit_settings: Any, tuned_builds: list[Any], tmp_path: Path) -> None:
+    from kbuild.errors import UsageError
+
+    assert write_package_data(jit_settings, tuned_builds, tmp_path / "p").package == "kbx_jit"
+    other = dataclasses.replace(tuned_builds[0], spec=dataclasses.replace(tuned_builds[0].spec, source="other.mod:softmax"))
+    with pytest.raises(UsageError, match="pass the package"):
+        write_package_data(jit_settings, [tuned_builds[1], other], tmp_path / "q")
+
+
+def test_cli_package_data(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KBUILD_STORE", str(tmp_path / "store"))
+    out = tmp_path / "build" / "kbx_jit"
+    rc = main(["package-data", "--config", str(JIT_EXAMPLE / "pyproject.toml"), "--out", str(out), "--targets", "sm_90",
+               "--kernel", "softmax", "--json"])
+    assert rc == 0
+    doc = json.loads(capsys.readouterr().out)
+    # A CPU build has no tuned entries in a fresh store: nothing ships, and each kernel says why.
+    assert doc["entries"] == [] and doc["skipped"][0]["kernel"] == "softmax"
+    assert (out / DATA_DIR / INDEX_FILE).is_file()
+    rc = main(["package-data", "--config", str(JIT_EXAMPLE / "pyproject.toml"), "--out", str(out), "--targets", "sm_90",
+               "--kernel", "softmax", "--include-untuned", "--json"])
+    doc = json.loads(capsys.readouterr().out)
+    assert rc == 0 and [e["tuned"] for e in doc["entries"]] == [False]
+
+
+def test_make_tuned_helper_keeps_keys_apart(jit_settings: Any, baseline_builds: list[Any]) -> None:
+    build = make_tuned(jit_settings, dataclasses.replace(baseline_builds[0]))
+    assert build.key.hex == build.tuned_key.hex != build.baseline_key.hex
