@@ -1,0 +1,406 @@
+"""The dependency model of one kernel: what every instruction reads and writes, which ones are pinned,
+the basic blocks, and the issue-distance constraints that ptxas's stall counts encode.
+
+Rules (each has a mutation test in ``tests/sass/test_sass_rules.py``):
+
+* **pinned** — control flow, barriers, fences, async copies, atomics, Hopper async operations, opcodes
+  not in the table, operands we cannot parse, and instructions addressed by relocations or by nv.info
+  records we do not rewrite. A pinned instruction never moves and nothing is swapped with it, so
+  nothing crosses it.
+* **block** — swaps happen inside a basic block only.
+* **registers** — two instructions conflict when one writes a register (R/UR/P/UP, with vector widths
+  and implicit operands) that the other reads or writes.
+* **memory** — a store conflicts with any load or store of the same space; an access of unknown
+  space conflicts with every store, and every load conflicts with an unknown store.
+* **scoreboard** — an instruction with a non-zero wait mask never moves down (so nothing is hoisted
+  above a wait that may guard it); an instruction never crosses a waiter of a barrier it sets; two
+  setters of a barrier counted by ``DEPBAR.LE`` never swap; and two variable-latency instructions
+  (memory, MUFU, SHFL, S2R, LDC, conversions, anything that carries a barrier in this kernel) never
+  swap, because ptxas relies on in-order completion (only the last of several MUFU.EX2 gets a barrier).
+* **distance** — the summed stalls between two instructions never drop below ``min(original, cap)``
+  for: every fixed-latency RAW and WAW pair; every WAR pair whose reader has no read barrier (seen on
+  the H200: a ULDC.64 one cycle after a ULEA reading the same UR clobbered it); a barrier setter and
+  its waiter; every instruction and the nearest pinned instruction on each side (seen: an LDS one
+  cycle after ``BAR.SYNC.DEFER_BLOCKING`` read stale data); and, across block entry and exit, anything
+  that touches a register another block may produce or consume. A shortfall is repaired by raising
+  the stall of the instruction issued just before the consumer, to at most 15 (11 with the yield
+  bit, which nvdisasm rejects above that); otherwise the move is illegal.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from . import control
+from .disasm import Instruction
+from .elf import NON_OFFSET_ATTRS, OFFSET_LIST_ATTRS, Cubin, NvInfoRecord
+from .isa import FIXED_CAP, LONG_CAP, MODS, ArchSpec, OpInfo
+from .operands import (
+    ALL_P,
+    ALL_UP,
+    SAFE_SPECIALS,
+    is_plain_pred,
+    is_plain_reg,
+    registers,
+    shape,
+    width_from_mods,
+)
+
+log = logging.getLogger(__name__)
+
+_HEX = re.compile(r"0x[0-9a-fA-F]+")
+
+
+@dataclass
+class Sem:
+    """What one instruction does, as far as moving it is concerned."""
+
+    reads: int = 0
+    writes: int = 0
+    space: str | None = None
+    mem_read: bool = False
+    mem_write: bool = False
+    pinned: str | None = None
+    cap: int = FIXED_CAP
+    stall: int = 0
+    wait: int = 0
+    sets: int = 0  # scoreboard bit mask set by wbar/rbar
+    variable: bool = False
+    wbar: int = control.NO_BARRIER
+    rbar: int = control.NO_BARRIER
+
+
+def _resolve(width: int, mods: tuple[str, ...]) -> int:
+    return width_from_mods(mods) if width == MODS else width
+
+
+def semantics(ins: Instruction, spec: ArchSpec) -> Sem:
+    """Read/write sets, memory class and pin reason of ``ins`` under ``spec``'s table."""
+    sem = Sem()
+    info: OpInfo | None = spec.lookup(ins.base)
+    if ins.control_flow:
+        sem.pinned = "control flow"
+        return sem
+    if info is None:
+        sem.pinned = f"opcode {ins.base} not in the {spec.family} table"
+        return sem
+    if info.pinned:
+        sem.pinned = info.pinned
+        return sem
+    mods = ins.modifiers
+    bad = [m for m in mods if m in info.pin_modifiers]
+    if bad:
+        sem.pinned = f"{ins.base} with .{'.'.join(bad)}"
+        return sem
+    if ins.extra and not (ins.extra == "PR" and ins.base in ("P2R", "R2P")):
+        sem.pinned = f"unexpected predicate field {ins.extra!r}"
+        return sem
+    ops = list(ins.operands)
+    for o in ops:
+        sh = shape(o)
+        if sh is None:
+            sem.pinned = f"cannot parse operand {o!r}"
+            return sem
+        if sh == "special" and not (info.special_ok and SAFE_SPECIALS.match(o)):
+            sem.pinned = f"special register {o}"
+            return sem
+    # never narrower than the modifiers say (.64/.128/WIDE), whatever the table entry
+    out_w = max(_resolve(info.out_width, mods), width_from_mods(mods))
+    src_w = max(_resolve(info.src_width, mods), width_from_mods(mods))
+    # leading outputs
+    i = 0
+    pattern = [p for p in info.outs.split(",") if p]
+    for p in pattern:
+        if p == "R":
+            if i >= len(ops) or not is_plain_reg(ops[i]):
+                sem.pinned = f"operand {i} of {ins.opcode} is not the register its table entry expects"
+                return sem
+            sem.writes |= registers(ops[i], out_w)
+            i += 1
+        elif p == "P":
+            if i >= len(ops) or not is_plain_pred(ops[i]):
+                sem.pinned = f"operand {i} of {ins.opcode} is not the predicate its table entry expects"
+                return sem
+            sem.writes |= registers(ops[i], 1)
+            i += 1
+        elif p in ("P?", "P*"):
+            for _ in range(1 if p == "P?" else 2):
+                if i < len(ops) and is_plain_pred(ops[i]):
+                    sem.writes |= registers(ops[i], 1)
+                    i += 1
+                else:
+                    break
+    for o in ops[i:]:
+        sem.reads |= registers(o, src_w, bracket_min=2 if info.space else 1)
+    if ins.guard:
+        sem.reads |= registers(ins.guard.lstrip("@!"), 1)
+    for imp in info.implicit_reads:
+        sem.reads |= ALL_P if imp == "P*" else ALL_UP
+    for imp in info.implicit_writes:
+        sem.writes |= ALL_P if imp == "P*" else ALL_UP
+    sem.space, sem.mem_read, sem.mem_write, sem.cap = info.space, info.mem_read, info.mem_write, info.cap
+    sem.variable = info.variable or info.space is not None
+    return sem
+
+
+def mem_conflict(a: Sem, b: Sem) -> bool:
+    if a.space is None or b.space is None:
+        return False
+    if not (a.mem_write or b.mem_write):
+        return False
+    return a.space == b.space or a.space == "unknown" or b.space == "unknown"
+
+
+@dataclass
+class Analysis:
+    """Static facts about one kernel, derived from the original cubin only."""
+
+    kernel: str
+    spec: ArchSpec
+    instructions: list[Instruction]
+    words: list[int]
+    sems: list[Sem]
+    block_of: np.ndarray  # original slot → block index
+    block_start: np.ndarray  # block index → first slot
+    block_end: np.ndarray  # block index → one past the last slot
+    depbar_mask: int
+    # distance constraints: producer node, consumer node, required cycles.
+    # Nodes < n are instructions; n + 2*b is block b's entry, n + 2*b + 1 its exit.
+    cons_p: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    cons_c: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    cons_req: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
+    offset_records: list[tuple[int, int]] = field(default_factory=list)  # (file offset of u32, attr)
+
+    @property
+    def n(self) -> int:
+        return len(self.instructions)
+
+    @property
+    def pinned(self) -> np.ndarray:
+        return np.array([s.pinned is not None for s in self.sems], dtype=bool)
+
+    def pinned_fraction(self) -> float:
+        return float(self.pinned.mean()) if self.n else 0.0
+
+    def pair_conflict(self, a: int, b: int) -> str | None:
+        """Why instructions ``a`` (earlier) and ``b`` (later), adjacent, cannot swap (static rules)."""
+        sa, sb = self.sems[a], self.sems[b]
+        if sa.pinned or sb.pinned:
+            which, s = (a, sa) if sa.pinned else (b, sb)
+            return f"pinned: instruction at 0x{16 * which:x} ({s.pinned})"
+        if self.block_of[a] != self.block_of[b]:
+            return "block: the move would leave a basic block"
+        if sa.writes & (sb.reads | sb.writes) or sa.reads & sb.writes:
+            return "registers: the two instructions share a register one of them writes"
+        if mem_conflict(sa, sb):
+            return f"memory: {sa.space}/{sb.space} access order with a store"
+        if sa.wait:
+            return "scoreboard: an instruction with a wait mask never moves down"
+        if sa.variable and sb.variable:
+            return "scoreboard: variable-latency instructions keep their order (in-order completion)"
+        if sa.sets & sb.wait:
+            return "scoreboard: a barrier setter never crosses a waiter on that barrier"
+        if sa.sets & sb.sets & self.depbar_mask:
+            return "scoreboard: two setters of a DEPBAR-counted barrier keep their order"
+        return None
+
+
+def _blocks(ins: list[Instruction], sems: list[Sem], extra_leaders: set[int]) -> tuple[np.ndarray, ...]:
+    n = len(ins)
+    leaders = {0} | {x for x in extra_leaders if 0 <= x < n}
+    for i, x in enumerate(ins):
+        if x.control_flow or x.base in ("BRA", "BRX", "JMP", "JMX", "CALL", "RET", "EXIT", "BSSY", "BSYNC",
+                                        "BREAK", "WARPSYNC", "KILL", "BPT", "BMOV"):
+            leaders.add(i)
+            leaders.add(i + 1)
+            for h in _HEX.findall(" ".join(x.operands)):
+                t = int(h, 16)
+                if t % 16 == 0 and t // 16 < n:
+                    leaders.add(t // 16)
+    starts = sorted(x for x in leaders if x < n)
+    block_of = np.zeros(n, dtype=np.int64)
+    ends = []
+    for b, s in enumerate(starts):
+        e = starts[b + 1] if b + 1 < len(starts) else n
+        block_of[s:e] = b
+        ends.append(e)
+    return block_of, np.array(starts, dtype=np.int64), np.array(ends, dtype=np.int64)
+
+
+def _depbar_mask(ins: list[Instruction]) -> int:
+    mask = 0
+    for x in ins:
+        if x.base == "DEPBAR":
+            ops = " ".join(x.operands)
+            found = [int(k) for k in re.findall(r"SB(\d)", ops)]
+            if "{" in ops:
+                found += [int(k) for k in re.findall(r"\d", ops[ops.index("{"):])]
+            if not found:
+                return 0x3F
+            for k in found:
+                if 0 <= k < 6:
+                    mask |= 1 << k
+    return mask
+
+
+def _iter_bits(x: int):
+    while x:
+        low = x & -x
+        yield low.bit_length() - 1
+        x ^= low
+
+
+def analyze(cubin: Cubin, kernel: str, instructions: list[Instruction], spec: ArchSpec) -> Analysis:
+    """Derive every static fact about ``kernel`` from the original cubin and its disassembly."""
+    text = cubin.text(kernel)
+    words = control.words_from_bytes(cubin.section_bytes(text))
+    return analyze_parts(kernel, instructions, words, spec, cubin.nvinfo(kernel), cubin.relocation_offsets(kernel))
+
+
+def analyze_parts(kernel: str, instructions: list[Instruction], words: list[int], spec: ArchSpec,
+                  nvinfo: list[NvInfoRecord] | tuple[()] = (), reloc_offsets: list[int] | tuple[()] = ()) -> Analysis:
+    """:func:`analyze` from its parts (the tests build synthetic kernels this way)."""
+    n = len(words)
+    if len(instructions) != n:
+        raise ValueError("instructions and words are not aligned")
+    sems = [semantics(x, spec) for x in instructions]
+    with_barrier: set[str] = set()
+    for x, s, w in zip(instructions, sems, words):
+        c = control.decode(w)
+        s.stall, s.wait, s.sets, s.wbar, s.rbar = c.stall, c.wait, c.barriers_set(), c.wbar, c.rbar
+        if s.sets:
+            with_barrier.add(x.base)
+    for x, s in zip(instructions, sems):
+        if x.base in with_barrier:
+            s.variable = True
+    extra_leaders: set[int] = set()
+    offset_records: list[tuple[int, int]] = []
+    # nv.info: rewrite plain offset lists; pin what anything else might address
+    for rec in nvinfo:
+        if rec.fmt != 0x04:
+            continue
+        words32 = [int.from_bytes(rec.value[k:k + 4], "little") for k in range(0, len(rec.value) - 3, 4)]
+        if rec.attr in OFFSET_LIST_ATTRS and rec.section == f".nv.info.{kernel}":
+            for k, v in enumerate(words32):
+                if v % 16 or v // 16 >= n:
+                    # an offset we cannot map: pin conservatively by refusing to rewrite this record
+                    raise ValueError(f"nv.info {rec.name} holds offset 0x{v:x} outside .text.{kernel}")
+                offset_records.append((rec.value_offset + 4 * k, rec.attr))
+            continue
+        if rec.attr in NON_OFFSET_ATTRS:
+            continue
+        for v in words32:
+            if v % 16 == 0 and v // 16 < n:
+                i = v // 16
+                if sems[i].pinned is None:
+                    sems[i].pinned = f"addressed by nv.info attribute {rec.name}"
+                if rec.attr == 0x34:
+                    extra_leaders.add(i)
+    for off in reloc_offsets:
+        i = off // 16
+        if 0 <= i < n and sems[i].pinned is None:
+            sems[i].pinned = f"relocation at 0x{off:x}"
+    block_of, starts, ends = _blocks(instructions, sems, extra_leaders)
+    an = Analysis(kernel, spec, instructions, words, sems, block_of, starts, ends, _depbar_mask(instructions),
+                  offset_records=offset_records)
+    _constraints(an)
+    return an
+
+
+def _constraints(an: Analysis) -> None:
+    n, sems = an.n, an.sems
+    stall = np.array([s.stall for s in sems], dtype=np.int64)
+    prefix = np.concatenate([[0], np.cumsum(stall)])
+    fixed_caps = [s.cap for s in sems if s.pinned is None and s.writes and s.wbar == control.NO_BARRIER]
+    entry_cap = max([FIXED_CAP, *fixed_caps]) if fixed_caps else FIXED_CAP
+    cp: list[int] = []
+    cc: list[int] = []
+    cr: list[int] = []
+
+    def add(p: int, c: int, cap: int, dist: int) -> None:
+        req = min(dist, cap)
+        if req > 0:
+            cp.append(p)
+            cc.append(c)
+            cr.append(req)
+
+    for b, (s, e) in enumerate(zip(an.block_start.tolist(), an.block_end.tolist())):
+        entry, exit_ = n + 2 * b, n + 2 * b + 1
+        last_writer: dict[int, int] = {}
+        readers: dict[int, list[int]] = {}
+        setters: dict[int, list[int]] = {}
+        touched = 0
+        pinned_seen: list[int] = []
+        for c in range(s, e):
+            sc = sems[c]
+            consts: dict[int, int] = {}  # producer → cap
+            # Pinned instructions keep their distance to everything around them. Seen on the H200: an
+            # LDS moved to one cycle after BAR.SYNC.DEFER_BLOCKING (originally six) read stale data.
+            # Only the nearest pinned instruction on each side needs a constraint: pinned instructions
+            # never move and nothing crosses them, so farther ones are implied.
+            if pinned_seen:
+                consts[pinned_seen[-1]] = LONG_CAP
+            if sc.pinned:
+                for q in range(pinned_seen[-1] + 1 if pinned_seen else s, c):
+                    consts[q] = LONG_CAP
+                pinned_seen.append(c)
+            need_entry = False
+            regs = sc.reads | sc.writes
+            if regs & ~touched:
+                need_entry = True
+            for r in _iter_bits(sc.reads):
+                p = last_writer.get(r)
+                if p is not None and sems[p].wbar == control.NO_BARRIER:
+                    consts[p] = max(consts.get(p, 0), sems[p].cap)
+            for r in _iter_bits(sc.writes):
+                p = last_writer.get(r)
+                if p is not None and sems[p].wbar == control.NO_BARRIER:
+                    consts[p] = max(consts.get(p, 0), sems[p].cap)
+                for q in readers.get(r, ()):
+                    # WAR: seen on the H200, a ULDC.64 issued one cycle after a ULEA that read the
+                    # same uniform register clobbered it (softmax, illegal address). Every reader
+                    # without a read barrier keeps its distance to the next writer.
+                    if sems[q].rbar == control.NO_BARRIER:
+                        consts[q] = max(consts.get(q, 0), sems[q].cap, sc.cap)
+            for k in _iter_bits(sc.wait):
+                ps = setters.get(k)
+                if ps:
+                    for p in ps:
+                        consts[p] = max(consts.get(p, 0), FIXED_CAP)
+                else:
+                    need_entry = True
+                setters[k] = []
+            for p, cap in consts.items():
+                if p != c:
+                    add(p, c, cap, int(prefix[c] - prefix[p]))
+            if need_entry:
+                add(entry, c, entry_cap, int(prefix[c] - prefix[s]))
+            touched |= regs
+            for r in _iter_bits(sc.reads):
+                readers.setdefault(r, []).append(c)
+            for r in _iter_bits(sc.writes):
+                last_writer[r] = c
+                readers[r] = []
+            for k in _iter_bits(sc.sets):
+                setters.setdefault(k, []).append(c)
+        # exit constraints: live-out fixed-latency results, long-latency readers, pending setters
+        lastuse: dict[int, int] = {}
+        for p in set(last_writer.values()):
+            if sems[p].wbar == control.NO_BARRIER:
+                lastuse[p] = max(lastuse.get(p, 0), sems[p].cap)
+        for rs in readers.values():
+            for q in rs:
+                if sems[q].rbar == control.NO_BARRIER:
+                    lastuse[q] = max(lastuse.get(q, 0), sems[q].cap)
+        for ps in setters.values():
+            for p in ps:
+                lastuse[p] = max(lastuse.get(p, 0), FIXED_CAP)
+        for p, cap in lastuse.items():
+            add(p, exit_, cap, int(prefix[e] - prefix[p]))
+    an.cons_p = np.array(cp, dtype=np.int64)
+    an.cons_c = np.array(cc, dtype=np.int64)
+    an.cons_req = np.array(cr, dtype=np.int64)

@@ -1,0 +1,341 @@
+"""A mutable schedule over one kernel's instructions: legal moves, apply/undo, diff, and the cubin.
+
+A move takes the instruction in slot ``t`` one slot up (``UP``) or down (``DOWN``), which is a swap of
+two adjacent instructions. Legality = the static pair rules of :meth:`Analysis.pair_conflict` plus
+the issue-distance constraints (with stall repair). The mask is computed with numpy from the current
+positions and stalls; applying a move updates O(1) slots plus one cumulative sum.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+
+from kbuild.errors import UsageError
+
+from . import control, elf
+from .deps import Analysis, analyze
+from .disasm import Instruction, disassemble
+from .isa import arch_spec
+
+if TYPE_CHECKING:
+    from .verify import Verifier
+
+UP, DOWN = 0, 1
+_DIR_NAME = {UP: "up", DOWN: "down"}
+
+
+class IllegalMove(UsageError):
+    """A move that would break a dependency; the message names the offsets and the rule."""
+
+
+@dataclass
+class Move:
+    slot: int  # slot of the moved instruction before the move
+    direction: int
+    swap: int  # the pair (swap, swap+1) that was exchanged
+    upper: int  # instruction originally in slot ``swap``
+    lower: int  # instruction originally in slot ``swap + 1``
+    repairs: list[tuple[int, int]] = field(default_factory=list)  # (instruction, previous stall)
+    cleared: list[int] = field(default_factory=list)  # instructions whose reuse flags this move cleared
+
+    @property
+    def moved(self) -> int:
+        return self.lower if self.direction == UP else self.upper
+
+
+def _load_cubin(source: bytes | str | os.PathLike[str]) -> elf.Cubin:
+    if isinstance(source, (bytes, bytearray)):
+        return elf.Cubin(bytes(source))
+    return elf.load(source)
+
+
+class Schedule:
+    """The current order of one kernel's instructions, starting from the cubin's own order."""
+
+    def __init__(self, cubin: elf.Cubin | None, analysis: Analysis) -> None:
+        self.cubin = cubin
+        self.analysis = an = analysis
+        self.kernel = an.kernel
+        self.n = n = an.n
+        self._orig_stall = np.array([s.stall for s in an.sems], dtype=np.int64)
+        self._pinned = an.pinned
+        self._wait = np.array([s.wait for s in an.sems], dtype=np.int64)
+        self._max_stall = np.array([control.max_stall(w) for w in an.words], dtype=np.int64)
+        self._lo, self._hi = control.split_words(control.words_to_bytes(an.words))
+        nb = len(an.block_start)
+        self._virt_pos = np.empty(2 * nb, dtype=np.int64)
+        self._virt_pos[0::2] = an.block_start
+        self._virt_pos[1::2] = an.block_end
+        self._block_start_of_slot = an.block_start[an.block_of]
+        self._by_p: list[list[int]] = [[] for _ in range(n + 2 * nb)]
+        self._by_c: list[list[int]] = [[] for _ in range(n + 2 * nb)]
+        for k, (p, c) in enumerate(zip(an.cons_p.tolist(), an.cons_c.tolist())):
+            self._by_p[p].append(k)
+            self._by_c[c].append(k)
+        self._real_p = an.cons_p < n
+        self._real_c = an.cons_c < n
+        self._verifier: Verifier | None = None
+        self.reset()
+
+    # --- construction --------------------------------------------------------------------------
+    @classmethod
+    def from_cubin(cls, source: bytes | str | os.PathLike[str], kernel: str | None = None,
+                   *, instructions: list[Instruction] | None = None) -> Schedule:
+        """Analyse ``kernel`` of a cubin (bytes or path). Runs nvdisasm once unless ``instructions``
+        (from :func:`kbuild.sass.disasm.disassemble`) are given."""
+        cubin = _load_cubin(source)
+        kernel = cubin.default_kernel(kernel)
+        spec = arch_spec(cubin.sm)
+        ins = instructions if instructions is not None else disassemble(cubin, kernel)
+        return cls(cubin, analyze(cubin, kernel, ins, spec))
+
+    def reset(self) -> None:
+        n = self.n
+        self.order = np.arange(n, dtype=np.int64)  # slot → instruction
+        self.pos = np.arange(n, dtype=np.int64)  # instruction → slot
+        self.stall = self._orig_stall.copy()  # per instruction
+        self.reuse_cleared = np.zeros(n, dtype=bool)
+        self.moves: list[Move] = []
+        self._refresh_prefix()
+        if not hasattr(self, "_static0"):
+            self._static0 = np.array([self.analysis.pair_conflict(s, s + 1) is None for s in range(n - 1)],
+                                     dtype=bool)
+        self._static = self._static0.copy()
+
+    def _refresh_prefix(self) -> None:
+        self._prefix = np.concatenate([[0], np.cumsum(self.stall[self.order])])
+
+    def _node_pos(self, nodes: np.ndarray) -> np.ndarray:
+        n = self.n
+        out = np.empty(len(nodes), dtype=np.int64)
+        real = nodes < n
+        out[real] = self.pos[nodes[real]]
+        out[~real] = self._virt_pos[nodes[~real] - n]
+        return out
+
+    # --- legality ------------------------------------------------------------------------------
+    def legal_moves(self) -> np.ndarray:
+        """Bool array of shape ``(n, 2)``: ``[t, UP]`` / ``[t, DOWN]`` is legal for the instruction in slot ``t``."""
+        n, an = self.n, self.analysis
+        mask = np.zeros((n, 2), dtype=bool)
+        if n < 2:
+            return mask
+        stall_slot = self.stall[self.order]
+        P = self._prefix
+        pp = self._node_pos(an.cons_p)
+        pc = self._node_pos(an.cons_c)
+        slack = P[pc] - P[pp] - an.cons_req
+        # producer moves down past the instruction after it
+        rp = self._real_p
+        nxt = np.minimum(pp + 1, n - 1)
+        deficit = stall_slot[nxt] - slack
+        r = pc - 1
+        max_slot = self._max_stall[self.order]
+        rr = np.clip(r, 0, n - 1)
+        head = np.where(r == pp + 1, max_slot[pp] - stall_slot[pp], max_slot[rr] - stall_slot[rr])
+        bad_down = rp & (deficit > 0) & ((deficit > head) | (pc == pp + 1))
+        # consumer moves up past the instruction before it
+        rc = self._real_c
+        prv = np.maximum(pc - 1, 0)
+        deficit_u = stall_slot[prv] - slack
+        r2 = pc - 2
+        bs = self._block_start_of_slot[np.clip(pc, 0, n - 1)]
+        r2c = np.clip(r2, 0, n - 1)
+        head_u = max_slot[r2c] - stall_slot[r2c]
+        bad_up = rc & (deficit_u > 0) & ((r2 < bs) | (deficit_u > head_u) | (pp == pc - 1))
+        down_bad = np.zeros(n, dtype=bool)
+        up_bad = np.zeros(n, dtype=bool)
+        down_bad[an.cons_p[bad_down]] = True
+        up_bad[an.cons_c[bad_up]] = True
+        swap_ok = self._static & ~down_bad[self.order[:-1]] & ~up_bad[self.order[1:]]
+        mask[1:, UP] = swap_ok
+        mask[:-1, DOWN] = swap_ok
+        return mask
+
+    def action_mask(self) -> np.ndarray:
+        """Flat ``(2n,)`` mask; action ``2*t + d`` moves slot ``t`` in direction ``d``."""
+        return self.legal_moves().reshape(-1)
+
+    def _check_swap(self, s: int) -> tuple[str | None, dict[int, int]]:
+        """Why the pair (s, s+1) cannot swap, or the stall repairs the swap needs."""
+        n, an = self.n, self.analysis
+        if not 0 <= s < n - 1:
+            return "block: no instruction to swap with", {}
+        a, b = int(self.order[s]), int(self.order[s + 1])
+        why = an.pair_conflict(a, b)
+        if why:
+            return why, {}
+        P = self._prefix
+        st = self.stall
+        repairs: dict[int, int] = {}  # slot (after the swap) → required stall
+
+        def node_pos(x: int) -> int:
+            return int(self.pos[x]) if x < n else int(self._virt_pos[x - n])
+
+        new_slot = {s: b, s + 1: a}
+
+        def inst_at(slot: int) -> int:
+            return new_slot.get(slot, int(self.order[slot]))
+
+        def stall_at(slot: int) -> int:
+            return int(st[inst_at(slot)])
+
+        for k in self._by_p[a]:
+            c = int(an.cons_c[k])
+            pc = node_pos(c)
+            dist = int(P[pc] - P[s]) - int(st[b])
+            deficit = int(an.cons_req[k]) - dist
+            if deficit > 0:
+                r = pc - 1
+                if pc == s + 1:
+                    return f"distance: 0x{16 * a:x} → 0x{16 * b:x}", {}
+                repairs[r] = max(repairs.get(r, stall_at(r)), stall_at(r) + deficit)
+        for k in self._by_c[b]:
+            p = int(an.cons_p[k])
+            pp = node_pos(p)
+            dist = int(P[s] - P[pp])
+            deficit = int(an.cons_req[k]) - dist
+            if deficit > 0:
+                r = s - 1
+                if pp == s or r < int(self._block_start_of_slot[s]):
+                    return (f"distance: moving 0x{16 * b:x} up leaves {dist} of the {int(an.cons_req[k])} cycles "
+                            "its producer needs, and no stall in the block can be raised"), {}
+                repairs[r] = max(repairs.get(r, stall_at(r)), stall_at(r) + deficit)
+        for r, v in repairs.items():
+            limit = int(self._max_stall[inst_at(r)])
+            if v > limit:
+                return (f"distance: keeping the issue distance would need a stall of {v} (> {limit}) at slot "
+                        f"{r} (0x{16 * r:x})"), {}
+        return None, repairs
+
+    def why_illegal(self, slot: int, direction: int) -> str | None:
+        s = slot - 1 if direction == UP else slot
+        return self._check_swap(s)[0]
+
+    def is_legal(self, slot: int, direction: int) -> bool:
+        return self.why_illegal(slot, direction) is None
+
+    # --- mutation ------------------------------------------------------------------------------
+    def apply(self, slot: int, direction: int) -> Move:
+        """Move the instruction in ``slot`` one slot ``UP`` or ``DOWN``; IllegalMove if that breaks a rule."""
+        if direction not in (UP, DOWN):
+            raise ValueError("direction must be UP (0) or DOWN (1)")
+        s = slot - 1 if direction == UP else slot
+        why, repairs = self._check_swap(s)
+        if why:
+            which = self.order[slot] if 0 <= slot < self.n else slot
+            raise IllegalMove(f"cannot move the instruction at 0x{16 * int(which):x} (slot {slot}) "
+                              f"{_DIR_NAME[direction]}: {why}")
+        a, b = int(self.order[s]), int(self.order[s + 1])
+        mv = Move(slot, direction, s, a, b)
+        self.order[s], self.order[s + 1] = b, a
+        self.pos[a], self.pos[b] = s + 1, s
+        for r, v in repairs.items():
+            x = int(self.order[r])
+            mv.repairs.append((x, int(self.stall[x])))
+            self.stall[x] = v
+        for r in (s - 1, s, s + 1):
+            if 0 <= r < self.n:
+                x = int(self.order[r])
+                if not self.reuse_cleared[x]:
+                    self.reuse_cleared[x] = True
+                    mv.cleared.append(x)
+        self._refresh_prefix()
+        self._update_static(s)
+        self.moves.append(mv)
+        return mv
+
+    def apply_action(self, action: int) -> Move:
+        return self.apply(action // 2, action % 2)
+
+    def undo(self) -> Move:
+        if not self.moves:
+            raise IndexError("no move to undo")
+        mv = self.moves.pop()
+        s, a, b = mv.swap, mv.upper, mv.lower
+        self.order[s], self.order[s + 1] = a, b
+        self.pos[a], self.pos[b] = s, s + 1
+        for x, old in reversed(mv.repairs):
+            self.stall[x] = old
+        for x in mv.cleared:
+            self.reuse_cleared[x] = False
+        self._refresh_prefix()
+        self._update_static(s)
+        return mv
+
+    def _update_static(self, s: int) -> None:
+        for t in (s - 1, s, s + 1):
+            if 0 <= t < self.n - 1:
+                self._static[t] = self.analysis.pair_conflict(int(self.order[t]), int(self.order[t + 1])) is None
+
+    # --- output --------------------------------------------------------------------------------
+    def word_arrays(self) -> tuple[np.ndarray, np.ndarray]:
+        """The current text as ``(lo, hi)`` uint64 arrays, one entry per slot."""
+        o = self.order
+        lo = self._lo[o]
+        hi = self._hi[o]
+        hi = (hi & np.uint64(~control.HI_STALL_MASK & 0xFFFFFFFFFFFFFFFF)) | (
+            self.stall[o].astype(np.uint64) << np.uint64(control.HI_STALL_SHIFT))
+        hi = np.where(self.reuse_cleared[o], hi & np.uint64(~control.HI_REUSE_MASK & 0xFFFFFFFFFFFFFFFF), hi)
+        return lo, hi
+
+    def words(self) -> list[int]:
+        lo, hi = self.word_arrays()
+        return [int(a) | int(b) << 64 for a, b in zip(lo.tolist(), hi.tolist())]
+
+    def to_cubin(self, *, verify: bool = True, disassemble_check: bool = True) -> bytes:
+        """The rewritten cubin: text words permuted in place, nv.info offsets remapped.
+
+        With ``verify`` the independent verifier checks it against the original (and, with
+        ``disassemble_check``, nvdisasm re-decodes it and the text must equal the expected permuted
+        text modulo ``.reuse``); a failure raises :class:`kbuild.sass.verify.VerificationError`."""
+        if self.cubin is None:
+            raise ValueError("this schedule was built without a cubin")
+        text = self.cubin.text(self.kernel)
+        patches = [(text.offset, control.join_words(*self.word_arrays()))]
+        for file_off, _attr in self.analysis.offset_records:
+            old = int.from_bytes(self.cubin.data[file_off:file_off + 4], "little")
+            new = 16 * int(self.pos[old // 16])
+            patches.append((file_off, new.to_bytes(4, "little")))
+        data = elf.patch(self.cubin.data, patches)
+        if verify:
+            from .verify import VerificationError
+
+            problems = self.verifier().check(data, expected_order=self.order, disassemble_check=disassemble_check)
+            if problems:
+                raise VerificationError(problems)
+        return data
+
+    def verifier(self) -> Verifier:
+        """The independent :class:`~kbuild.sass.verify.Verifier` of the original (built once)."""
+        if self._verifier is None:
+            from .verify import Verifier
+
+            assert self.cubin is not None
+            self._verifier = Verifier(self.analysis, self.cubin)
+        return self._verifier
+
+    def write(self, path: str | os.PathLike[str], *, verify: bool = True) -> bytes:
+        data = self.to_cubin(verify=verify)
+        elf.write_atomic(Path(path), data)
+        return data
+
+    def diff(self) -> str:
+        """The moves made, then each instruction whose slot changed: new offset, old offset, text."""
+        ins = self.analysis.instructions
+        lines = [f"{len(self.moves)} move(s) on {self.kernel}:"]
+        for k, mv in enumerate(self.moves, 1):
+            x = mv.moved
+            rep = "".join(f"; stall of 0x{16 * r:x} raised" for r, _ in mv.repairs)
+            lines.append(f"  {k:3d}. {_DIR_NAME[mv.direction]:4s} slot {mv.slot:5d}  {ins[x].text}{rep}")
+        changed = [t for t in range(self.n) if self.order[t] != t or self.stall[self.order[t]] != self._orig_stall[t]]
+        lines.append(f"{len(changed)} slot(s) differ from the original:")
+        for t in changed:
+            x = int(self.order[t])
+            lines.append(f"  0x{16 * t:05x} (was 0x{16 * x:05x}) S{int(self.stall[x]):02d}  {ins[x].text}")
+        return "\n".join(lines)
