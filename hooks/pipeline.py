@@ -8,13 +8,26 @@ Run in three phases so that bad input never leaves anything in the store:
    baseline; misses are compiled. A compile error stops here, still before any write.
 3. **put**: the new baseline artefacts go into the writable store tiers.
 
-Tuning on a miss arrives with the tuner (issue 6); until then every result is the baseline and
-the status line says why.
+Phase 4 tunes on a miss: for each kernel × target without a tuned entry, when ``tune`` is not
+``off``, a GPU of that architecture is here and the kernel has a ``bench`` spec, the tuner
+(:func:`kbuild.tune.api.tune`, measuring in an isolated worker) searches within the budget and
+its result is put under the tuned key right away (so an interrupted build keeps what finished).
+The result is the tuned cubin when the acceptance rule took it, else the baseline with the
+reason ("baseline kept"): either way the search is not repeated. Otherwise the baseline ships
+and the status line says why.
+
+Modes (``tune`` in the settings): ``off`` never looks for tuned entries; ``auto`` ships the
+baseline where no tuned entry exists and says why; ``require`` fails, before anything is
+compiled or written, listing every kernel × target that would ship untuned.
+
+``locked=PATH`` (``--locked``): use exactly the artefacts pinned in ``kbuild.lock``; nothing is
+compiled, and one error lists every missing or stale entry (:func:`kbuild.cache.check_lock`).
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -24,13 +37,19 @@ from kbuild import __version__
 from kbuild.compile import compile_kernel, compiler_options, load_jit_function, portable_options, source_hash
 from kbuild.compile.triton_aot import ast_source_args
 from kbuild.config import KernelSettings, Settings
-from kbuild.errors import UsageError
+from kbuild.errors import KBuildError, StoreError, UsageError
 from kbuild.gpu import has_gpu
 from kbuild.key import KernelKey, compiler_component, kernel_key, tuner_component
 from kbuild.targets import Target, parse_target
 from kbuild.toolchain import ptxas_version, triton_version
 
 log = logging.getLogger(__name__)
+
+
+class UntunedError(UsageError):
+    """``tune = "require"`` and some kernel × target would ship untuned (each one listed)."""
+
+    exit_code = 5
 
 
 @dataclass
@@ -45,7 +64,13 @@ class KernelBuild:
     artefact: Any = None  # kbuild.cache.Artefact once found or made
     hit: bool = False
     tuned: bool = False
+    """Whether the shipped artefact is the one under the tuned key (a tuning result)."""
     status: str = ""
+
+    @property
+    def improved(self) -> bool:
+        """A tuning result whose cubin differs from the baseline (the acceptance rule took it)."""
+        return self.tuned and bool(self.artefact is not None and self.artefact.meta.get("tuned"))
 
     @property
     def key(self) -> KernelKey:
@@ -68,6 +93,19 @@ class KernelBuild:
             "store_hit": self.hit,
             "status": self.status,
         }
+
+
+def strict_store_error(settings: Settings, exc: Exception) -> StoreError:
+    """A remote tier failed under ``--strict``: the error, naming the config file and the remote entry."""
+    from kbuild.cache.store import redact_url
+
+    entry = "remotes"
+    for i, remote in enumerate(settings.remotes):
+        if redact_url(remote.url) in str(exc):
+            entry = f"remotes[{i}] ({redact_url(remote.url)})"
+            break
+    return StoreError(f"{settings.config_file}: {entry}: store tier unavailable and --strict is set: {exc}\n"
+                      "  next step: bring the remote back, or build without --strict (a warning and a miss)")
 
 
 def select_targets(settings: Settings, targets: Sequence[str] | None) -> list[Target]:
@@ -108,36 +146,157 @@ def resolve(settings: Settings, kernels: Sequence[KernelSettings], targets: Sequ
     return builds
 
 
+def resolve_memoized(settings: Settings, kernels: Sequence[KernelSettings],
+                     targets: Sequence[Target]) -> list[KernelBuild] | None:
+    """Phase 1 from the memo of an earlier full resolve (:mod:`kbuild.hooks.memo`), or None.
+
+    The builds carry no imported function (``fn`` is None): fine for store lookups, not for compiling.
+    """
+    from kbuild.hooks import memo
+
+    entries = memo.load(settings, kernels, targets)
+    if entries is None:
+        return None
+    by_id = {(e["kernel"], e["target"]): e for e in entries}
+    builds = []
+    for spec in kernels:
+        for target in targets:
+            e = by_id.get((spec.name, target.name))
+            if e is None:
+                return None
+            builds.append(KernelBuild(spec=spec, target=target, baseline_key=KernelKey(e["baseline"]),
+                                      tuned_key=KernelKey(e["tuned"]) if e["tuned"] is not None else None, fn=None))
+    return builds
+
+
+def _resolve_and_remember(settings: Settings, kernels: Sequence[KernelSettings],
+                          targets: Sequence[Target]) -> list[KernelBuild]:
+    from kbuild.hooks import memo
+
+    builds = resolve(settings, kernels, targets)
+    memo.save(settings, kernels, targets, builds)
+    return builds
+
+
 def untuned_reason(settings: Settings, target: Target) -> str:
     if settings.tune == "off":
         return "untuned: tune = \"off\""
     if not has_gpu(target.cc):
         return f"untuned: no {target.name} GPU on this machine"
-    return "untuned: tuning on a store miss is not available in this kbuild version yet"
+    return "untuned: the kernel has no bench spec ([tool.kbuild.kernels] bench = \"pkg.mod:callable\")"
+
+
+def can_tune(settings: Settings, b: KernelBuild) -> bool:
+    return settings.tune != "off" and b.tuned_key is not None and bool(b.spec.bench) and has_gpu(b.target.cc)
+
+
+def _tuned_status(art: Any) -> str:
+    speedup = art.meta.get("speedup")
+    if art.meta.get("tuned"):
+        return f"tuned ×{speedup:.3f}" if isinstance(speedup, (int, float)) else "tuned"
+    reason = art.meta.get("tune_decision") or "no schedule beat the baseline"
+    return f"tuned: {reason}"
+
+
+#: ``tuner(settings, build) -> Artefact`` (the result to store under ``build.tuned_key``).
+Tuner = Callable[[Settings, KernelBuild], Any]
+
+
+def gpu_tuner(settings: Settings, b: KernelBuild) -> Any:
+    """Tune ``b``'s baseline on this machine's GPU within the settings' budget; the artefact to store."""
+    from kbuild.tune.api import tune
+    from kbuild.tune.measure.backend import KernelRef
+    from kbuild.tune.measure.client import WorkerClient
+
+    assert b.tuned_key is not None and b.spec.bench
+    base = b.artefact
+    ref = KernelRef(spec=b.spec.bench, python_path=tuple(str(settings.project_dir / p) for p in settings.python_path))
+    backend = WorkerClient()
+    started = time.time()
+    try:
+        result = tune(base.cubin, kernel=base.meta.get("symbol"), backend=backend, kernel_ref=ref,
+                      algorithms=(settings.algorithm,), evaluations=settings.budget.evaluations,
+                      seconds=settings.budget.seconds, seed=settings.seed)
+    finally:
+        backend.close()
+    return tuned_artefact(b, result.cubin, accepted=result.decision.accepted, speedup=result.decision.speedup,
+                          reason=result.decision.reason, report=result.report(), seconds=time.time() - started)
+
+
+def tuned_artefact(b: KernelBuild, cubin: bytes, *, accepted: bool, speedup: float | None, reason: str,
+                   report: dict[str, Any] | None = None, seconds: float = 0.0) -> Any:
+    """The artefact of a tuning result for ``b`` (stored under its tuned key)."""
+    from kbuild.cache import Artefact
+    from kbuild.gpu import local_gpus
+
+    assert b.tuned_key is not None
+    meta = {k: v for k, v in b.artefact.meta.items() if k not in ("key", "key_components", "created", "created_at")}
+    gpu = next((g.name for g in local_gpus() if g.cc == b.target.cc), None)
+    meta.update({"key": b.tuned_key.hex, "key_components": b.tuned_key.components, "tuned": bool(accepted),
+                 "baseline_key": b.baseline_key.hex, "baseline_cubin_sha256": b.artefact.cubin_sha256,
+                 "speedup": speedup, "tune_decision": reason, "tune_seconds": round(seconds, 3), "gpu_name": gpu,
+                 "kbuild_version": __version__})
+    if report is not None:
+        meta["tune_report"] = report
+    return Artefact.create(key=b.tuned_key.hex, cubin=cubin if accepted else b.artefact.cubin, meta=meta)
 
 
 def run_pipeline(settings: Settings, store: Any = None, *, kernels: Sequence[str] | None = None,
                  targets: Sequence[str] | None = None,
-                 on_step: Callable[[KernelBuild], None] | None = None) -> list[KernelBuild]:
+                 on_step: Callable[[KernelBuild], None] | None = None,
+                 locked: str | os.PathLike[str] | None = None, memo: bool = False,
+                 tune_on_miss: bool = False, tuner: Tuner | None = None) -> list[KernelBuild]:
     """Resolve, look up, compile and store every kernel × target. Returns the builds in order.
 
     ``store`` defaults to the settings' tiered store, opened only after every kernel resolved, so
     bad input does not even create an empty store directory.
+
+    ``memo``: take the keys from the memo of an earlier resolve when its fingerprint holds
+    (:mod:`kbuild.hooks.memo`; the build hooks use it so that all-hit builds import no Triton).
+    Should any artefact be missing from the store, the pipeline starts over with a full resolve
+    before compiling anything.
+
+    ``tune_on_miss``: this run ships what it finds (the build hooks set it; ``kbuild compile`` and
+    ``kbuild tune`` do not): run phase 4, and under ``tune = "require"`` fail before compiling
+    when some kernel × target has no tuning result and cannot get one here. ``tuner`` replaces :func:`gpu_tuner` (tests; other measurement setups).
     """
     from kbuild.cache import Artefact, open_store
 
-    builds = resolve(settings, select_kernels(settings, kernels), select_targets(settings, targets))
+    kspecs, tlist = select_kernels(settings, kernels), select_targets(settings, targets)
+    builds = resolve_memoized(settings, kspecs, tlist) if memo else None
+    from_memo = builds is not None
+    if builds is None:
+        builds = _resolve_and_remember(settings, kspecs, tlist) if memo else resolve(settings, kspecs, tlist)
     if store is None:
         store = open_store(settings)
-    new: list[Any] = []
+    if locked is not None:
+        return _from_lock(builds, store, locked, on_step, subset=bool(kernels or targets))
+    # Phase 2a: look up tuned entries first; under "require" every one must exist.
     for b in builds:
         found = store.get(b.tuned_key.hex) if b.tuned_key is not None else None
         if found is not None:
             b.artefact, b.hit, b.tuned = found, True, True
-            speedup = found.meta.get("speedup")
-            b.status = f"tuned ×{speedup:.3f}" if isinstance(speedup, (int, float)) else "tuned"
-        else:
+            b.status = _tuned_status(found)
+    if settings.tune == "require" and tune_on_miss:
+        missing = [b for b in builds if not b.tuned and not can_tune(settings, b)]
+        if missing:
+            lines = "\n".join(f"  - {b.spec.name} / {b.target.name}: {untuned_reason(settings, b.target)}"
+                              for b in missing)
+            raise UntunedError(f"{settings.config_file}: tune = \"require\": {len(missing)} kernel × target "
+                               f"would ship untuned:\n{lines}\n  next step: prewarm the store on a GPU machine of "
+                               "each target, or set tune = \"auto\"")
+    # Phase 2b: baselines for the rest, compiled on a miss. Nothing is written yet.
+    if from_memo and any(not b.tuned and not store.contains(b.baseline_key.hex) for b in builds):
+        log.debug("memo keys miss the store; resolving in full")
+        return run_pipeline(settings, store, kernels=kernels, targets=targets, on_step=on_step, locked=locked,
+                            memo=False, tune_on_miss=tune_on_miss, tuner=tuner)
+    new: list[Any] = []
+    for b in builds:
+        if not b.tuned:
             found = store.get(b.baseline_key.hex)
+            if found is None and b.fn is None:  # a memo build whose entry vanished: nothing compiles from a memo
+                return run_pipeline(settings, store, kernels=kernels, targets=targets, on_step=on_step,
+                                    locked=locked, memo=False, tune_on_miss=tune_on_miss, tuner=tuner)
             if found is not None:
                 b.artefact, b.hit = found, True
             else:
@@ -155,8 +314,61 @@ def run_pipeline(settings: Settings, store: Any = None, *, kernels: Sequence[str
                 b.artefact = Artefact.create(key=b.baseline_key.hex, cubin=ck.cubin, meta=meta)
                 new.append(b.artefact)
             b.status = untuned_reason(settings, b.target)
-        if on_step is not None:
+        if on_step is not None and not (not b.tuned and tune_on_miss and can_tune(settings, b)):
             on_step(b)
     for art in new:  # phase 3: only after everything compiled
         store.put(art)
+    # Phase 4: tune on a miss where possible; each result is stored as soon as it exists.
+    for b in builds:
+        if b.tuned or not tune_on_miss or not can_tune(settings, b):
+            continue
+        try:
+            art = (tuner or gpu_tuner)(settings, b)
+        except KBuildError as exc:  # the baseline ships; nothing is stored, so the next build tries again
+            if settings.tune == "require":
+                raise
+            log.warning("tuning %s for %s failed; shipping the baseline: %s", b.spec.name, b.target.name, exc)
+            b.status = f"untuned: tuning failed: {exc}"
+            if on_step is not None:
+                on_step(b)
+            continue
+        store.put(art)
+        b.artefact, b.tuned, b.hit = art, True, False
+        b.status = _tuned_status(art)
+        if on_step is not None:
+            on_step(b)
+    return builds
+
+
+def _from_lock(builds: list[KernelBuild], store: Any, lock: str | os.PathLike[str],
+               on_step: Callable[[KernelBuild], None] | None, *, subset: bool) -> list[KernelBuild]:
+    """``--locked``: every build gets exactly its pinned artefact, or one error lists every problem."""
+    from kbuild.cache import check_lock, read_lock
+
+    pins = read_lock(lock)
+    if subset:  # building some kernels/targets only: pins of the others are not stale
+        wanted = {(b.spec.name, b.target.name) for b in builds}
+        pins = [p for p in pins if (p.kernel, p.target) in wanted]
+    pinned = {(p.kernel, p.target): p.key for p in pins}
+    expected = []
+    for b in builds:
+        pin = pinned.get((b.spec.name, b.target.name))
+        use_tuned = b.tuned_key is not None and pin == b.tuned_key.hex
+        expected.append((b.spec.name, b.target.name, b.tuned_key.hex if use_tuned and b.tuned_key else b.baseline_key.hex))
+    try:
+        found = check_lock(expected, store, lock=pins)
+    except UsageError as exc:  # LockMismatchError names "kbuild.lock" when given entries; name the real file
+        problems = getattr(exc, "problems", None)
+        if problems is None:
+            raise
+        from kbuild.cache import LockMismatchError
+
+        raise LockMismatchError(str(lock), problems) from None
+    for b in builds:
+        art = found[(b.spec.name, b.target.name)]
+        b.artefact, b.hit = art, True
+        b.tuned = b.tuned_key is not None and art.key == b.tuned_key.hex
+        b.status = f"locked: {_tuned_status(art)}" if b.tuned else "locked: baseline"
+        if on_step is not None:
+            on_step(b)
     return builds

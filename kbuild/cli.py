@@ -2,7 +2,8 @@
 
 Verbs and their modules: ``compile`` → :mod:`kbuild.commands.compile`; ``explain`` →
 :mod:`kbuild.commands.explain`; ``emit``, ``inspect``, ``verify-wheel``, ``lock`` →
-:mod:`kbuild.commands.emit` etc. (build hooks);
+:mod:`kbuild.commands.emit` etc. (build hooks); ``package-data`` →
+:mod:`kbuild.commands.package_data` (Triton-JIT packages, :mod:`kbuild.runtime`);
 ``cache`` → :mod:`kbuild.cache.cli`; ``sass`` → :mod:`kbuild.sass.cli`; ``bench`` →
 :mod:`kbuild.bench.cli`. Each module exposes ``add_parser(subparsers)`` and sets
 ``func=handler`` where ``handler(args) -> int``.
@@ -33,6 +34,7 @@ COMMAND_MODULES = [
     "kbuild.commands.inspect",
     "kbuild.commands.verify_wheel",
     "kbuild.commands.lock",
+    "kbuild.commands.package_data",
     "kbuild.cache.cli",
     "kbuild.sass.cli",
     "kbuild.bench.cli",

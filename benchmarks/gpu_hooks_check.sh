@@ -1,0 +1,97 @@
+#!/usr/bin/env bash
+# The build hooks on a GPU machine (issue 7): build examples/cmake-extension into a wheel with the
+# backend hook, install it, run its three kernels through the C extension and check them against
+# torch (and Triton's JIT launch of the same functions), from several threads; then check the
+# clear error for a GPU the wheel has no cubin for (an sm_80-only build on an sm_90 GPU), a matmul
+# variant that needs > 48 KB of dynamic shared memory, and that a rebuild is byte-identical.
+#
+# Needs: python3 with torch, triton 3.6, scikit-build-core, cmake, gcc; no network. Wheels the
+# image lacks (diskcache) come from .whl/ (../shared/tools/device-wheels), carried along:
+#   device run (carry [".whl"]):  bash benchmarks/gpu_hooks_check.sh
+# Results: $OUT/gpu_hooks_check.json, $OUT/gpu_hooks_check_*.json, $OUT/manifest.json, $OUT/gpu_hooks_check.log
+# TUNE=1 adds stage 5: build with tune = auto and a small budget (TUNE_EVALS=40, TUNE_SECONDS=120 per
+# kernel), then run the tuned wheel beside the baseline wheel: bit-identical outputs, measured vs
+# claimed speedup ($OUT/gpu_hooks_check_tuned.json, $OUT/manifest_tuned.json).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+OUT=${OUT:-/tmp/kbuild-gpu-out}; mkdir -p "$OUT"
+exec > >(tee "$OUT/gpu_hooks_check.log") 2>&1
+WORK=$(mktemp -d /tmp/kbuild-gpu.XXXXXX)
+PY=${PYTHON:-python3}
+pipq() { "$PY" -m pip -q --disable-pip-version-check "$@"; }
+
+nvidia-smi --query-gpu=name,driver_version --format=csv,noheader || true
+"$PY" -c "import sys, torch, triton; print('python', sys.version.split()[0], 'torch', torch.__version__, 'triton', triton.__version__)"
+
+# kbuild itself, offline, plus the pure-Python wheels the image lacks.
+if compgen -G ".whl/*.whl" >/dev/null; then pipq install --no-index --no-deps --target "$WORK/site" .whl/*.whl; fi
+pipq install --no-deps --no-build-isolation --no-index --target "$WORK/site" .
+export PYTHONPATH="$WORK/site${PYTHONPATH:+:$PYTHONPATH}"
+# Stages 1-4 check the launchers, not the tuner: tune = off (stage 5, TUNE=1, tunes).
+export KBUILD_STORE="$WORK/store" SOURCE_DATE_EPOCH=1700000000 KBUILD_TUNE=off
+
+build() {  # build <project dir> <dist dir> [pip args...]
+  local project=$1 dist=$2; shift 2
+  local t0 log="$dist.log"
+  t0=$(date +%s%N)
+  if ! "$PY" -m pip wheel --disable-pip-version-check --no-deps --no-build-isolation --no-index -v -w "$dist" \
+      "$project" "$@" > "$log" 2>&1; then
+    tail -60 "$log"; echo "BUILD FAILED: $project"; exit 1
+  fi
+  grep -E "^ *kbuild" "$log" || true
+  echo "built $(ls "$dist"/*.whl) in $(( ($(date +%s%N) - t0) / 1000000 )) ms"
+}
+
+STAGES=${STAGES:-"1 2 3 4$([ "${TUNE:-0}" = 1 ] && echo " 5")"}  # e.g. STAGES="1 5"
+on() { case " $STAGES " in *" $1 "*) return 0;; *) return 1;; esac; }
+status=0
+
+echo "== 1. the example wheel (sm_80 + sm_90), installed and run"
+cp -r examples/cmake-extension "$WORK/project"
+build "$WORK/project" "$WORK/dist"
+# (kbuild commands run from $WORK: in the checkout, `python -m kbuild` would import the source tree)
+(cd "$WORK" && "$PY" -m kbuild inspect "$WORK"/dist/*.whl --json > "$OUT/manifest.json" \
+   && "$PY" -m kbuild inspect "$WORK"/dist/*.whl)
+pipq install --no-deps --no-index --target "$WORK/demo" "$WORK"/dist/*.whl
+(cd "$WORK" && PYTHONPATH="$WORK/demo:$PYTHONPATH" "$PY" "$ROOT/benchmarks/gpu_hooks_check.py" \
+   --out "$OUT/gpu_hooks_check.json") || status=1
+
+if on 2; then
+echo "== 2. a rebuild from another directory is byte-identical (kbuild verify-wheel)"
+cp -r examples/cmake-extension "$WORK/elsewhere"
+(cd "$WORK" && "$PY" -m kbuild verify-wheel "$WORK"/dist/*.whl --project "$WORK/elsewhere") || status=1
+fi
+
+if on 3; then
+echo "== 3. an sm_80-only wheel on this GPU: a clear error, no crash"
+build "$WORK/project" "$WORK/dist80" -C kbuild.targets=sm_80
+pipq install --no-deps --no-index --target "$WORK/demo80" "$WORK"/dist80/*.whl
+(cd "$WORK" && PYTHONPATH="$WORK/demo80:$PYTHONPATH" "$PY" "$ROOT/benchmarks/gpu_hooks_check.py" \
+   --expect-no-cubin --out "$OUT/gpu_hooks_check_no_cubin.json") || status=1
+fi
+
+if on 4; then
+echo "== 4. a matmul that needs 64 KB of dynamic shared memory (opt-in above 48 KB)"
+cp -r examples/cmake-extension "$WORK/bigsmem"
+sed -i 's/BLOCK_K = 64, GROUP_M = 8/BLOCK_K = 128, GROUP_M = 8/; 0,/num_stages = 3/s//num_stages = 4/' \
+  "$WORK/bigsmem/pyproject.toml"
+build "$WORK/bigsmem" "$WORK/distbig"
+pipq install --no-deps --no-index --target "$WORK/demobig" "$WORK"/distbig/*.whl
+(cd "$WORK" && PYTHONPATH="$WORK/demobig:$PYTHONPATH" "$PY" "$ROOT/benchmarks/gpu_hooks_check.py" --no-timing \
+   --pyproject "$WORK/bigsmem/pyproject.toml" --out "$OUT/gpu_hooks_check_bigsmem.json") || status=1
+fi
+
+if on 5; then
+  echo "== 5. tune = auto with a small budget: the tuned wheel against the baseline wheel, side by side"
+  KBUILD_TUNE=auto KBUILD_BUDGET_EVALUATIONS=${TUNE_EVALS:-40} KBUILD_BUDGET_SECONDS=${TUNE_SECONDS:-120} \
+    build "$WORK/project" "$WORK/disttuned"
+  (cd "$WORK" && "$PY" -m kbuild inspect "$WORK"/disttuned/*.whl --json > "$OUT/manifest_tuned.json" \
+     && "$PY" -m kbuild inspect "$WORK"/disttuned/*.whl)
+  pipq install --no-deps --no-index --target "$WORK/demotuned" "$WORK"/disttuned/*.whl
+  (cd "$WORK" && "$PY" "$ROOT/benchmarks/gpu_hooks_check.py" --compare "$WORK/demo" "$WORK/demotuned" \
+     "$OUT/manifest_tuned.json" --out "$OUT/gpu_hooks_check_tuned.json") || status=1
+fi
+
+echo "== result: $([ $status = 0 ] && echo PASS || echo FAIL)"
+exit $status

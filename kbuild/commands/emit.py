@@ -1,0 +1,129 @@
+"""``kbuild emit``: run the pipeline and write C launchers that embed each target's cubin.
+
+This is the build step behind CMake's ``kbuild_add_kernels`` and the setuptools plugin::
+
+    python -m kbuild emit --config pyproject.toml --out-dir build/kbuild [--prefix kbuild_]
+
+writes ``<basename>.h``, ``<basename>.c`` and ``kbuild.json`` (the wheel manifest) into
+``--out-dir``. ``--from-manifest M`` skips the pipeline and emits exactly the artefacts named in
+the manifest ``M`` (the backend hook ran the pipeline already). ``--list-sources`` prints the
+files the result depends on, one per line, without importing anything (CMake's DEPENDS).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from kbuild.commands.common import add_config_args, settings_from_args, target_list
+from kbuild.config import Settings, env_flag
+from kbuild.emit import cuda_include_dir, kernel_sources
+from kbuild.errors import UsageError
+
+#: Output file of the manifest, next to the C sources.
+MANIFEST_FILE = "kbuild.json"
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("emit", help="write C launchers embedding the kernels' cubins (used by the build hooks)",
+                       description=__doc__.splitlines()[0] if __doc__ else None)
+    _add_arguments(p)
+
+
+def _add_arguments(p: argparse.ArgumentParser) -> None:
+    add_config_args(p)
+    p.add_argument("--out-dir", metavar="DIR", help="where to write the sources and kbuild.json")
+    p.add_argument("--prefix", default="kbuild_", help="prefix of the generated C functions (default: kbuild_)")
+    p.add_argument("--basename", default="kbuild_kernels", help="stem of the generated files (default: kbuild_kernels)")
+    p.add_argument("--locked", action="store_true", default=None,
+                   help="use exactly the artefacts pinned in kbuild.lock (also KBUILD_LOCKED=1)")
+    p.add_argument("--lock-file", metavar="PATH", help="lock file (default: kbuild.lock next to pyproject.toml)")
+    p.add_argument("--strict", action="store_true", default=None,
+                   help="fail when a remote store tier is unavailable (also KBUILD_STRICT=1)")
+    p.add_argument("--from-manifest", metavar="KBUILD_JSON", help="emit the artefacts this manifest names")
+    p.add_argument("--list-sources", action="store_true", help="print the files the kernels depend on and exit")
+    p.add_argument("--print-include-dir", action="store_true",
+                   help="print the directory of Triton's cuda.h (first, with --list-sources) and exit")
+    p.set_defaults(func=run)
+
+
+def lock_path(settings: Settings, args: argparse.Namespace) -> Path | None:
+    locked = args.locked if args.locked is not None else env_flag("KBUILD_LOCKED")
+    if args.lock_file:
+        return Path(args.lock_file)
+    return settings.project_dir / "kbuild.lock" if locked else None
+
+
+def run_builds(settings: Settings, args: argparse.Namespace) -> tuple[list[Any], dict[str, Any]]:
+    """The pipeline (or the manifest's artefacts), as (emit kernels, manifest)."""
+    from kbuild.cache import TierUnavailableError, open_store
+    from kbuild.emit import kernels_from_builds
+    from kbuild.hooks.manifest import build_manifest, manifest_kernels, read_manifest
+    from kbuild.hooks.pipeline import run_pipeline, strict_store_error
+
+    strict = args.strict if args.strict is not None else env_flag("KBUILD_STRICT")
+    try:
+        with open_store(settings, strict=strict) as store:
+            if args.from_manifest and lock_path(settings, args) is None:
+                manifest = read_manifest(args.from_manifest)
+                return manifest_kernels(manifest, store, where=args.from_manifest), manifest
+            builds = run_pipeline(settings, store, targets=target_list(args), locked=lock_path(settings, args),
+                                  memo=True, tune_on_miss=True)
+    except TierUnavailableError as exc:
+        raise strict_store_error(settings, exc) from None
+    for b in builds:
+        if not b.improved:
+            print(f"kbuild: {b.spec.name} {b.target.name}: {b.status}", file=sys.stderr)
+    return kernels_from_builds(builds), build_manifest(builds, tune=settings.tune)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.print_include_dir and not args.list_sources:
+        print(cuda_include_dir())
+        return 0
+    settings = settings_from_args(args)
+    if args.list_sources:
+        if not settings.kernels:
+            raise UsageError(f"{settings.config_file}: [tool.kbuild.kernels]: no kernels declared")
+        lines = ([cuda_include_dir()] if args.print_include_dir else []) + kernel_sources(settings)
+        sys.stdout.write("".join(f"{p}\n" for p in lines))
+        return 0
+    if not args.out_dir:
+        raise UsageError("emit: --out-dir is required")
+    from kbuild.emit import render_sources, write_files
+    from kbuild.hooks.manifest import manifest_bytes
+
+    kernels, manifest = run_builds(settings, args)
+    files = render_sources(kernels, prefix=args.prefix, basename=args.basename,
+                           config_name=Path(settings.config_file).name)
+    files[MANIFEST_FILE] = manifest_bytes(manifest)
+    written = write_files(args.out_dir, files)
+    if args.json:
+        from kbuild.console import emit_json
+
+        emit_json({"files": [str(p) for p in written], "manifest": manifest})
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m kbuild.commands.emit``: the same verb without loading every other command (what
+    CMake runs, to keep all-hit builds cheap)."""
+    import logging
+
+    from kbuild.errors import KBuildError
+
+    p = argparse.ArgumentParser(prog="kbuild emit", description=__doc__.splitlines()[0] if __doc__ else None)
+    _add_arguments(p)
+    args = p.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
+    try:
+        return run(args)
+    except KBuildError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+
+
+if __name__ == "__main__":
+    sys.exit(main())
