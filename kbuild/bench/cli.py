@@ -1,0 +1,116 @@
+"""``kbuild bench``: run the kernel suite on this machine's GPU and record the numbers.
+
+Per kernel it prints the autotuned baseline's time, TFLOP/s or GB/s, the percentage of the
+machine's ceilings measured in the same run, and the A/A spread; it writes ``bench.json`` (raw
+samples, GPU, driver, clocks, versions, command line), ``bench.png`` and ``bench.md`` under
+``--out``. Without a GPU it exits 2 with "no sm_90 GPU here; measurement needs one".
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from kbuild.bench.kernels import SUITE
+from kbuild.errors import UsageError
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    p = subparsers.add_parser("bench", help="benchmark the kernel suite on this GPU",
+                              description=__doc__.split("\n\n")[0] if __doc__ else None)
+    configure(p)
+    p.set_defaults(func=handler)
+    return p
+
+
+def configure(p: argparse.ArgumentParser) -> None:
+    p.add_argument("kernels", nargs="*", metavar="KERNEL", help="suite kernels to run (default: all; see --list)")
+    p.add_argument("--list", action="store_true", help="list the suite's kernels and exit (no GPU needed)")
+    p.add_argument("--spec", action="append", default=[], metavar="MODULE:CALLABLE",
+                   help="also benchmark a project's bench spec (repeatable)")
+    p.add_argument("--out", type=Path, default=Path("kbuild-bench"), help="directory for bench.json/png/md")
+    p.add_argument("--json", action="store_true", help="print the JSON record on stdout")
+    p.add_argument("--small", action="store_true", help="reduced problem sizes (smoke test, not for numbers)")
+    p.add_argument("--rounds", type=int, default=6, help="A/A rounds per kernel (default 6)")
+    p.add_argument("--reps", type=int, default=10, help="launches per variant per round (default 10)")
+    p.add_argument("--autotune-reps", type=int, default=10,
+                   help="launches per configuration while picking the baseline (default 10)")
+    p.add_argument("--no-chart", action="store_true", help="skip the PNG chart")
+
+
+def handler(args: argparse.Namespace) -> int:
+    from kbuild import console
+
+    if args.list:
+        rows = [[name, ref] for name, ref in SUITE.items()]
+        if args.json:
+            console.emit_json({"kernels": SUITE})
+        else:
+            console.print_table("kbuild bench suite", ["kernel", "spec"], rows)
+        return 0
+    unknown = [k for k in args.kernels if k not in SUITE]
+    if unknown:
+        import difflib
+
+        hints = {k: difflib.get_close_matches(k, list(SUITE), n=1) for k in unknown}
+        msg = ", ".join(f"{k!r}" + (f" (did you mean {h[0]!r}?)" if h else "") for k, h in hints.items())
+        raise UsageError(f"unknown suite kernel {msg}; `kbuild bench --list` shows them")
+    if args.rounds < 2 or args.reps < 1 or args.autotune_reps < 1:
+        raise UsageError("--rounds must be at least 2, --reps and --autotune-reps at least 1")
+    names = list(args.kernels) or ([] if args.spec else list(SUITE))
+
+    from kbuild.tune.measure import gpu
+
+    gpu.require_gpu((90, 80))  # a clear exit 2 before anything else when there is no GPU
+
+    from kbuild.bench import report as rep
+    from kbuild.bench.runner import BenchOptions, run_suite
+
+    opts = BenchOptions(small=args.small, rounds=args.rounds, reps=args.reps, autotune_reps=args.autotune_reps)
+    total = len(names) + len(args.spec) + 1
+    started = time.time()
+    out: Path = args.out
+
+    def partial(report: dict[str, Any]) -> None:  # a record survives a run cut short
+        rep.write_json({**report, "partial": True, "command": sys.argv}, out / "bench.partial.json")
+
+    with console.progress("bench", total) as advance:
+        result = run_suite(names, opts, extra_specs=args.spec, python_path=[os.getcwd()], advance=advance,
+                           on_result=partial)
+    result["command"] = sys.argv
+    result["started_unix"] = started
+    rep.write_json(result, out / "bench.json")
+    (out / "bench.partial.json").unlink(missing_ok=True)
+    rep.write_atomic(out / "bench.md", (rep.ceiling_line(result) + "\n\n" + rep.markdown_table(result)).encode())
+    chart = False if args.no_chart else rep.write_chart(result, out / "bench.png")
+    if args.json:
+        console.emit_json(result)
+    console.info(rep.ceiling_line(result))
+    console.print_table(f"kbuild bench ({result['elapsed_s']} s)", rep.COLUMNS, rep.rows(result))
+    console.info(f"wrote {out / 'bench.json'}" + (f", {out / 'bench.png'}" if chart else "") + f", {out / 'bench.md'}")
+    return 1 if any("error" in k for k in result["kernels"]) else 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m kbuild.bench``: the same as ``kbuild bench`` without the rest of the CLI."""
+    import logging
+    import traceback
+
+    from kbuild.errors import KBuildError
+
+    parser = argparse.ArgumentParser(prog="python -m kbuild.bench")
+    parser.add_argument("--debug", action="store_true")
+    configure(parser)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.debug else logging.WARNING, format="%(name)s: %(message)s")
+    try:
+        return handler(args)
+    except KBuildError as exc:
+        if args.debug:
+            traceback.print_exc()
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code

@@ -1,0 +1,70 @@
+"""LayerNorm forward: one program per row; writes y (fp16) and the row's mean and 1/std (fp32)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import triton
+import triton.language as tl
+
+from kbuild.bench.spec import BenchSpec, Config, Constexpr
+
+EPS = 1e-5
+
+
+@triton.jit
+def layernorm_fwd(x_ptr, w_ptr, b_ptr, y_ptr, mean_ptr, rstd_ptr, n_cols,
+                  BLOCK_N: tl.constexpr, EPS: tl.constexpr):
+    row = tl.program_id(0).to(tl.int64)
+    cols = tl.arange(0, BLOCK_N)
+    mask = cols < n_cols
+    x = tl.load(x_ptr + row * n_cols + cols, mask=mask, other=0.0).to(tl.float32)
+    mean = tl.sum(x, axis=0) / n_cols
+    xc = tl.where(mask, x - mean, 0.0)
+    var = tl.sum(xc * xc, axis=0) / n_cols
+    rstd = 1.0 / tl.sqrt(var + EPS)
+    w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    b = tl.load(b_ptr + cols, mask=mask, other=0.0).to(tl.float32)
+    y = xc * rstd * w + b
+    tl.store(y_ptr + row * n_cols + cols, y.to(tl.float16), mask=mask)
+    tl.store(mean_ptr + row, mean)
+    tl.store(rstd_ptr + row, rstd)
+
+
+def layernorm(small: bool = False) -> BenchSpec:
+    """LayerNorm over rows of a 32768×4096 fp16 matrix (16×512 when ``small``)."""
+    m, n = (16, 512) if small else (32768, 4096)
+
+    def make_inputs(seed: int, device: Any) -> dict[str, Any]:
+        import torch
+
+        g = torch.Generator().manual_seed(seed)
+        x = (torch.randn((m, n), generator=g) * 3.0 + 0.5).to(device=device, dtype=torch.float16)
+        w = (torch.rand((n,), generator=g) + 0.5).to(device=device, dtype=torch.float16)
+        b = torch.randn((n,), generator=g).to(device=device, dtype=torch.float16)
+        return {"x_ptr": x, "w_ptr": w, "b_ptr": b, "y_ptr": torch.empty_like(x),
+                "mean_ptr": torch.empty((m,), dtype=torch.float32, device=device),
+                "rstd_ptr": torch.empty((m,), dtype=torch.float32, device=device), "n_cols": n}
+
+    def grid(c: Mapping[str, Constexpr]) -> tuple[int, int, int]:
+        return (m, 1, 1)
+
+    def reference(x: dict[str, Any]) -> dict[str, Any]:
+        import torch
+
+        xf = x["x_ptr"].float()
+        mean = xf.mean(dim=-1)
+        var = xf.var(dim=-1, unbiased=False)
+        y = torch.nn.functional.layer_norm(xf, (n,), x["w_ptr"].float(), x["b_ptr"].float(), EPS)
+        return {"y_ptr": y, "mean_ptr": mean, "rstd_ptr": torch.rsqrt(var + EPS)}
+
+    return BenchSpec(
+        name="layernorm", fn=layernorm_fwd,
+        signature={"x_ptr": "*fp16:16", "w_ptr": "*fp16:16", "b_ptr": "*fp16:16", "y_ptr": "*fp16:16",
+                   "mean_ptr": "*fp32:16", "rstd_ptr": "*fp32:16", "n_cols": "i32:16"},
+        constexprs={"BLOCK_N": triton.next_power_of_2(n), "EPS": EPS},
+        configs=[Config({}, num_warps=w, num_stages=1) for w in (8, 4, 16)],
+        make_inputs=make_inputs, grid=grid, outputs={"y_ptr": None, "mean_ptr": None, "rstd_ptr": None},
+        flops=8.0 * m * n, bytes_moved=2.0 * (2 * m * n + 2 * n) + 8.0 * m, reference=reference,
+        description=f"LayerNorm forward, {m}x{n} fp16")

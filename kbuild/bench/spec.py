@@ -1,0 +1,310 @@
+"""The bench spec: everything needed to compile, feed, launch and judge one kernel.
+
+This is the interface that ``[tool.kbuild.kernels].bench = "package.module:callable"`` points to in
+user projects, and the one every kernel of the shipped suite (:mod:`kbuild.bench.kernels`)
+implements. The callable returns a :class:`BenchSpec`; it may take a keyword ``small: bool`` that
+asks for a reduced problem size (CPU tests, quick runs).
+
+A spec says:
+
+* the ``@triton.jit`` function, the Triton AOT ``signature`` of its runtime parameters, the fixed
+  ``constexprs``, and a small fixed configuration space (:class:`Config`: block-size constexprs,
+  ``num_warps``, ``num_stages``), so that it can be compiled ahead of time on a CPU for sm_80/sm_90;
+* a seeded input generator (``make_inputs(seed, device)``: one value per runtime parameter, torch
+  tensors on ``device``; never all zeros);
+* the launch grid, as a function of the configuration's constexprs;
+* which parameters are outputs, each bit-exact unless it declares a :class:`Tolerance`;
+* FLOPs and bytes moved, for the roofline;
+* optionally a torch ``reference`` (used to check the baseline and the output shapes).
+
+Importing this module imports neither torch nor triton; :func:`compile_spec` imports triton.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import inspect
+import logging
+import re
+import sys
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from kbuild.errors import CompileError, MissingDependencyError, UsageError
+
+log = logging.getLogger(__name__)
+
+#: Scalars allowed as constexpr values (the same as :data:`kbuild.config.Constexpr`).
+Constexpr = bool | int | float | str
+
+_SIG = re.compile(r"^(\*?)(i1|i8|i16|i32|i64|u8|u16|u32|u64|fp16|bf16|fp32|fp64)(?::(1|16))?$")
+
+#: torch dtype names for the pointer element types of a signature.
+TORCH_DTYPES = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32", "fp64": "float64", "i8": "int8",
+                "i16": "int16", "i32": "int32", "i64": "int64", "u8": "uint8", "i1": "bool"}
+
+
+class BenchSpecError(UsageError):
+    """A bench spec that cannot be imported, is inconsistent, or produces bad inputs. Exit status 2."""
+
+    def __init__(self, spec: str, message: str) -> None:
+        self.spec = spec
+        self.detail = message
+        super().__init__(f"bench spec {spec}: {message}")
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """Allowed difference between the baseline's and a candidate's output (default: bit-exact).
+
+    Only for kernels whose result legitimately depends on scheduling, e.g. atomics."""
+
+    atol: float = 0.0
+    rtol: float = 0.0
+
+
+@dataclass(frozen=True)
+class Config:
+    """One point of a spec's configuration space."""
+
+    constexprs: Mapping[str, Constexpr] = field(default_factory=dict)
+    num_warps: int = 4
+    num_stages: int = 3
+
+    def label(self) -> str:
+        parts = [f"{k}={v}" for k, v in self.constexprs.items()]
+        return ",".join([*parts, f"w{self.num_warps}", f"s{self.num_stages}"])
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"constexprs": dict(self.constexprs), "num_warps": self.num_warps, "num_stages": self.num_stages}
+
+
+Grid = tuple[int, int, int]
+
+
+@dataclass(frozen=True)
+class BenchSpec:
+    """How to compile, feed, launch and judge one kernel (see the module docstring)."""
+
+    name: str
+    fn: Any
+    """The ``@triton.jit`` function."""
+    signature: Mapping[str, str]
+    """AOT type of every runtime (non-constexpr) parameter: ``"*fp16:16"``, ``"i32:16"``, ``"fp32"``."""
+    constexprs: Mapping[str, Constexpr]
+    """Constexpr parameters that are the same in every configuration."""
+    configs: Sequence[Config]
+    """The configuration space; the first entry is the default."""
+    make_inputs: Callable[[int, Any], dict[str, Any]]
+    """``(seed, device) -> {param: tensor or scalar}`` for every runtime parameter, outputs included."""
+    grid: Callable[[Mapping[str, Constexpr]], Grid]
+    """Launch grid from the constexprs of a configuration (fixed ones included)."""
+    outputs: Mapping[str, Tolerance | None]
+    """Output parameters; ``None`` means bit-exact."""
+    flops: float
+    bytes_moved: float
+    archs: tuple[int, ...] = (80, 90)
+    """Compute capabilities (major*10+minor) the kernel supports."""
+    reference: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+    """Optional torch reference: inputs -> {output: expected tensor}, in any precision."""
+    reference_tol: float = 2e-2
+    """Largest accepted ‖out − ref‖ / ‖ref‖ of the baseline against ``reference``."""
+    needs_allocator: bool = False
+    """Whether the kernel needs ``triton.set_allocator`` (device-side TMA descriptors)."""
+    description: str = ""
+    ref: str = ""
+    """Where the spec came from (``package.module:callable``); filled in by :func:`load_spec`."""
+
+    # -- derived -----------------------------------------------------------------------------------
+    def all_constexprs(self, config: Config) -> dict[str, Constexpr]:
+        return {**self.constexprs, **config.constexprs}
+
+    def arg_names(self) -> list[str]:
+        return list(self.fn.arg_names)
+
+    def launch_args(self, inputs: Mapping[str, Any], config: Config) -> list[Any]:
+        """Positional launch arguments of a ``CompiledKernel``: runtime values and constexprs in parameter order."""
+        consts = self.all_constexprs(config)
+        return [consts[n] if n in consts else inputs[n] for n in self.arg_names()]
+
+    def intensity(self) -> float:
+        return self.flops / self.bytes_moved if self.bytes_moved else float("inf")
+
+    def label(self) -> str:
+        return self.ref or self.name
+
+
+# ----------------------------------------------------------------------------------------------
+# Loading and validation
+
+
+def load_spec(ref: str, *, small: bool = False, python_path: Sequence[str] = ()) -> BenchSpec:
+    """Import ``"package.module:callable"`` and return its validated :class:`BenchSpec`.
+
+    ``callable`` may be a :class:`BenchSpec` itself or a function returning one (taking ``small``
+    when it accepts that keyword). Any failure is a :class:`BenchSpecError` naming ``ref``."""
+    module_name, sep, attr = ref.partition(":")
+    if not sep or not module_name or not attr:
+        raise BenchSpecError(ref, "expected 'package.module:callable'")
+    with _on_path(python_path):
+        try:
+            module = importlib.import_module(module_name)
+        except Exception as exc:
+            raise BenchSpecError(ref, f"fails to import: {type(exc).__name__}: {exc}") from None
+    obj = getattr(module, attr, None)
+    if obj is None:
+        raise BenchSpecError(ref, f"module {module_name!r} has no attribute {attr!r}")
+    if not isinstance(obj, BenchSpec):
+        if not callable(obj):
+            raise BenchSpecError(ref, f"{attr!r} is neither a BenchSpec nor a callable returning one")
+        try:
+            takes_small = "small" in inspect.signature(obj).parameters
+        except (TypeError, ValueError):
+            takes_small = False
+        try:
+            obj = obj(small=small) if takes_small else obj()
+        except BenchSpecError:
+            raise
+        except Exception as exc:
+            raise BenchSpecError(ref, f"calling {attr}() raised {type(exc).__name__}: {exc}") from None
+        if not isinstance(obj, BenchSpec):
+            raise BenchSpecError(ref, f"{attr}() returned {type(obj).__name__}, not a BenchSpec")
+    spec = dataclasses.replace(obj, ref=ref)
+    validate_spec(spec)
+    return spec
+
+
+@contextmanager
+def _on_path(paths: Sequence[str]) -> Iterator[None]:
+    added = [p for p in paths if p not in sys.path]
+    sys.path[:0] = added
+    try:
+        yield
+    finally:
+        for p in added:
+            if p in sys.path:
+                sys.path.remove(p)
+
+
+def validate_spec(spec: BenchSpec) -> None:
+    """Static consistency: parameters covered exactly once, types known, outputs named, configs sane."""
+    where = spec.label()
+
+    def fail(msg: str) -> BenchSpecError:
+        return BenchSpecError(where, msg)
+
+    names = getattr(spec.fn, "arg_names", None)
+    if names is None:
+        raise fail(f"fn is {type(spec.fn).__name__}, not a @triton.jit function")
+    if not spec.configs:
+        raise fail("the configuration space is empty; give at least one Config")
+    for name, ty in spec.signature.items():
+        if not _SIG.match(ty):
+            raise fail(f"signature[{name!r}] = {ty!r} is not a Triton AOT type such as '*fp16:16' or 'i32'")
+    if not spec.outputs:
+        raise fail("names no outputs; set outputs={'param': None} for each output pointer")
+    for out in spec.outputs:
+        if not spec.signature.get(out, "").startswith("*"):
+            raise fail(f"output {out!r} is not a pointer parameter of the signature")
+    for i, cfg in enumerate(spec.configs):
+        covered = [*spec.signature, *spec.constexprs, *cfg.constexprs]
+        dup = {n for n in covered if covered.count(n) > 1}
+        if dup:
+            raise fail(f"configs[{i}]: parameters given more than once: {sorted(dup)}")
+        missing = [n for n in names if n not in covered]
+        extra = [n for n in covered if n not in names]
+        if missing or extra:
+            raise fail(f"configs[{i}]: parameters of {spec.fn.__name__} not covered {missing}, unknown {extra}")
+        if cfg.num_warps not in (1, 2, 4, 8, 16, 32) or cfg.num_stages < 1:
+            raise fail(f"configs[{i}]: num_warps must be a power of two ≤ 32 and num_stages ≥ 1")
+    if spec.flops < 0 or spec.bytes_moved <= 0:
+        raise fail("flops must be ≥ 0 and bytes_moved > 0")
+    if not spec.archs:
+        raise fail("archs is empty")
+
+
+def validate_inputs(spec: BenchSpec, inputs: Mapping[str, Any], *, check_reference: bool = True) -> None:
+    """Check what ``make_inputs`` produced: every runtime parameter present, dtypes match the signature,
+    outputs contiguous tensors with the reference's shapes, divisibility hints hold, nothing all zeros."""
+    import torch
+
+    where = spec.label()
+    missing = [n for n in spec.signature if n not in inputs]
+    extra = [n for n in inputs if n not in spec.signature]
+    if missing or extra:
+        raise BenchSpecError(where, f"make_inputs() gave wrong parameters: missing {missing}, unexpected {extra}")
+    for name, ty in spec.signature.items():
+        m = _SIG.match(ty)
+        assert m is not None
+        is_ptr, base, hint = m.group(1) == "*", m.group(2), m.group(3)
+        value = inputs[name]
+        if is_ptr:
+            if not isinstance(value, torch.Tensor):
+                raise BenchSpecError(where, f"input {name!r} must be a tensor (signature {ty}), got {type(value).__name__}")
+            want = getattr(torch, TORCH_DTYPES.get(base, base), None)
+            if want is not None and value.dtype != want:
+                raise BenchSpecError(where, f"input {name!r} has dtype {value.dtype}, signature says {ty}")
+            if hint == "16" and value.data_ptr() % 16:
+                raise BenchSpecError(where, f"input {name!r} is not 16-byte aligned but declared ':16'")
+            if name in spec.outputs:
+                if not value.is_contiguous():
+                    raise BenchSpecError(where, f"output {name!r} must be contiguous")
+            elif value.numel() and value.is_floating_point() and not bool(torch.any(value != 0)):
+                raise BenchSpecError(where, f"input {name!r} is all zeros; generate random data")
+        else:
+            if isinstance(value, torch.Tensor):
+                raise BenchSpecError(where, f"input {name!r} must be a scalar (signature {ty})")
+            if hint == "16" and isinstance(value, int) and value % 16:
+                raise BenchSpecError(where, f"scalar {name!r} = {value} is not divisible by 16 but declared ':16'")
+    if check_reference and spec.reference is not None:
+        expected = spec.reference(dict(inputs))
+        for out in spec.outputs:
+            if out not in expected:
+                raise BenchSpecError(where, f"reference() gives no value for output {out!r}")
+            got, want_shape = tuple(inputs[out].shape), tuple(expected[out].shape)
+            if got != want_shape:
+                raise BenchSpecError(where, f"output {out!r} has shape {got} but the reference gives {want_shape}")
+
+
+# ----------------------------------------------------------------------------------------------
+# Ahead-of-time compilation
+
+
+def ast_source(spec: BenchSpec, config: Config) -> Any:
+    """Triton's ``ASTSource`` for one configuration (signature with constexprs, divisibility attrs)."""
+    from triton.compiler import ASTSource
+
+    consts = spec.all_constexprs(config)
+    signature: dict[str, str] = {}
+    attrs: dict[tuple[int, ...], list[list[Any]]] = {}
+    for i, name in enumerate(spec.arg_names()):
+        if name in consts:
+            signature[name] = "constexpr"
+            continue
+        ty, _, hint = spec.signature[name].partition(":")
+        signature[name] = ty
+        if hint == "16":
+            attrs[(i,)] = [["tt.divisibility", 16]]
+    return ASTSource(fn=spec.fn, signature=signature, constexprs=consts, attrs=attrs)
+
+
+def compile_spec(spec: BenchSpec, config: Config, arch: int) -> Any:
+    """Compile one configuration for ``sm_<arch>``; returns Triton's ``CompiledKernel`` (no GPU needed)."""
+    try:
+        import triton
+        from triton.backends.compiler import GPUTarget
+        from triton.compiler import make_backend
+    except ImportError as exc:  # pragma: no cover - triton is a dependency
+        raise MissingDependencyError(f"Triton is not installed ({exc})") from None
+    if arch not in spec.archs:
+        raise BenchSpecError(spec.label(), f"does not support sm_{arch} (supports {', '.join(f'sm_{a}' for a in spec.archs)})")
+    target = GPUTarget("cuda", arch, 32)
+    options = make_backend(target).parse_options({"num_warps": config.num_warps, "num_stages": config.num_stages})
+    try:
+        return triton.compile(ast_source(spec, config), target=target, options=options.__dict__)
+    except Exception as exc:
+        raise CompileError(f"compiling {spec.label()} [{config.label()}] for sm_{arch} failed: "
+                           f"{type(exc).__name__}: {exc}") from exc

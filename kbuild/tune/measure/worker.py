@@ -1,0 +1,99 @@
+"""The measurement worker process: ``python -m kbuild.tune.measure.worker --read-fd R --write-fd W``.
+
+Reads requests from fd R and writes replies to fd W (:mod:`kbuild.tune.measure.protocol`). After
+a CUDA error the context is unusable (errors are sticky), so the worker replies ``kind="fault"``
+and exits; the parent starts a new one. Only this process touches the GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import traceback
+from typing import Any
+
+from . import protocol
+
+log = logging.getLogger("kbuild.tune.measure.worker")
+
+
+def _is_cuda_fault(exc: BaseException) -> bool:
+    text = f"{type(exc).__name__}: {exc}".lower()
+    return any(s in text for s in ("cuda", "illegal", "launch failure", "misaligned", "unspecified", "trap",
+                                   "out of resources", "accelerator"))
+
+
+def handle(state: dict[str, Any], msg: dict[str, Any]) -> dict[str, Any]:
+    """Answer one request. May raise: the caller decides between a candidate error and a fault."""
+    from .session import CandidateError, Session, SessionUsageError
+
+    op = msg.get("op")
+    if op == "ping":
+        return {"ok": True, "pid": os.getpid(), "loaded": "session" in state}
+    if op == "load":
+        if msg.get("version") != protocol.PROTOCOL_VERSION:
+            return {"ok": False, "kind": "usage", "error": f"protocol version {msg.get('version')} not supported"}
+        state.pop("session", None)
+        try:
+            sess = Session(msg["spec"], int(msg["config"]), msg["baseline"], small=bool(msg.get("small")),
+                           python_path=tuple(msg.get("python_path", ())))
+        except SessionUsageError as exc:
+            return {"ok": False, "kind": exc.kind, "error": str(exc)}
+        state["session"] = sess
+        import torch
+
+        return {"ok": True, "kernel": sess.spec.name, "arch": sess.arch, "baseline_digest": sess.baseline_digest,
+                "device": torch.cuda.get_device_name(0), "details": sess.details}
+    current: Session | None = state.get("session")
+    if current is None:
+        return {"ok": False, "kind": "usage", "error": "no kernel loaded"}
+    sess = current
+    try:
+        if op == "check":
+            return {"ok": True, **sess.check(msg["cubin"], int(msg["k"]), int(msg.get("seed", 0)))}
+        if op == "time":
+            return {"ok": True, "samples": sess.time(msg["cubin"], int(msg["rounds"]), int(msg["reps"]))}
+    except CandidateError as exc:
+        return {"ok": False, "kind": "candidate", "error": str(exc)}
+    except SessionUsageError as exc:
+        return {"ok": False, "kind": exc.kind, "error": str(exc)}
+    return {"ok": False, "kind": "usage", "error": f"unknown op {op!r}"}
+
+
+def serve(read_fd: int, write_fd: int) -> int:
+    state: dict[str, Any] = {}
+    while True:
+        try:
+            msg = protocol.receive(read_fd)
+        except protocol.ChannelClosed:
+            return 0
+        if msg.get("op") == "quit":
+            protocol.send(write_fd, {"ok": True})
+            return 0
+        try:
+            reply = handle(state, msg)
+        except Exception as exc:
+            # After anything unexpected during a launch the context may be poisoned: start afresh.
+            fault = msg.get("op") in ("check", "time") or _is_cuda_fault(exc)
+            log.debug("request %s failed:\n%s", msg.get("op"), traceback.format_exc())
+            kind = "fault" if fault else "error"
+            protocol.send(write_fd, {"ok": False, "kind": kind, "error": f"{type(exc).__name__}: {exc}".strip()[:2000]})
+            if fault:
+                return 3
+            continue
+        protocol.send(write_fd, reply)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="kbuild.tune.measure.worker")
+    parser.add_argument("--read-fd", type=int, required=True)
+    parser.add_argument("--write-fd", type=int, required=True)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    return serve(args.read_fd, args.write_fd)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
