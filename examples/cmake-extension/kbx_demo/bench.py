@@ -27,9 +27,9 @@ def matmul_leaky_relu(small: bool = False) -> BenchSpec:
     def make_inputs(seed: int, device: Any) -> dict[str, Any]:
         import torch
 
-        g = torch.Generator().manual_seed(seed)
-        a = torch.randn((m, k), generator=g).to(device=device, dtype=torch.float16)
-        b = torch.randn((k, n), generator=g).to(device=device, dtype=torch.float16)
+        g = torch.Generator(device=device).manual_seed(seed)
+        a = torch.randn((m, k), generator=g, device=device).to(device=device, dtype=torch.float16)
+        b = torch.randn((k, n), generator=g, device=device).to(device=device, dtype=torch.float16)
         c = torch.empty((m, n), device=device, dtype=torch.float16)
         return {"a_ptr": a, "b_ptr": b, "c_ptr": c, "M": m, "N": n, "K": k,
                 "stride_am": k, "stride_bk": n, "stride_cm": n}
@@ -60,8 +60,8 @@ def softmax(small: bool = False) -> BenchSpec:
     def make_inputs(seed: int, device: Any) -> dict[str, Any]:
         import torch
 
-        g = torch.Generator().manual_seed(seed)
-        x = torch.randn((rows, cols), generator=g).to(device=device, dtype=torch.float16)
+        g = torch.Generator(device=device).manual_seed(seed)
+        x = torch.randn((rows, cols), generator=g, device=device).to(device=device, dtype=torch.float16)
         out = torch.empty((rows, cols), device=device, dtype=torch.float16)
         return {"out_ptr": out, "in_ptr": x, "in_row_stride": cols, "out_row_stride": cols, "n_cols": cols}
 
@@ -90,10 +90,10 @@ def layernorm(small: bool = False) -> BenchSpec:
     def make_inputs(seed: int, device: Any) -> dict[str, Any]:
         import torch
 
-        g = torch.Generator().manual_seed(seed)
+        g = torch.Generator(device=device).manual_seed(seed)
 
         def half(*shape: int) -> Any:
-            return torch.randn(shape, generator=g).to(device=device, dtype=torch.float16)
+            return torch.randn(shape, generator=g, device=device).to(device=device, dtype=torch.float16)
 
         return {"x_ptr": half(rows, cols), "y_ptr": torch.empty((rows, cols), device=device, dtype=torch.float16),
                 "w_ptr": half(cols), "b_ptr": half(cols),

@@ -91,10 +91,10 @@ def attention_spec(head_dim: int, causal: bool, *, small: bool = False) -> Bench
     def make_inputs(seed: int, device: Any) -> dict[str, Any]:
         import torch
 
-        g = torch.Generator().manual_seed(seed)
+        g = torch.Generator(device=device).manual_seed(seed)
 
         def rnd() -> Any:
-            return torch.randn((heads, seq, head_dim), generator=g).to(device=device, dtype=torch.float16)
+            return torch.randn((heads, seq, head_dim), generator=g, device=device).to(device=device, dtype=torch.float16)
 
         q, k, v = rnd(), rnd(), rnd()
         return {"q_ptr": q, "k_ptr": k, "v_ptr": v, "o_ptr": torch.empty_like(q), "sm_scale": scale,

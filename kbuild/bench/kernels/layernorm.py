@@ -39,10 +39,10 @@ def layernorm(small: bool = False) -> BenchSpec:
     def make_inputs(seed: int, device: Any) -> dict[str, Any]:
         import torch
 
-        g = torch.Generator().manual_seed(seed)
-        x = (torch.randn((m, n), generator=g) * 3.0 + 0.5).to(device=device, dtype=torch.float16)
-        w = (torch.rand((n,), generator=g) + 0.5).to(device=device, dtype=torch.float16)
-        b = torch.randn((n,), generator=g).to(device=device, dtype=torch.float16)
+        g = torch.Generator(device=device).manual_seed(seed)
+        x = (torch.randn((m, n), generator=g, device=device) * 3.0 + 0.5).to(device=device, dtype=torch.float16)
+        w = (torch.rand((n,), generator=g, device=device) + 0.5).to(device=device, dtype=torch.float16)
+        b = torch.randn((n,), generator=g, device=device).to(device=device, dtype=torch.float16)
         return {"x_ptr": x, "w_ptr": w, "b_ptr": b, "y_ptr": torch.empty_like(x),
                 "mean_ptr": torch.empty((m,), dtype=torch.float32, device=device),
                 "rstd_ptr": torch.empty((m,), dtype=torch.float32, device=device), "n_cols": n}

@@ -31,9 +31,9 @@ def rmsnorm(small: bool = False) -> BenchSpec:
     def make_inputs(seed: int, device: Any) -> dict[str, Any]:
         import torch
 
-        g = torch.Generator().manual_seed(seed)
-        x = (torch.randn((m, n), generator=g) * 2.0).to(device=device, dtype=torch.float16)
-        w = (torch.rand((n,), generator=g) + 0.5).to(device=device, dtype=torch.float16)
+        g = torch.Generator(device=device).manual_seed(seed)
+        x = (torch.randn((m, n), generator=g, device=device) * 2.0).to(device=device, dtype=torch.float16)
+        w = (torch.rand((n,), generator=g, device=device) + 0.5).to(device=device, dtype=torch.float16)
         return {"x_ptr": x, "w_ptr": w, "y_ptr": torch.empty_like(x), "n_cols": n}
 
     def grid(c: Mapping[str, Constexpr]) -> tuple[int, int, int]:

@@ -79,12 +79,12 @@ def rmsnorm_swiglu_spec(small: bool = False) -> BenchSpec:
     def make_inputs(seed: int, device: Any) -> dict[str, Any]:
         import torch
 
-        g = torch.Generator().manual_seed(seed)
+        g = torch.Generator(device=device).manual_seed(seed)
 
         def rnd(shape: tuple[int, ...], scale: float) -> Any:
-            return (torch.randn(shape, generator=g) * scale).to(device=device, dtype=torch.float16)
+            return (torch.randn(shape, generator=g, device=device) * scale).to(device=device, dtype=torch.float16)
 
-        return {"x_ptr": rnd((m, k), 1.0), "nw_ptr": (torch.rand((k,), generator=g) + 0.5).to(device, torch.float16),
+        return {"x_ptr": rnd((m, k), 1.0), "nw_ptr": (torch.rand((k,), generator=g, device=device) + 0.5).to(device, torch.float16),
                 "wg_ptr": rnd((k, n), k ** -0.5), "wu_ptr": rnd((k, n), k ** -0.5),
                 "h_ptr": torch.empty((m, n), dtype=torch.float16, device=device), "M": m, "N": n, "K": k}
 

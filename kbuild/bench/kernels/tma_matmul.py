@@ -61,9 +61,9 @@ def tma_matmul(small: bool = False) -> BenchSpec:
     def make_inputs(seed: int, device: Any) -> dict[str, Any]:
         import torch
 
-        g = torch.Generator().manual_seed(seed)
-        a = torch.randn((s, s), generator=g).to(device=device, dtype=torch.float16)
-        b = torch.randn((s, s), generator=g).to(device=device, dtype=torch.float16)
+        g = torch.Generator(device=device).manual_seed(seed)
+        a = torch.randn((s, s), generator=g, device=device).to(device=device, dtype=torch.float16)
+        b = torch.randn((s, s), generator=g, device=device).to(device=device, dtype=torch.float16)
         return {"a_ptr": a, "b_ptr": b, "c_ptr": torch.empty((s, s), dtype=torch.float16, device=device),
                 "M": s, "N": s, "K": s}
 
