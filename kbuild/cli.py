@@ -30,6 +30,7 @@ COMMAND_MODULES = [
     "kbuild.commands.compile",
     "kbuild.commands.explain",
     "kbuild.commands.tune",
+    "kbuild.commands.prewarm",
     "kbuild.commands.emit",
     "kbuild.commands.inspect",
     "kbuild.commands.verify_wheel",
