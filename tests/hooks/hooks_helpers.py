@@ -60,3 +60,9 @@ def fresh_venv(path: Path) -> Path:
 def install(python: Path, wheel: Path) -> None:
     subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "-q", "--no-deps", "--no-index",
                     str(wheel)], check=True, env={**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"})
+
+
+def forget_example_modules() -> None:
+    """Drop the examples' packages from sys.modules, so the next resolve imports the copy under test."""
+    for name in [m for m in sys.modules if m.split(".")[0] in ("kbx_demo", "kbx_setup")]:
+        del sys.modules[name]

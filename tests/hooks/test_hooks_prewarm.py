@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import json
 import shutil
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-from hooks_helpers import CMAKE_EXAMPLE, copy_project
+from hooks_helpers import CMAKE_EXAMPLE, copy_project, forget_example_modules
 
 from kbuild.cli import main
 from kbuild.config import load_settings
@@ -19,20 +18,15 @@ from kbuild.hooks.pipeline import tuned_artefact
 from kbuild.hooks.prewarm import action, prewarm, with_remote
 
 
-def _forget_example_modules() -> None:
-    for name in [m for m in sys.modules if m == "kbx_demo" or m.startswith("kbx_demo.")]:
-        del sys.modules[name]
-
-
 @pytest.fixture
 def project(tmp_path: Path, session_store: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     project = copy_project(CMAKE_EXAMPLE, tmp_path / "p")
     store = tmp_path / "store"
     shutil.copytree(session_store, store)
     monkeypatch.setenv("KBUILD_STORE", str(store))
-    _forget_example_modules()
+    forget_example_modules()
     yield project
-    _forget_example_modules()
+    forget_example_modules()
 
 
 class Tuner:
@@ -56,7 +50,7 @@ def test_prewarm_tunes_what_is_missing_then_does_nothing(project: Path, monkeypa
     acts = {(b.spec.name, b.target.name): action(b) for b in builds}
     assert all(acts[(k, "sm_90")] == "tuned" for k in ("layernorm", "matmul_leaky_relu", "softmax"))
     assert all(acts[(k, "sm_80")] == "baseline found" for k in ("layernorm", "matmul_leaky_relu", "softmax"))
-    _forget_example_modules()
+    forget_example_modules()
     again = Tuner()
     rebuilt = prewarm(load_settings(project / "pyproject.toml"), tuner=again)
     assert again.calls == []
@@ -70,7 +64,7 @@ def test_an_interrupted_prewarm_resumes_where_it_stopped(project: Path, monkeypa
     with pytest.raises(KeyboardInterrupt):
         prewarm(settings, tuner=first)
     assert len(first.calls) == 1
-    _forget_example_modules()
+    forget_example_modules()
     second = Tuner()
     prewarm(load_settings(project / "pyproject.toml"), tuner=second)
     assert len(second.calls) == 2 and first.calls[0] not in second.calls
@@ -88,10 +82,10 @@ def test_cli_on_a_machine_without_gpu(project: Path, capsys: pytest.CaptureFixtu
     assert {r["action"] for r in rows} == {"baseline found"}
     assert {r["status"] for r in rows} == {"untuned: no sm_90 GPU on this machine"}
     # A remote that is down: a warning and the local tier still serves; --strict fails with exit 4.
-    _forget_example_modules()
+    forget_example_modules()
     assert main(["prewarm", "--config", cfg, "--targets", "sm_90", "--remote", "http://127.0.0.1:9", "--json"]) == 0
     capsys.readouterr()
-    _forget_example_modules()
+    forget_example_modules()
     assert main(["prewarm", "--config", cfg, "--targets", "sm_90", "--remote", "http://127.0.0.1:9", "--strict"]) == 4
     assert "127.0.0.1:9" in capsys.readouterr().err
     monkeypatch.setenv("KBUILD_TUNE", "off")

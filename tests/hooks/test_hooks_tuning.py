@@ -5,23 +5,17 @@ found by the next build without tuning again, what the manifest says, and tune =
 from __future__ import annotations
 
 import shutil
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
-from hooks_helpers import CMAKE_EXAMPLE, copy_project
+from hooks_helpers import CMAKE_EXAMPLE, copy_project, forget_example_modules
 
 from kbuild.config import load_settings
 from kbuild.emit import kernels_from_builds, render_sources
 from kbuild.hooks import pipeline
 from kbuild.hooks.manifest import build_manifest
 from kbuild.hooks.pipeline import UntunedError, run_pipeline, tuned_artefact
-
-
-def _forget_example_modules() -> None:
-    for name in [m for m in sys.modules if m == "kbx_demo" or m.startswith("kbx_demo.")]:
-        del sys.modules[name]
 
 
 @pytest.fixture
@@ -36,9 +30,9 @@ def project(tmp_path: Path, session_store: Path, monkeypatch: pytest.MonkeyPatch
     assert bench in text
     p.write_text(text.replace(bench, "", 1))  # two kernels keep their bench spec, the matmul has none
     monkeypatch.setattr(pipeline, "has_gpu", lambda cc: cc == 90)  # "an sm_90 GPU is here"
-    _forget_example_modules()
+    forget_example_modules()
     yield project
-    _forget_example_modules()
+    forget_example_modules()
 
 
 class FakeTuner:
@@ -79,7 +73,7 @@ def test_tunes_on_a_miss_stores_at_once_and_reuses(project: Path):
     assert ", tuned */" in source
 
     # The next build finds the results: no tuning again.
-    _forget_example_modules()
+    forget_example_modules()
     again = FakeTuner({})
     rebuilt = {(b.spec.name, b.target.name): b for b in run_pipeline(settings, tune_on_miss=True, tuner=again)}
     assert again.calls == []
@@ -110,7 +104,7 @@ def test_the_example_bench_specs_compile_to_the_shipped_cubins(session_store: Pa
 
     monkeypatch.setenv("KBUILD_STORE", str(session_store))
     monkeypatch.syspath_prepend(str(CMAKE_EXAMPLE))
-    _forget_example_modules()
+    forget_example_modules()
     settings = load_settings(CMAKE_EXAMPLE / "pyproject.toml")
     shipped = {(b.spec.name, b.target.cc): b.artefact.cubin for b in run_pipeline(settings)}
     for spec_decl in settings.kernels:
@@ -124,7 +118,7 @@ def test_the_example_bench_specs_compile_to_the_shipped_cubins(session_store: Pa
                 knobs.cache.dir = tmp
                 compiled = compile_spec(spec, spec.configs[0], cc)
             assert compiled.asm["cubin"] == shipped[(spec_decl.name, cc)], (spec_decl.name, cc)
-    _forget_example_modules()
+    forget_example_modules()
 
 
 def test_a_failing_tuner_ships_the_baseline_under_auto_and_fails_under_require(project: Path,
@@ -139,7 +133,7 @@ def test_a_failing_tuner_ships_the_baseline_under_auto_and_fails_under_require(p
     b = builds[("softmax", "sm_90")]
     assert not b.tuned and b.status.startswith("untuned: tuning failed: bench spec kbx_demo.bench:softmax")
     assert b.artefact.key == b.baseline_key.hex  # the baseline ships; nothing stored under the tuned key
-    _forget_example_modules()
+    forget_example_modules()
     monkeypatch.setenv("KBUILD_TUNE", "require")
     p = project / "pyproject.toml"
     p.write_text(p.read_text().replace('targets = ["sm_80", "sm_90"]', 'targets = ["sm_90"]'))
