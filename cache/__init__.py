@@ -12,7 +12,7 @@ and statistics. It stores bytes and metadata under keys and never imports triton
 
 from __future__ import annotations
 
-from .errors import (
+from kbuild.errors import (
     BundleError,
     LockFileError,
     LockMismatchError,
@@ -20,6 +20,7 @@ from .errors import (
     StoreUsageError,
     TierUnavailableError,
 )
+
 from .lock import LockEntry, LockKey, check_lock, lock_entries, read_lock, update_lock, write_lock
 from .stats import StoreStats, TierStats
 from .store import (

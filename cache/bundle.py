@@ -31,7 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .errors import BundleError
+from kbuild.errors import BundleError
+
 from .store import (
     Artefact,
     IntegrityError,

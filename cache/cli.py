@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from kbuild.console import emit_json, info, print_table
+from kbuild.errors import StoreUsageError
 
 from .bundle import export_bundle, import_bundle
-from .errors import StoreUsageError
 from .local import LocalBackend
 from .stats import load_stats, reset_stats
 from .store import Artefact, Tier, TieredStore, check_key, open_store

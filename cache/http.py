@@ -29,7 +29,8 @@ import threading
 from collections.abc import Iterator
 from urllib.parse import quote, unquote, urlsplit
 
-from .errors import StoreUsageError, TierUnavailableError
+from kbuild.errors import StoreUsageError, TierUnavailableError
+
 from .store import is_digest, redact_url
 
 log = logging.getLogger(__name__)

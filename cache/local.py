@@ -34,9 +34,7 @@ from typing import Any
 import diskcache
 from filelock import FileLock
 
-from kbuild.errors import StoreError
-
-from .errors import StoreFullError, StoreUsageError
+from kbuild.errors import StoreError, StoreFullError, StoreUsageError
 
 log = logging.getLogger(__name__)
 

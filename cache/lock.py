@@ -28,7 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from .errors import LockFileError, LockMismatchError
+from kbuild.errors import LockFileError, LockMismatchError
+
 from .store import Artefact, Store, is_digest
 
 if sys.version_info >= (3, 11):

@@ -16,7 +16,8 @@ from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from .errors import StoreUsageError, TierUnavailableError
+from kbuild.errors import StoreUsageError, TierUnavailableError
+
 from .store import is_digest, redact_url
 
 T = TypeVar("T")

@@ -43,9 +43,8 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from urllib.parse import urlsplit, urlunsplit
 
-from kbuild.errors import StoreError
+from kbuild.errors import StoreError, StoreUsageError, TierUnavailableError
 
-from .errors import StoreUsageError, TierUnavailableError
 from .stats import StoreStats
 
 if TYPE_CHECKING:

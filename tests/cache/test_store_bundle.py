@@ -10,9 +10,9 @@ import pytest
 from store_helpers import make_artefact
 
 from kbuild.cache.bundle import MANIFEST, export_bundle, import_bundle, read_bundle
-from kbuild.cache.errors import BundleError
 from kbuild.cache.local import LocalBackend
 from kbuild.cache.store import Tier
+from kbuild.errors import BundleError
 
 
 def filled(path, n=5, secret=None):

@@ -8,9 +8,8 @@ import logging
 import pytest
 from store_helpers import make_artefact, make_key
 
-from kbuild.cache.errors import StoreUsageError
 from kbuild.cache.store import Artefact, Backend, Store, Tier
-from kbuild.errors import StoreError
+from kbuild.errors import StoreError, StoreUsageError
 
 
 def test_backend_and_tier_implement_the_protocols(case):

@@ -7,7 +7,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from store_helpers import make_artefact, make_key
 
-from kbuild.cache.errors import LockFileError, LockMismatchError
 from kbuild.cache.local import LocalBackend
 from kbuild.cache.lock import (
     LockEntry,
@@ -20,6 +19,7 @@ from kbuild.cache.lock import (
     write_lock,
 )
 from kbuild.cache.store import Tier
+from kbuild.errors import LockFileError, LockMismatchError
 
 
 def entry(kernel, target, seed=None):
