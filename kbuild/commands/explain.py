@@ -46,10 +46,10 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         emit_json(doc)
         return 0
-    rows = [(k, v if isinstance(v, (str, int, float, bool)) or v is None else json.dumps(v, sort_keys=True))
-            for k, v in build.baseline_key.flat().items()]
-    if build.tuned_key is not None:
-        rows.append(("tuner", json.dumps(build.tuned_key.components["tuner"], sort_keys=True)))
+    rows = [(k, v if isinstance(v, (str, int, float, bool)) else json.dumps(v, sort_keys=True))
+            for k, v in build.baseline_key.flat().items() if k != "tuner"]
+    tuner = build.tuned_key.components["tuner"] if build.tuned_key is not None else None
+    rows.append(("tuner (tuned key only)", json.dumps(tuner, sort_keys=True) if tuner else "(tune = off)"))
     print_table(f"key of {build.spec.name} for {build.target.name} ({build.target.arch})", ["component", "value"], rows)
     def mark(v: bool | None) -> str:
         return "not checked" if v is None else ("in store" if v else "not in store")
