@@ -687,8 +687,12 @@ def open_store(settings: Settings, strict: bool = False, *, timeout: float = 5.0
 
     Raises :class:`StoreUsageError` (exit 2) for an unknown URL scheme or an unusable store
     directory. Remotes are contacted lazily, so a remote that is down does not fail here.
+    ``tune = "require"`` implies ``strict``: a build that must ship tuned code cannot shrug off a
+    remote tier that may hold it.
     """
     from .local import LocalBackend
+
+    strict = strict or settings.tune == "require"
 
     secret = settings.store_secret
     stats = StoreStats()

@@ -103,6 +103,15 @@ def test_degradation_redis_down(tmp_path, caplog):
         assert "unavailable" in caplog.text
 
 
+def test_tune_require_implies_strict(tmp_path):
+    import dataclasses
+
+    url = f"http://127.0.0.1:{free_port()}"
+    s = dataclasses.replace(settings(tmp_path / "s", [(url, False)]), tune="require")
+    with open_store(s, timeout=1.0) as store, pytest.raises(TierUnavailableError):
+        store.get(make_key("x"))
+
+
 def test_strict_turns_remote_failure_into_an_error(tmp_path):
     url = f"http://127.0.0.1:{free_port()}"
     with open_store(settings(tmp_path / "s", [(url, True)]), strict=True, timeout=1.0) as store:
