@@ -64,7 +64,8 @@ def decide(*, verifier_problems: list[str], check: CheckResult | None, timing: T
     speedup = 1.0 / timing.ratio
     ci = (1.0 / timing.ci[1], 1.0 / timing.ci[0])
     details = {"ratio": timing.ratio, "ratio_ci": timing.ci, "aa_ratio": timing.aa_ratio, "aa_ci": timing.aa_ci,
-               "baseline_ms": timing.baseline_ms, "candidate_ms": timing.candidate_ms}
+               "baseline_ms": timing.baseline_ms, "candidate_ms": timing.candidate_ms,
+               "samples_ms": timing.samples}
     if timing.ci[1] < 1.0 - spread:
         return Decision(True, f"accepted: {speedup:.3f}× (95% CI {ci[0]:.3f}–{ci[1]:.3f}×), A/A spread {spread:.2%}",
                         speedup, ci, spread, check.k, details)

@@ -128,6 +128,7 @@ def test_acceptance_rule():
     # Clearly faster: accepted, with the speedup and its interval.
     d = decide(verifier_problems=[], check=GOOD_CHECK, timing=_timing(0.90, (0.88, 0.92), (0.995, 1.004)))
     assert d.accepted and math.isclose(d.speedup, 1 / 0.90)
+    assert "samples_ms" in d.as_dict()  # the report keeps the raw acceptance timings
     # Any verifier problem, too few input sets, or a failed check keeps the baseline.
     assert not decide(verifier_problems=["x"], check=GOOD_CHECK, timing=_timing(0.5, (0.4, 0.6), (1, 1))).accepted
     few = CheckResult(valid=True, backend=GPU_BACKEND, k=3)
