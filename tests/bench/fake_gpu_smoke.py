@@ -8,36 +8,17 @@ must be set before Triton is imported. Prints one JSON line.
 
 from __future__ import annotations
 
-import os
 import sys
 import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-os.environ["TRITON_INTERPRET"] = "1"
-
-import builtins
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the shared interpreter switch
 import json
 
-import numpy as np
 import torch
-import triton.runtime.interpreter as interpreter
-
-
-class _IntMeta(type):
-    def __instancecheck__(cls, obj: object) -> bool:
-        return isinstance(obj, builtins.int)
-
-
-class _Int(metaclass=_IntMeta):
-    def __new__(cls, x: object = 0, *args: object) -> int:  # type: ignore[misc]
-        if isinstance(x, np.ndarray) and x.size == 1:
-            x = x.reshape(())
-        return builtins.int(x, *args)  # type: ignore[call-overload,no-any-return]
-
-
-interpreter.int = _Int  # type: ignore[attr-defined]
+import triton_interpreter  # noqa: F401  (must come before anything imports triton)
 
 
 class FakeEvent:

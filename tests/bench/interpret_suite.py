@@ -6,36 +6,16 @@ Prints one JSON line: {kernel: {output: relative error}} for the default configu
 
 from __future__ import annotations
 
-import os
 import sys
+from pathlib import Path
 
-os.environ["TRITON_INTERPRET"] = "1"
-
-import builtins
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the shared interpreter switch
 import json
 
-import numpy as np
-import triton.runtime.interpreter as interpreter
+import triton_interpreter  # noqa: F401  (must come before anything imports triton)
 
-
-class _IntMeta(type):
-    def __instancecheck__(cls, obj: object) -> bool:
-        return isinstance(obj, builtins.int)
-
-
-class _Int(metaclass=_IntMeta):
-    """numpy 2: ``int()`` of a one-element 1-d array is an error; Triton 3.6's interpreter relies on it."""
-
-    def __new__(cls, x: object = 0, *args: object) -> int:  # type: ignore[misc]
-        if isinstance(x, np.ndarray) and x.size == 1:
-            x = x.reshape(())
-        return builtins.int(x, *args)  # type: ignore[call-overload,no-any-return]
-
-
-interpreter.int = _Int  # type: ignore[attr-defined]
-
-from kbuild.bench.kernels import SUITE  # noqa: E402
-from kbuild.bench.spec import load_spec, validate_inputs  # noqa: E402
+from kbuild.bench.kernels import SUITE
+from kbuild.bench.spec import load_spec, validate_inputs
 
 
 def main(names: list[str]) -> int:

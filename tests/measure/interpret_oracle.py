@@ -6,39 +6,18 @@ each variant to the oracle's verdict. Variants that crash or hang (MODE 1, 2) ar
 
 from __future__ import annotations
 
-import os
 import sys
 from pathlib import Path
 
-os.environ["TRITON_INTERPRET"] = "1"
-
-import builtins
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the shared interpreter switch
 import dataclasses
 import json
 from typing import Any
 
-import numpy as np
-import triton.runtime.interpreter as interpreter
+import triton_interpreter  # noqa: F401  (must come before anything imports triton)
 
-
-class _IntMeta(type):
-    def __instancecheck__(cls, obj: object) -> bool:
-        return isinstance(obj, builtins.int)
-
-
-class _Int(metaclass=_IntMeta):
-    """numpy 2: ``int()`` of a one-element 1-d array is an error; Triton 3.6's interpreter relies on it."""
-
-    def __new__(cls, x: object = 0, *args: object) -> int:  # type: ignore[misc]
-        if isinstance(x, np.ndarray) and x.size == 1:
-            x = x.reshape(())
-        return builtins.int(x, *args)  # type: ignore[call-overload,no-any-return]
-
-
-interpreter.int = _Int  # type: ignore[attr-defined]
-
-from kbuild.bench.spec import Tolerance, load_spec  # noqa: E402
-from kbuild.tune.measure.oracle import Oracle  # noqa: E402
+from kbuild.bench.spec import Tolerance, load_spec
+from kbuild.tune.measure.oracle import Oracle
 
 BENCH = str(Path(__file__).resolve().parents[2] / "benchmarks")
 
