@@ -12,6 +12,7 @@ from typing import Any
 import triton
 import triton.language as tl
 
+from kbuild.bench.kernels.tiles import grouped_tile
 from kbuild.bench.spec import BenchSpec, Config, Constexpr
 
 
@@ -20,14 +21,7 @@ def matmul_leaky_relu(a_ptr, b_ptr, c_ptr, M, N, K, stride_am, stride_bk, stride
                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                       GROUP_M: tl.constexpr, ALPHA: tl.constexpr):
     pid = tl.program_id(0)
-    num_pid_m = tl.cdiv(M, BLOCK_M)
-    num_pid_n = tl.cdiv(N, BLOCK_N)
-    num_in_group = GROUP_M * num_pid_n
-    group_id = pid // num_in_group
-    first_m = group_id * GROUP_M
-    group_size = min(num_pid_m - first_m, GROUP_M)
-    pid_m = first_m + ((pid % num_in_group) % group_size)
-    pid_n = (pid % num_in_group) // group_size
+    pid_m, pid_n = grouped_tile(pid, M, N, BLOCK_M, BLOCK_N, GROUP_M)
 
     offs_m = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M
     offs_n = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N
@@ -55,14 +49,7 @@ def batched_matmul(a_ptr, b_ptr, c_ptr, M, N, K, stride_ab, stride_bb, stride_cb
     """C[b] = A[b] @ B[b]; every matrix row-major contiguous (row strides K, N, N)."""
     pid = tl.program_id(0)
     batch = tl.program_id(1).to(tl.int64)
-    num_pid_m = tl.cdiv(M, BLOCK_M)
-    num_pid_n = tl.cdiv(N, BLOCK_N)
-    num_in_group = GROUP_M * num_pid_n
-    group_id = pid // num_in_group
-    first_m = group_id * GROUP_M
-    group_size = min(num_pid_m - first_m, GROUP_M)
-    pid_m = first_m + ((pid % num_in_group) % group_size)
-    pid_n = (pid % num_in_group) // group_size
+    pid_m, pid_n = grouped_tile(pid, M, N, BLOCK_M, BLOCK_N, GROUP_M)
 
     a_ptr += batch * stride_ab
     b_ptr += batch * stride_bb
