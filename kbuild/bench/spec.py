@@ -292,19 +292,21 @@ def ast_source(spec: BenchSpec, config: Config) -> Any:
 
 
 def compile_spec(spec: BenchSpec, config: Config, arch: int) -> Any:
-    """Compile one configuration for ``sm_<arch>``; returns Triton's ``CompiledKernel`` (no GPU needed)."""
+    """Compile one configuration for ``sm_<arch>`` exactly as ``kbuild compile`` does (line info off, private
+    cache); returns Triton's ``CompiledKernel`` (no GPU needed)."""
     try:
-        import triton
         from triton.backends.compiler import GPUTarget
         from triton.compiler import make_backend
     except ImportError as exc:  # pragma: no cover - triton is a dependency
         raise MissingDependencyError(f"Triton is not installed ({exc})") from None
+    from kbuild.compile.triton_aot import hermetic_compile
+
     if arch not in spec.archs:
         raise BenchSpecError(spec.label(), f"does not support sm_{arch} (supports {', '.join(f'sm_{a}' for a in spec.archs)})")
-    target = GPUTarget("cuda", arch, 32)
-    options = make_backend(target).parse_options({"num_warps": config.num_warps, "num_stages": config.num_stages})
+    options = make_backend(GPUTarget("cuda", arch, 32)).parse_options(
+        {"num_warps": config.num_warps, "num_stages": config.num_stages})
     try:
-        return triton.compile(ast_source(spec, config), target=target, options=options.__dict__)
+        return hermetic_compile(ast_source(spec, config), arch, options.__dict__)
     except Exception as exc:
         raise CompileError(f"compiling {spec.label()} [{config.label()}] for sm_{arch} failed: "
                            f"{type(exc).__name__}: {exc}") from exc

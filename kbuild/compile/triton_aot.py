@@ -144,29 +144,34 @@ def portable_options(options: dict[str, Any]) -> dict[str, Any]:
     return {k: (list(v) if isinstance(v, tuple) else v) for k, v in out.items()}
 
 
-def compile_kernel(settings: Settings, spec: KernelSettings, target: Target, fn: Any | None = None) -> CompiledKernel:
-    """Compile one kernel for one target to a cubin, deterministically, without a GPU."""
+def hermetic_compile(src: Any, cc: int, options: dict[str, Any]) -> Any:
+    """``triton.compile`` the way every kbuild compile runs: line info off (no source paths in the
+    cubin) and a private, empty Triton cache (nothing stale or foreign reused). No GPU needed."""
     import triton
     from triton import knobs
     from triton.backends.compiler import GPUTarget
+
+    with tempfile.TemporaryDirectory(prefix="kbuild-triton-") as tmp, knobs.compilation.scope(), knobs.cache.scope():
+        knobs.compilation.disable_line_info = True
+        knobs.cache.dir = tmp
+        return triton.compile(src, target=GPUTarget("cuda", cc, 32), options=options)
+
+
+def compile_kernel(settings: Settings, spec: KernelSettings, target: Target, fn: Any | None = None) -> CompiledKernel:
+    """Compile one kernel for one target to a cubin, deterministically, without a GPU."""
     from triton.compiler import ASTSource
 
     fn = fn if fn is not None else load_jit_function(settings, spec)
     args = ast_source_args(settings, spec, fn)
-    gpu_target = GPUTarget("cuda", target.cc, 32)
     options = compiler_options(target, spec)
     started = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix="kbuild-triton-") as tmp, knobs.compilation.scope(), knobs.cache.scope():
-        knobs.compilation.disable_line_info = True
-        knobs.cache.dir = tmp
-        try:
-            src = ASTSource(fn=fn, **args)
-            compiled = triton.compile(src, target=gpu_target, options=options)
-        except Exception as exc:
-            raise CompileError(
-                f"Triton failed to compile kernel {spec.name!r} ({spec.source}) for {target.name}: "
-                f"{type(exc).__name__}: {exc}"
-            ) from exc
+    try:
+        compiled = hermetic_compile(ASTSource(fn=fn, **args), target.cc, options)
+    except Exception as exc:
+        raise CompileError(
+            f"Triton failed to compile kernel {spec.name!r} ({spec.source}) for {target.name}: "
+            f"{type(exc).__name__}: {exc}"
+        ) from exc
     seconds = time.perf_counter() - started
     md = compiled.metadata
     cubin = compiled.asm["cubin"]
