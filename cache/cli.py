@@ -9,18 +9,16 @@ exits with status 2 and leaves the store unchanged.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import json
-import os
 import sys
-import tempfile
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 from kbuild.console import emit_json, info, print_table
 from kbuild.errors import StoreUsageError
+from kbuild.fsutil import write_atomic
 
 from .bundle import export_bundle, import_bundle
 from .local import LocalBackend
@@ -284,16 +282,6 @@ def cmd_put(args: argparse.Namespace) -> int:
     return 0
 
 
-def _write_atomic(path: Path, data: bytes) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
 
 
 def cmd_get(args: argparse.Namespace) -> int:
@@ -308,7 +296,7 @@ def cmd_get(args: argparse.Namespace) -> int:
         return 1
     if args.output:
         try:
-            _write_atomic(Path(args.output), art.cubin)
+            write_atomic(Path(args.output), art.cubin)
         except OSError as exc:
             raise StoreUsageError(f"{args.output}: cannot write the cubin: {exc.strerror or exc}") from None
     elif not args.json:

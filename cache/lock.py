@@ -22,13 +22,13 @@ import contextlib
 import os
 import re
 import sys
-import tempfile
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from kbuild.errors import LockFileError, LockMismatchError
+from kbuild.fsutil import write_atomic
 
 from .store import Artefact, Store, is_digest
 
@@ -103,18 +103,9 @@ def format_lock(entries: Iterable[LockEntry]) -> str:
 
 
 def write_lock(path: str | os.PathLike[str], entries: Iterable[LockEntry]) -> str:
-    """Write the lock file atomically (temp file + ``os.replace``); returns its text."""
-    path = Path(path)
+    """Write the lock file atomically (:func:`kbuild.fsutil.write_atomic`); returns its text."""
     text = format_lock(entries)
-    fd, tmp = tempfile.mkstemp(prefix=".kbuild.lock-", dir=path.parent if str(path.parent) else ".")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    write_atomic(path, text)
     return text
 
 

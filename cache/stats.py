@@ -12,8 +12,6 @@ import contextlib
 import dataclasses
 import json
 import logging
-import os
-import tempfile
 import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -21,6 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from filelock import FileLock
+
+from kbuild.fsutil import write_atomic
 
 log = logging.getLogger(__name__)
 
@@ -160,13 +160,4 @@ def reset_stats(directory: Path) -> None:
 
 
 def _write_json_atomic(path: Path, data: Any) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=".stats-", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            json.dump(data, f, indent=2, sort_keys=True)
-            f.write("\n")
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    write_atomic(path, json.dumps(data, indent=2, sort_keys=True) + "\n")

@@ -27,10 +27,11 @@ import json
 import logging
 import os
 import sys
-import tempfile
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
+
+from kbuild.fsutil import write_atomic
 
 log = logging.getLogger(__name__)
 
@@ -177,15 +178,6 @@ def save(settings: Any, kernels: Sequence[Any], targets: Sequence[Any], builds: 
         memo = {"environment": env, "settings": json.loads(json.dumps(doc, default=str)), "files": files,
                 "builds": [{"kernel": b.spec.name, "target": b.target.name, "baseline": b.baseline_key.components,
                             "tuned": b.tuned_key.components if b.tuned_key is not None else None} for b in builds]}
-        path = _memo_path(settings, doc)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".memo-", dir=path.parent)
-        try:
-            with os.fdopen(fd, "w") as out:
-                json.dump(memo, out, sort_keys=True)
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        write_atomic(_memo_path(settings, doc), json.dumps(memo, sort_keys=True))
     except (OSError, ValueError, TypeError) as exc:
         log.debug("memo not written: %s", exc)

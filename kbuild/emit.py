@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 import re
-import tempfile
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 
 from kbuild import __version__
 from kbuild.errors import KernelSourceError, UsageError
+from kbuild.fsutil import write_atomic
 from kbuild.targets import Target
 from kbuild.templates import render
 
@@ -218,21 +218,7 @@ def kernel_sources(settings: Settings) -> list[Path]:
 def write_files(out_dir: str | os.PathLike[str], files: Mapping[str, bytes]) -> list[Path]:
     """Write each file atomically (temp file in ``out_dir`` + ``os.replace``); returns the paths."""
     out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    written = []
-    for name in sorted(files):
-        dest = out / name
-        fd, tmp = tempfile.mkstemp(prefix=f".{name}-", dir=out)
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(files[name])
-            os.chmod(tmp, 0o644)  # mkstemp makes 0600; generated sources are ordinary files
-            os.replace(tmp, dest)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        written.append(dest)
-    return written
+    return [write_atomic(out / name, files[name]) for name in sorted(files)]
 
 
 __all__ = ["C_TYPES", "EmitError", "EmitKernel", "c_type", "cuda_include_dir", "kernel_sources", "kernels_from_builds",

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import io
 import json
 import math
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
+
+from kbuild.fsutil import write_atomic
 
 COLUMNS = ["kernel", "config", "time ms", "TFLOP/s", "GB/s", "bound", "% ceiling", "A/A spread"]
 
@@ -44,19 +45,6 @@ def markdown_table(report: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def write_atomic(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 def write_json(report: dict[str, Any], path: Path) -> None:
     write_atomic(path, json.dumps(report, indent=1, default=str).encode() + b"\n")
 
@@ -87,14 +75,10 @@ def write_chart(report: dict[str, Any], path: Path) -> bool:
     ax.set_xlabel("% of measured ceiling (blue: bf16 matmul rate, orange: copy bandwidth)")
     ax.set_title(f"kbuild bench — {report['device']['gpu']} — {ceiling_line(report).split(' (')[0]}", fontsize=9)
     fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".png")
-    os.close(fd)
+    buf = io.BytesIO()
     try:
-        fig.savefig(tmp, dpi=120)
-        os.replace(tmp, path)
+        fig.savefig(buf, format="png", dpi=120)
     finally:
         plt.close(fig)
-        if os.path.exists(tmp):
-            os.unlink(tmp)
+    write_atomic(path, buf.getvalue())
     return True

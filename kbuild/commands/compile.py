@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import os
 from pathlib import Path
 
 from kbuild.commands.common import add_config_args, settings_from_args, target_list
 from kbuild.console import emit_json, print_table, progress
+from kbuild.fsutil import write_atomic
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -30,13 +30,8 @@ def run(args: argparse.Namespace) -> int:
         builds = run_pipeline(settings, kernels=args.kernel, targets=target_list(args),
                               on_step=lambda b: advance(status=f"{b.spec.name} {b.target.name}"))
     if args.out:
-        out = Path(args.out)
-        out.mkdir(parents=True, exist_ok=True)
         for b in builds:
-            dest = out / f"{b.spec.name}.{b.target.name}.cubin"
-            tmp = dest.with_suffix(".cubin.tmp")
-            tmp.write_bytes(b.artefact.cubin)
-            os.replace(tmp, dest)
+            write_atomic(Path(args.out) / f"{b.spec.name}.{b.target.name}.cubin", b.artefact.cubin)
     if args.json:
         emit_json([b.as_json() for b in builds])
     else:

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 from pathlib import Path
 from typing import Any
 
 from kbuild.commands.common import add_config_args, settings_from_args
 from kbuild.console import emit_json, print_table, progress
 from kbuild.errors import GPUUnavailableError, UsageError
+from kbuild.fsutil import write_atomic
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -126,10 +126,7 @@ def run(args: argparse.Namespace) -> int:
                 rep["budget"] = {"evaluations": evals, "seconds": secs, "seed": seed}
                 if args.out:
                     out = Path(args.out)
-                    out.mkdir(parents=True, exist_ok=True)
-                    tmp = out / f".{name}.tune.json.tmp"
-                    tmp.write_text(json.dumps(rep, indent=2, default=str))
-                    os.replace(tmp, out / f"{name}.tune.json")
+                    write_atomic(out / f"{name}.tune.json", json.dumps(rep, indent=2, default=str))
                     learning_curve_png(r, str(out / f"{name}.tune.png"))
                 results.append(rep)
     finally:

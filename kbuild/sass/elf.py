@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import os
 import struct
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from kbuild import fsutil
 from kbuild.errors import UsageError
 
 ELF_MAGIC = b"\x7fELF"
@@ -212,17 +212,5 @@ def patch(data: bytes, patches: list[tuple[int, bytes]]) -> bytes:
 
 
 def write_atomic(path: str | os.PathLike[str], data: bytes) -> None:
-    """Write ``data`` to ``path`` through a temporary file in the same directory and ``os.replace``."""
-    p = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", suffix=".tmp", dir=str(p.parent) or ".")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, p)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except OSError:
-            pass
-        raise
+    """Write ``data`` to ``path`` atomically (:func:`kbuild.fsutil.write_atomic`)."""
+    fsutil.write_atomic(path, data)

@@ -9,6 +9,7 @@ it ships. Stores are never touched here.
 
 from __future__ import annotations
 
+import io
 import math
 import time
 from collections.abc import Callable, Sequence
@@ -16,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kbuild import __version__
+from kbuild.fsutil import write_atomic
 from kbuild.tune import TUNER_VERSION
 from kbuild.tune.accept import Decision, decide
 from kbuild.tune.env import SassScheduleEnv
@@ -151,6 +153,8 @@ def learning_curve_png(result: TuneResult, path: str) -> bool:
     ax.set_title(f"{result.kernel} ({result.backend})", fontsize=9)
     ax.legend()
     fig.tight_layout()
-    fig.savefig(path)
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png")
     plt.close(fig)
+    write_atomic(path, buf.getvalue())
     return True
