@@ -5,15 +5,15 @@ Run on the H200 (no network; kbuild installed offline)::
     python3 -m pip install -q --no-deps --no-build-isolation --no-index --target /tmp/kb .
     PYTHONPATH=/tmp/kb python3 benchmarks/gpu_runtime_substitution.py            # writes $OUT/...
 
-What it does (about a minute):
+What it does (about a minute plus the tuning budget):
 
 1. **build** (this process): copies ``examples/jit-package`` (``ship = "package-data"``) to a temp
-   dir and runs kbuild's pipeline on it (``tune = "off"``: baselines, an in-memory store). For each
-   kernel it searches a few rewritten SASS schedules with :mod:`kbuild.sass` (random walks of legal
-   moves), keeps those whose outputs are bit-identical to the baseline cubin's, times them against
-   it (CUDA events, interleaved, medians), and ships the fastest as the "tuned" artefact with its
-   measured speedup. Without kbuild.sass the baseline ships (flagged untuned). Then
-   :func:`kbuild.runtime.package.write_package_data` writes ``kbx_jit/_kbuild/``.
+   dir and runs kbuild's pipeline on it with ``tune = "auto"`` for this GPU (an in-memory store):
+   the real tuner searches each kernel within ``--evals``/``--seconds`` (``--algo``), and a schedule
+   ships as "tuned" only if it passed the acceptance rule (verifier, 10 bit-exact input sets, the
+   interleaved re-timing beating the A/A spread); otherwise the baseline is kept. Then
+   :func:`kbuild.runtime.package.write_package_data` writes ``kbx_jit/_kbuild/`` (baseline-kept
+   kernels included, so every call goes through the substitution).
 2. **run** (a fresh Python process, like a user's): ``import kbx_jit`` (its ``_kbuild`` import
    enables kbuild.runtime) and calls ``kbx_jit.matmul_leaky_relu`` / ``kbx_jit.softmax``, i.e.
    normal ``kernel[grid](...)`` launches. It checks from the ``kbuild.runtime`` debug log and the
@@ -27,7 +27,8 @@ What it does (about a minute):
 
 Writes ``$OUT/runtime_substitution.json`` (raw samples included) and ``$OUT/runtime_substitution.log``
 (the kbuild.runtime log), and prints a table last. Options: ``--out DIR`` (default ``$OUT`` or
-``benchmarks/results``), ``--candidates N`` per kernel (default 6), ``--rounds R`` (default 15).
+``benchmarks/results``), ``--evals N --seconds S --algo A`` (tuning budget per kernel), ``--rounds R``
+(default 15).
 """
 
 from __future__ import annotations
@@ -178,55 +179,15 @@ class MemoryStore:
         return key in self.data
 
 
-def candidates(baseline: bytes, *, count: int, seed: int) -> tuple[list[bytes], str]:
-    """Rewritten schedules of ``baseline`` from random walks of legal moves (kbuild.sass)."""
-    try:
-        import numpy as np
-
-        from kbuild.sass.schedule import Schedule
-    except Exception as exc:  # kbuild.sass missing or incomplete on this machine
-        return [], f"kbuild.sass unavailable: {type(exc).__name__}: {exc}"
-    out: list[bytes] = []
-    seen = {sha(baseline)}
-    lengths = (4, 16, 64, 8, 32, 128)
-    try:
-        sched = Schedule.from_cubin(baseline)
-    except Exception as exc:
-        return [], f"Schedule.from_cubin failed: {type(exc).__name__}: {exc}"
-    rng = np.random.default_rng(seed)
-    problems: list[str] = []
-    for i in range(count):
-        sched.reset()
-        for _ in range(lengths[i % len(lengths)]):
-            slots, dirs = np.nonzero(sched.legal_moves())
-            if len(slots) == 0:
-                break
-            j = int(rng.integers(len(slots)))
-            try:
-                sched.apply(int(slots[j]), int(dirs[j]))
-            except Exception:
-                continue
-        try:
-            cubin = sched.to_cubin()
-        except Exception as exc:
-            problems.append(f"{type(exc).__name__}: {exc}"[:200])
-            continue
-        if sha(cubin) not in seen:
-            seen.add(sha(cubin))
-            out.append(cubin)
-    note = f"{len(out)} distinct rewritten schedules" + (f"; {len(problems)} failed: {problems[0]}" if problems else "")
-    return out, note
-
-
 def build_phase(args: argparse.Namespace, work: Path) -> dict[str, Any]:
+    """kbuild's own pipeline with ``tune = "auto"`` on this GPU (the real tuner, its budget from the
+    arguments): a schedule ships only if it passed the acceptance rule; otherwise the baseline is kept."""
     import dataclasses
 
     import torch
 
-    from kbuild.cache import Artefact
-    from kbuild.config import load_settings
+    from kbuild.config import BudgetSettings, load_settings
     from kbuild.hooks.pipeline import run_pipeline
-    from kbuild.key import KernelKey, tuner_component
     from kbuild.runtime.package import write_package_data
 
     src = work / "src"
@@ -234,82 +195,29 @@ def build_phase(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     cc = torch.cuda.get_device_capability(0)
     cc_int = cc[0] * 10 + cc[1]
     settings = load_settings(src / "pyproject.toml")
-    settings = dataclasses.replace(settings, targets=[f"sm_{cc_int}"], tune="off")
+    settings = dataclasses.replace(settings, targets=[f"sm_{cc_int}"], tune="auto", algorithm=args.algo,
+                                   budget=BudgetSettings(evaluations=args.evals, seconds=args.seconds))
+    store = MemoryStore()
     started = time.perf_counter()
-    builds = run_pipeline(settings, MemoryStore())
-    compile_s = time.perf_counter() - started
-
-    sys.path.insert(0, str(src))
-    import kbx_jit  # the source tree: no _kbuild yet, Triton's own cubins
-    kernels = sys.modules["kbx_jit.kernels"]
-    inputs = [make_inputs(s) for s in (1, 2)]
+    builds = run_pipeline(settings, store, tune_on_miss=True)
+    tune_s = time.perf_counter() - started
     search: dict[str, Any] = {}
-    tuned_on = dataclasses.replace(settings, tune="auto")
     for b in builds:
         name = b.spec.name
-        jit = jit_of(kernels, name)
-        calls = [ops_calls(kbx_jit, inp)[name] for inp in inputs]
-        cache_of(jit).clear()
-        calls[0]()
-        torch.cuda.synchronize()
-        (k0,) = cache_of(jit).values()
-        key0 = next(iter(cache_of(jit)))
-        baseline = b.artefact.cubin
-        cands, note = candidates(baseline, count=args.candidates, seed=args.seed)
-        variants: dict[str, tuple[Any, dict[Any, Any]]] = {"baseline": (jit, {key0: with_cubin(k0, baseline)})}
-        refs = []
-        for call in calls:
-            install(jit, variants["baseline"][1])
-            refs.append(call().clone())
-        correct: list[tuple[str, bytes]] = []
-        rejected = 0
-        for i, cubin in enumerate(cands):
-            snap = {key0: with_cubin(k0, cubin)}
-            ok = True
-            for call, ref in zip(calls, refs):
-                install(jit, snap)
-                try:
-                    ok = ok and bits_equal(call(), ref)
-                except Exception:
-                    ok = False
-            torch.cuda.synchronize()
-            if ok:
-                variants[f"cand{i}"] = (jit, snap)
-                correct.append((f"cand{i}", cubin))
-            else:
-                rejected += 1
-        samples = time_interleaved(variants, calls[0], rounds=max(6, args.rounds // 2), reps=args.reps) \
-            if len(variants) > 1 else {"baseline": []}
-        med = {n: statistics.median(s) for n, s in samples.items() if s}
-        best_name, best_cubin, speedup = "baseline", baseline, 1.0
-        for cname, cubin in correct:
-            s = med["baseline"] / med[cname]
-            if s > speedup:
-                best_name, best_cubin, speedup = cname, cubin, s
-        if best_name == "baseline" and correct:  # none faster: still ship a rewritten schedule (the substitution is the point)
-            best_name, best_cubin = correct[0]
-            speedup = med["baseline"] / med[best_name]
-        tuned = best_name != "baseline"
-        search_speedup = speedup
-        confirm: dict[str, list[float]] = {}
-        if tuned:  # the search's best is biased upwards (max of noisy ratios): re-time it alone, on other inputs
-            confirm = time_interleaved({"baseline": variants["baseline"], best_name: variants[best_name]}, calls[1],
-                                       rounds=args.rounds, reps=args.reps)
-            speedup = statistics.median(confirm["baseline"]) / statistics.median(confirm[best_name])
+        baseline = store.data[b.baseline_key.hex].cubin
         (work / f"{name}.baseline.cubin").write_bytes(baseline)
-        search[name] = {"note": note, "candidates": len(cands), "bit_identical": len(correct), "rejected": rejected,
-                        "chosen": best_name, "speedup_search": search_speedup, "speedup_claimed": speedup,
-                        "median_ms": med, "confirm_samples_ms": confirm,
-                        "baseline_sha256": sha(baseline), "tuned_sha256": sha(best_cubin)}
-        if tuned:
-            b.tuned_key = KernelKey({**b.baseline_key.components, "tuner": tuner_component(tuned_on)})
-            b.tuned = True
-            meta = {**b.artefact.meta, "tuned": True, "speedup": round(speedup, 4), "key": b.tuned_key.hex,
-                    "search": "gpu_runtime_substitution random legal-move walks"}
-            b.artefact = Artefact.create(key=b.tuned_key.hex, cubin=best_cubin, meta=meta)
-        cache_of(jit).clear()
+        meta = b.artefact.meta
+        report = meta.get("tune_report") or {}
+        search[name] = {
+            "state": b.state, "decision": meta.get("tune_decision"), "speedup_claimed": meta.get("speedup"),
+            "evaluations": report.get("evaluations"), "tune_seconds": meta.get("tune_seconds"),
+            "region": report.get("region"), "best_ratio_in_search": {a: r.get("best_ratio") for a, r in
+                                                                    report.get("algorithms", {}).items()},
+            "diff": report.get("diff"), "baseline_sha256": sha(baseline), "shipped_sha256": sha(b.artefact.cubin)}
+    # Baseline-kept kernels ship too (include_untuned), so that every call exercises the substitution.
     result = write_package_data(settings, builds, src / "kbx_jit", include_untuned=True)
-    return {"src": str(src), "compile_seconds": round(compile_s, 2), "search": search, "cc": cc_int,
+    return {"src": str(src), "tune_seconds": round(tune_s, 2), "budget": {"algorithm": args.algo,
+            "evaluations": args.evals, "seconds": args.seconds}, "search": search, "cc": cc_int,
             "files": result.relative_files(src), "index": result.index}
 
 
@@ -433,7 +341,9 @@ def device_info() -> dict[str, Any]:
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     p.add_argument("--out", default=os.environ.get("OUT") or str(ROOT / "benchmarks" / "results"))
-    p.add_argument("--candidates", type=int, default=6)
+    p.add_argument("--evals", type=int, default=60, help="tuning budget per kernel: evaluations (default 60)")
+    p.add_argument("--seconds", type=float, default=60.0, help="tuning budget per kernel: seconds (default 60)")
+    p.add_argument("--algo", default="ppo", choices=["ppo", "random", "greedy"])
     p.add_argument("--rounds", type=int, default=15)
     p.add_argument("--reps", type=int, default=10)
     p.add_argument("--seed", type=int, default=0)
@@ -488,14 +398,14 @@ def main() -> int:
     (out_dir / "runtime_substitution.json").write_text(json.dumps(doc, indent=1) + "\n")
     (out_dir / "runtime_substitution.log").write_text("\n".join(log_lines) + "\n")
     print(f"{'kernel':<18} {'subst':>5} {'bits':>5} {'triton ms':>9} {'base ms':>9} {'kbuild ms':>9} "
-          f"{'vs triton':>9} {'vs base':>8} {'index':>6}  search")
+          f"{'vs triton':>9} {'vs base':>8} {'index':>6}  tuner")
     for name, k in ran["kernels"].items():
         s = built["search"][name]
         claimed = f"{k['speedup_index']:.3f}" if k["speedup_index"] else "-"
         print(f"{name:<18} {'yes' if k['substituted'] else 'NO':>5} {'same' if k['bit_identical'] else 'DIFF':>5} "
               f"{k['median_ms_triton']:>9.4f} {k['median_ms_baseline']:>9.4f} {k['median_ms_kbuild']:>9.4f} "
               f"{k['speedup_vs_triton']:>8.3f}x {k['speedup_vs_baseline']:>7.3f}x {claimed:>6}  "
-              f"{s['bit_identical']}/{s['candidates']} correct, best of search {s['speedup_search']:.3f}x")
+              f"{s['state']}: {(s['decision'] or '')[:70]}")
     for r in ran["refusals"]:
         print(f"refused as expected: {r['call']:<16} substituted={r['substituted']} "
               f"max|err| vs torch {r['max_abs_err_vs_torch']:.2e}")

@@ -31,8 +31,7 @@ MANIFEST_NAME = "kbuild.json"
 def manifest_entry(build: Any) -> dict[str, Any]:
     """The entry of one :class:`kbuild.hooks.pipeline.KernelBuild`."""
     art = build.artefact
-    improved = bool(build.tuned and art.meta.get("tuned"))
-    speedup = art.meta.get("speedup") if improved else None
+    speedup = art.meta.get("speedup") if build.improved else None
     return {
         "kernel": build.spec.name,
         "target": build.target.name,
@@ -43,7 +42,7 @@ def manifest_entry(build: Any) -> dict[str, Any]:
         "cubin_bytes": len(art.cubin),
         "symbol": art.meta.get("symbol"),
         "source": build.spec.source,
-        "state": "tuned" if improved else ("baseline-kept" if build.tuned else "baseline"),
+        "state": build.state,
         "speedup": speedup if isinstance(speedup, (int, float)) else None,
     }
 

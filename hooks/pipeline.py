@@ -73,6 +73,12 @@ class KernelBuild:
         return self.tuned and bool(self.artefact is not None and self.artefact.meta.get("tuned"))
 
     @property
+    def state(self) -> str:
+        """``tuned`` (an accepted schedule ships), ``baseline-kept`` (tuned, nothing passed the acceptance
+        rule) or ``baseline`` (never tuned)."""
+        return "tuned" if self.improved else ("baseline-kept" if self.tuned else "baseline")
+
+    @property
     def key(self) -> KernelKey:
         """The key of the artefact this build ships."""
         return self.tuned_key if (self.tuned and self.tuned_key is not None) else self.baseline_key

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +28,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     add_config_args(p, targets=False)
     p.add_argument("--suite", action="store_true", help="tune kbuild's benchmark suite instead of a project kernel")
     p.add_argument("--only", action="append", metavar="NAME", help="with --suite: only these suite kernels")
+    p.add_argument("--configs-from", metavar="BENCH_JSON",
+                   help="with --suite: tune each kernel's autotuned configuration from a `kbuild bench` record "
+                        "(default: each spec's first configuration)")
+    p.add_argument("--total-seconds", type=float, default=None, metavar="S",
+                   help="with --suite: finish within about S seconds, sharing them out among the kernels and "
+                        "algorithms still to run (never more than --budget-seconds each)")
     p.add_argument("--target", default="sm_90", metavar="SM", help="target architecture (default sm_90)")
     p.add_argument("--algo", default="all", choices=["ppo", "random", "greedy", "all"])
     p.add_argument("--budget-evals", type=int, default=None, metavar="N", help="evaluations per algorithm")
@@ -64,6 +71,18 @@ def _backend(args: argparse.Namespace, target: Any) -> Any:
     return WorkerClient()
 
 
+def autotuned_configs(path: str) -> dict[str, str]:
+    """Kernel name → the label of the configuration ``kbuild bench`` kept as the baseline, from its JSON record."""
+    try:
+        record = json.loads(Path(path).read_text())
+        return {k["name"]: k["best_label"] for k in record["kernels"] if "best_label" in k}
+    except OSError as exc:
+        raise UsageError(f"--configs-from: cannot read {path}: {exc.strerror or exc}") from None
+    except (ValueError, KeyError, TypeError) as exc:
+        raise UsageError(f"--configs-from: {path} is not a `kbuild bench` JSON record ({type(exc).__name__}: "
+                         f"{exc})") from None
+
+
 def _jobs(args: argparse.Namespace, target: Any) -> list[tuple[str, bytes, str | None, Any]]:
     """(name, baseline cubin, kernel symbol, KernelRef or None) for each kernel to tune."""
     from kbuild.tune.measure.backend import KernelRef
@@ -77,12 +96,20 @@ def _jobs(args: argparse.Namespace, target: Any) -> list[tuple[str, bytes, str |
         unknown = [n for n in names if n not in SUITE]
         if unknown:
             raise UsageError(f"--only: unknown suite kernel {unknown[0]!r}; known: {', '.join(SUITE)}")
+        chosen = autotuned_configs(args.configs_from) if args.configs_from else {}
         for name in names:
             bench = load_spec(SUITE[name])
             if target.cc not in bench.archs:
                 continue
-            compiled = compile_spec(bench, bench.configs[0], target.cc)
-            jobs.append((name, compiled.asm["cubin"], compiled.metadata.name, KernelRef(spec=SUITE[name], config=0)))
+            labels = [c.label() for c in bench.configs]
+            label = chosen.get(bench.name, labels[0])
+            if label not in labels:
+                raise UsageError(f"--configs-from: {args.configs_from}: {bench.name}: configuration {label!r} is not "
+                                 f"in the spec's space ({'; '.join(labels)})")
+            idx = labels.index(label)
+            compiled = compile_spec(bench, bench.configs[idx], target.cc)
+            jobs.append((name, compiled.asm["cubin"], compiled.metadata.name,
+                         KernelRef(spec=SUITE[name], config=idx)))
         return jobs
     if not args.kernel:
         raise UsageError("name a KERNEL of the project, or pass --suite")
@@ -108,22 +135,32 @@ def run(args: argparse.Namespace) -> int:
     settings = settings_from_args(args) if not args.suite else None
     target = select_targets(settings, [args.target])[0] if settings else _target(args.target)
     evals, secs, seed = _budget(args, settings)
+    if args.total_seconds is not None and args.total_seconds <= 0:
+        raise UsageError(f"--total-seconds must be positive, got {args.total_seconds}")
     algorithms = ("random", "greedy", "ppo") if args.algo == "all" else (args.algo,)
     backend = _backend(args, target)
     jobs = _jobs(args, target)
     results = []
+    deadline = time.monotonic() + args.total_seconds if args.total_seconds is not None else None
     try:
         with progress("tune", len(jobs) * len(algorithms), enabled=not args.json) as advance:
-            for name, cubin, symbol, ref in jobs:
+            for i, (name, cubin, symbol, ref) in enumerate(jobs):
                 def report(algo: str, used: int, best: float, name: str = name) -> None:
                     advance(status=f"{name} {algo}: {used} evals, best {best:.4f}")
 
+                kernel_secs = secs
+                if deadline is not None:
+                    kernel_secs = min(secs, share_of_deadline(deadline - time.monotonic(), len(jobs) - i,
+                                                              len(algorithms)))
                 r = tune(cubin, kernel=symbol, backend=backend, kernel_ref=ref, algorithms=algorithms,
-                         evaluations=evals, seconds=secs, seed=seed, horizon=args.horizon, on_progress=report)
+                         evaluations=evals, seconds=kernel_secs, seed=seed, horizon=args.horizon,
+                         on_progress=report)
                 rep = r.report()
                 rep["name"] = name
                 rep["target"] = target.name
-                rep["budget"] = {"evaluations": evals, "seconds": secs, "seed": seed}
+                rep["budget"] = {"evaluations": evals, "seconds": round(kernel_secs, 2), "seed": seed}
+                if ref is not None:
+                    rep["kernel_ref"] = {"spec": ref.spec, "config": ref.config}
                 if args.out:
                     out = Path(args.out)
                     write_atomic(out / f"{name}.tune.json", json.dumps(rep, indent=2, default=str))
@@ -146,6 +183,16 @@ def run(args: argparse.Namespace) -> int:
         print_table(None, ["kernel", "decision", "PPO"], [(rep["name"], rep["decision"]["reason"],
                                                           rep["ppo_vs_baselines"])])
     return 0
+
+
+OVERHEAD_PER_KERNEL_S = 25.0
+"""Seconds a kernel costs besides its searches on the GPU: compile, worker load, acceptance re-check and timing."""
+
+
+def share_of_deadline(left: float, kernels_left: int, algorithms: int) -> float:
+    """Search seconds per algorithm for the next kernel when ``left`` seconds remain for ``kernels_left`` kernels."""
+    per_kernel = left / max(kernels_left, 1) - OVERHEAD_PER_KERNEL_S
+    return max(per_kernel / max(algorithms, 1), 1.0)
 
 
 def _target(name: str) -> Any:

@@ -47,7 +47,7 @@ def index_entry(build: Any) -> tuple[str, dict[str, Any]]:
     meta = art.meta
     comps = build.baseline_key.components
     fn = build.fn
-    speedup = meta.get("speedup") if build.tuned else None
+    speedup = meta.get("speedup") if build.improved else None
     checks = {"name": meta.get("symbol"), "shared": meta.get("shared"), "num_warps": meta.get("num_warps"),
               "num_ctas": meta.get("num_ctas", 1), "global_scratch_size": meta.get("global_scratch_size", 0)}
     entry = {
@@ -62,7 +62,8 @@ def index_entry(build: Any) -> tuple[str, dict[str, Any]]:
         "ptxas_version": comps["compiler"]["ptxas"],
         "symbol": meta.get("symbol"),
         "checks": checks,
-        "tuned": bool(build.tuned),
+        "tuned": build.improved,
+        "state": build.state,
         "speedup": float(speedup) if isinstance(speedup, (int, float)) and not isinstance(speedup, bool) else None,
         "artefact_key": build.key.hex,
         "cubin": f"{art.cubin_sha256}.cubin",

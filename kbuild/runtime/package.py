@@ -90,7 +90,7 @@ def select_shipped(builds: Iterable[Any], *, include_untuned: bool = False) -> t
         name, target = b.spec.name, b.target.name
         if b.artefact is None:
             skipped.append((name, target, "no artefact"))
-        elif not b.tuned and not include_untuned:
+        elif not b.improved and not include_untuned:
             skipped.append((name, target, b.status or "untuned"))
         elif b.fn is not None and getattr(getattr(b.fn, "fn", None), "__name__", b.spec.function) != b.spec.function:
             skipped.append((name, target, f"declared as {b.spec.function!r} but the function is named "

@@ -179,6 +179,11 @@ class Analysis:
     def n(self) -> int:
         return len(self.instructions)
 
+    def loops(self) -> list[tuple[int, int]]:
+        """``(start, end)`` slots of every loop: a backward ``BRA`` at ``end - 1`` that jumps to ``start``."""
+        return [(t, i + 1) for i, ins in enumerate(self.instructions) if ins.base == "BRA"
+                for t in branch_targets(ins, self.n) if t <= i]
+
     @property
     def pinned(self) -> np.ndarray:
         return np.array([s.pinned is not None for s in self.sems], dtype=bool)
@@ -209,6 +214,16 @@ class Analysis:
         return None
 
 
+def branch_targets(ins: Instruction, n: int) -> list[int]:
+    """Slots an instruction's immediate operands can jump to (16-byte aligned offsets inside the kernel)."""
+    out = []
+    for h in _HEX.findall(" ".join(ins.operands)):
+        t = int(h, 16)
+        if t % 16 == 0 and t // 16 < n:
+            out.append(t // 16)
+    return out
+
+
 def _blocks(ins: list[Instruction], sems: list[Sem], extra_leaders: set[int]) -> tuple[np.ndarray, ...]:
     n = len(ins)
     leaders = {0} | {x for x in extra_leaders if 0 <= x < n}
@@ -217,10 +232,7 @@ def _blocks(ins: list[Instruction], sems: list[Sem], extra_leaders: set[int]) ->
                                         "BREAK", "WARPSYNC", "KILL", "BPT", "BMOV"):
             leaders.add(i)
             leaders.add(i + 1)
-            for h in _HEX.findall(" ".join(x.operands)):
-                t = int(h, 16)
-                if t % 16 == 0 and t // 16 < n:
-                    leaders.add(t // 16)
+            leaders.update(branch_targets(x, n))
     starts = sorted(x for x in leaders if x < n)
     block_of = np.zeros(n, dtype=np.int64)
     ends = []

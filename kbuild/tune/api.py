@@ -40,6 +40,8 @@ class TuneResult:
     seconds: float
     pinned_fraction: float
     movable: int
+    region: dict[str, Any] = field(default_factory=dict)
+    """Where the search moved instructions: slots, "loop" or "block", and the pinned fraction there."""
 
     @property
     def accepted(self) -> bool:
@@ -61,6 +63,7 @@ class TuneResult:
             "seconds": round(self.seconds, 3),
             "pinned_fraction": round(self.pinned_fraction, 4),
             "movable_instructions": self.movable,
+            "region": self.region,
             "diff": self.diff,
         }
 
@@ -95,6 +98,7 @@ def tune(baseline: bytes, *, kernel: str | None = None, backend: Backend | None 
         backend.load(kernel_ref, baseline)
     searches: dict[str, SearchResult] = {}
     movable = 0
+    region: dict[str, Any] = {}
     for i, algorithm in enumerate(algorithms):
         schedule.reset()
         budget = Budget(evaluations, seconds)
@@ -102,6 +106,7 @@ def tune(baseline: bytes, *, kernel: str | None = None, backend: Backend | None 
                                 else ModelEvaluator(schedule, budget))
         env = SassScheduleEnv(schedule, evaluator, horizon=horizon, max_movable=max_movable)
         movable = len(env.movable)
+        region = describe_region(schedule, env.region)
         searches[algorithm] = run_search(algorithm, env, seed=seed)
         if on_progress is not None:
             on_progress(algorithm, budget.used, searches[algorithm].best_ratio)
@@ -113,7 +118,7 @@ def tune(baseline: bytes, *, kernel: str | None = None, backend: Backend | None 
     if winner is None or searches[winner].best_ratio >= 1.0:
         decision = Decision(False, "baseline kept: no schedule beat the baseline during the search")
         return TuneResult(schedule.kernel, backend_name, baseline, baseline, decision, searches, None,
-                          "no moves", time.monotonic() - started, pinned_fraction, movable)
+                          "no moves", time.monotonic() - started, pinned_fraction, movable, region)
     for slot, direction in searches[winner].best_moves:
         schedule.apply(slot, direction)
     candidate = schedule.to_cubin(verify=True, disassemble_check=True)
@@ -130,7 +135,16 @@ def tune(baseline: bytes, *, kernel: str | None = None, backend: Backend | None 
     decision = decide(verifier_problems=problems, check=check, timing=timing)
     shipped = candidate if decision.accepted else baseline
     return TuneResult(schedule.kernel, backend_name, baseline, shipped, decision, searches, winner, schedule.diff(),
-                      time.monotonic() - started, pinned_fraction, movable)
+                      time.monotonic() - started, pinned_fraction, movable, region)
+
+
+def describe_region(schedule: Any, region: tuple[int, int]) -> dict[str, Any]:
+    from kbuild.tune.env import region_kind
+
+    start, end = region
+    sems = schedule.analysis.sems[start:end]
+    return {"start": start, "end": end, "kind": region_kind(schedule, region), "instructions": end - start,
+            "pinned_fraction": round(sum(s.pinned is not None for s in sems) / max(len(sems), 1), 4)}
 
 
 def learning_curve_png(result: TuneResult, path: str) -> bool:

@@ -29,16 +29,33 @@ _CLASSES = ("load", "store", "tensor", "alu", "other")
 
 
 def hot_region(schedule: Any) -> tuple[int, int]:
-    """``(start, end)`` slots of the largest basic block with a movable instruction."""
+    """``(start, end)`` slots where the search moves instructions.
+
+    The innermost loop with the most movable instructions (the main loop of a matmul or attention
+    kernel: code that runs once per iteration, not once per program); for straight-line kernels
+    (one row per program: softmax, norms) the largest basic block with a movable instruction.
+    Legality is the engine's either way: moves never leave their basic block.
+    """
     an = schedule.analysis
-    best, best_len = (0, an.n), -1
     pinned = np.array([s.pinned is not None for s in an.sems])
+    all_loops = an.loops()
+    inner = [(s, e) for s, e in all_loops
+             if not any((s2, e2) != (s, e) and s <= s2 and e2 <= e for s2, e2 in all_loops)]
+    scored = [(int((~pinned[s:e]).sum()), -s, (s, e)) for s, e in inner]
+    scored = [x for x in scored if x[0] > 1]
+    if scored:
+        return max(scored)[2]
+    best, best_len = (0, an.n), -1
     for b in range(len(an.block_start)):
         s, e = int(an.block_start[b]), int(an.block_end[b])
         movable = int((~pinned[s:e]).sum())
         if movable > 1 and e - s > best_len:
             best, best_len = (s, e), e - s
     return best
+
+
+def region_kind(schedule: Any, region: tuple[int, int]) -> str:
+    return "loop" if region in schedule.analysis.loops() else "block"
 
 
 def _op_class(opcode: str, sem: Any) -> str:

@@ -109,3 +109,28 @@ def test_cli_package_data(tmp_path: Path, capsys: pytest.CaptureFixture[str], mo
 def test_make_tuned_helper_keeps_keys_apart(jit_settings: Any, baseline_builds: list[Any]) -> None:
     build = make_tuned(jit_settings, dataclasses.replace(baseline_builds[0]))
     assert build.key.hex == build.tuned_key.hex != build.baseline_key.hex
+
+
+def test_the_jit_example_bench_specs_compile_to_the_shipped_cubins(jit_settings: Any,
+                                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    """The tuner measures what the spec launches: it must be the very kernel the package ships."""
+    import tempfile
+
+    from runtime_helpers import JIT_EXAMPLE
+    from triton import knobs
+
+    from kbuild.bench.spec import compile_spec, load_spec, validate_inputs, validate_spec
+    from kbuild.hooks.pipeline import run_pipeline
+
+    monkeypatch.syspath_prepend(str(JIT_EXAMPLE))
+    shipped = {b.spec.name: b.artefact.cubin for b in run_pipeline(jit_settings, targets=["sm_90"])}
+    for decl in jit_settings.kernels:
+        assert decl.bench == f"kbx_jit.bench:{decl.name}"
+        spec = load_spec(decl.bench, small=True)
+        validate_spec(spec)
+        validate_inputs(spec, spec.make_inputs(0, "cpu"))
+        with tempfile.TemporaryDirectory() as tmp, knobs.compilation.scope(), knobs.cache.scope():
+            knobs.compilation.disable_line_info = True
+            knobs.cache.dir = tmp
+            compiled = compile_spec(spec, spec.configs[0], 90)
+        assert compiled.asm["cubin"] == shipped[decl.name], decl.name

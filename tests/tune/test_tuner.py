@@ -183,3 +183,57 @@ def test_cli_model_backend_json(capsys, example_project: Path, tmp_path: Path, m
     assert doc["backend"].startswith("cost-model") and doc["accepted"] is False
     assert doc["algorithms"]["greedy"]["evaluations"] <= 20
     assert (tmp_path / "rep" / "softmax.tune.json").exists()
+
+
+def test_cli_suite_tunes_the_configuration_bench_kept(capsys, tmp_path: Path):
+    bench = tmp_path / "bench.json"
+    bench.write_text(json.dumps({"kernels": [{"name": "softmax", "best_label": "w4,s1"}]}))
+    code = main(["tune", "--suite", "--only", "softmax", "--backend", "model", "--algo", "random",
+                 "--budget-evals", "3", "--configs-from", str(bench), "--total-seconds", "60", "--json"])
+    out = capsys.readouterr().out
+    assert code == 0
+    (doc,) = json.loads(out)
+    assert doc["kernel_ref"] == {"spec": "kbuild.bench.kernels.softmax:softmax", "config": 1}
+    assert doc["algorithms"]["random"]["evaluations"] <= 3
+    assert doc["budget"]["seconds"] <= 60
+
+
+def test_cli_suite_bad_configs_from(capsys, tmp_path: Path):
+    missing = tmp_path / "nope.json"
+    assert main(["tune", "--suite", "--only", "softmax", "--backend", "model", "--configs-from", str(missing)]) == 2
+    assert f"--configs-from: cannot read {missing}" in capsys.readouterr().err
+    wrong = tmp_path / "bench.json"
+    wrong.write_text(json.dumps({"kernels": [{"name": "softmax", "best_label": "w3,s9"}]}))
+    assert main(["tune", "--suite", "--only", "softmax", "--backend", "model", "--configs-from", str(wrong)]) == 2
+    assert "configuration 'w3,s9' is not in the spec's space" in capsys.readouterr().err
+    assert main(["tune", "--suite", "--backend", "model", "--total-seconds", "0"]) == 2
+    assert "--total-seconds must be positive" in capsys.readouterr().err
+
+
+def test_deadline_share():
+    from kbuild.commands.tune import OVERHEAD_PER_KERNEL_S, share_of_deadline
+
+    assert share_of_deadline(3 * (OVERHEAD_PER_KERNEL_S + 30), 3, 3) == pytest.approx(10.0)
+    assert share_of_deadline(5.0, 4, 3) == 1.0  # never zero: every algorithm gets a look
+
+
+@pytest.mark.parametrize(("name", "kind"), [("matmul_leakyrelu_512x512x2048", "loop"), ("softmax", "block")])
+def test_search_region_is_the_main_loop(name: str, kind: str):
+    """Matmuls search their K loop (runs once per iteration), not the prologue or epilogue; one-row kernels
+    have no loop and search their largest block."""
+    from kbuild.bench.kernels import SUITE
+    from kbuild.bench.spec import compile_spec, load_spec
+    from kbuild.sass.schedule import Schedule
+    from kbuild.tune.api import describe_region
+    from kbuild.tune.env import hot_region
+
+    spec = load_spec(SUITE[name])
+    compiled = compile_spec(spec, spec.configs[0], 90)
+    schedule = Schedule.from_cubin(compiled.asm["cubin"], compiled.metadata.name)
+    region = describe_region(schedule, hot_region(schedule))
+    assert region["kind"] == kind
+    opcodes = {schedule.analysis.instructions[i].base for i in range(region["start"], region["end"])}
+    if kind == "loop":
+        assert "HGMMA" in opcodes and schedule.analysis.instructions[region["end"] - 1].base == "BRA"
+    else:
+        assert region["start"] == 0

@@ -1,0 +1,47 @@
+"""``tune()`` on a real GPU through the isolated worker (marked ``gpu``; skipped without an sm_90 GPU).
+
+Small softmax, a few evaluations per algorithm: every search stops at its budget, and what ships is
+either the untouched baseline ("baseline kept") or a schedule that passed the verifier, ``K_ACCEPT``
+bit-exact input sets and the interleaved timing against the A/A spread.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from kbuild.bench.spec import compile_spec, load_spec
+from kbuild.tune.api import tune
+from kbuild.tune.measure.backend import K_ACCEPT, KernelRef
+
+
+def _has_sm90() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return torch.cuda.is_available() and torch.cuda.get_device_capability(0) == (9, 0)
+
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not _has_sm90(), reason="needs an sm_90 GPU")]
+
+SPEC = "kbuild.bench.kernels.softmax:softmax"
+
+
+def test_tune_on_the_gpu_stops_at_its_budget_and_ships_only_verified_code() -> None:
+    from kbuild.tune.measure.client import WorkerClient
+
+    spec = load_spec(SPEC, small=True)
+    compiled = compile_spec(spec, spec.configs[0], 90)
+    baseline = compiled.asm["cubin"]
+    with WorkerClient(timeout_s=60) as worker:
+        r = tune(baseline, kernel=compiled.metadata.name, backend=worker, kernel_ref=KernelRef(SPEC, small=True),
+                 algorithms=("random", "greedy", "ppo"), evaluations=6, seconds=60, seed=0)
+    assert r.backend == "gpu-worker"
+    assert set(r.searches) == {"random", "greedy", "ppo"}
+    for name, s in r.searches.items():
+        assert 1 <= s.evaluations <= 6, name
+    if r.accepted:
+        assert r.cubin != baseline and r.decision.checks >= K_ACCEPT
+        assert r.decision.speedup_ci is not None and r.decision.speedup_ci[0] > 1.0
+    else:
+        assert r.cubin == baseline and r.decision.reason.startswith("baseline kept")
