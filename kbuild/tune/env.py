@@ -1,9 +1,11 @@
 """The assembly game as a ``gymnasium.Env``: move one instruction one slot up or down per step.
 
 * **Movable set**: the instructions of the *hot region* that the engine does not pin. The hot
-  region is the largest basic block (the software-pipelined loop body in the kernels we have
-  seen), optionally capped at ``max_movable`` instructions around its memory operations. Moves
-  that would leave the region are masked, so the set never changes within an episode.
+  region is the innermost loop with the most movable instructions (a matmul's K loop, an
+  attention kernel's key/value loop), or, in kernels without a loop, the largest basic block;
+  capped at ``max_movable`` instructions, memory operations first. Moves that would leave the
+  region are masked, so the set never changes within an episode. (Until 2026-12-02 the region
+  was the largest basic block, which in the suite's matmuls is the prologue or the epilogue.)
 * **Action**: ``Discrete(2 × movable)``; action ``2m + d`` moves movable instruction ``m`` up
   (``d = 0``) or down (``d = 1``). :meth:`action_masks` (sb3-contrib's convention) comes from the
   engine's legal-move mask.
