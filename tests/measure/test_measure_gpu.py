@@ -3,23 +3,14 @@
 from __future__ import annotations
 
 import pytest
+from gpu_marks import needs_sm90
 
 from kbuild.bench.spec import compile_spec, load_spec
 from kbuild.tune.measure.backend import K_ACCEPT, KernelRef
 from kbuild.tune.measure.client import WorkerClient
 from kbuild.tune.measure.cubin import without_reuse, without_waits
 
-
-def _has_sm90() -> bool:
-    try:
-        import torch
-    except ImportError:
-        return False
-    # Asking for the capability initialises CUDA in this process; the tests below only need the answer.
-    return torch.cuda.is_available() and torch.cuda.get_device_capability(0) == (9, 0)
-
-
-pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not _has_sm90(), reason="needs an sm_90 GPU")]
+pytestmark = needs_sm90
 
 SPEC = "kbuild.bench.kernels.softmax:softmax"
 

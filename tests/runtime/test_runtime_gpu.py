@@ -11,20 +11,11 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-import pytest
+from gpu_marks import needs_sm90
 
 import kbuild.runtime
 
-
-def _has_sm90() -> bool:
-    try:
-        import torch
-    except ImportError:
-        return False
-    return torch.cuda.is_available() and torch.cuda.get_device_capability(0) == (9, 0)
-
-
-pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not _has_sm90(), reason="needs an sm_90 GPU")]
+pytestmark = needs_sm90
 
 
 def _launch(kernels: Any, x: Any) -> tuple[Any, Any]:

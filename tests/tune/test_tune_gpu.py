@@ -7,22 +7,13 @@ bit-exact input sets and the interleaved timing against the A/A spread.
 
 from __future__ import annotations
 
-import pytest
+from gpu_marks import needs_sm90
 
 from kbuild.bench.spec import compile_spec, load_spec
 from kbuild.tune.api import tune
 from kbuild.tune.measure.backend import K_ACCEPT, KernelRef
 
-
-def _has_sm90() -> bool:
-    try:
-        import torch
-    except ImportError:
-        return False
-    return torch.cuda.is_available() and torch.cuda.get_device_capability(0) == (9, 0)
-
-
-pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not _has_sm90(), reason="needs an sm_90 GPU")]
+pytestmark = needs_sm90
 
 SPEC = "kbuild.bench.kernels.softmax:softmax"
 
