@@ -1,19 +1,26 @@
 #!/usr/bin/env bash
-# The H200 evidence for issues 5-8, as three device calls of under 10 minutes each (one session's
+# The H200 evidence for issues 5-8, as two device calls of under 10 minutes each (one session has
 # 30 device-minutes). Run from the repository root on the GPU machine, carrying .whl (the wheels of
 # ../shared/tools/device-wheels: diskcache, gymnasium, stable-baselines3, sb3-contrib):
 #
-#   device run (carry [".whl"]):  bash benchmarks/gpu_session.sh bench   # #5: suite baselines + fault isolation
-#   device run (carry [".whl"]):  bash benchmarks/gpu_session.sh tune    # #6: kbuild tune on suite kernels
-#   device run (carry [".whl"]):  bash benchmarks/gpu_session.sh hooks   # #7/#8: tuned wheel, runtime, GPU tests
+#   device run (carry [".whl"]):  bash benchmarks/gpu_session.sh bench tests          # about 9 minutes
+#   device run (carry [".whl"]):  bash benchmarks/gpu_session.sh tune hooks runtime  # about 9 minutes
+#
+# Steps (any order, several per call; each gets a share of the call's CALL_S = 560 seconds):
+#   bench    #5: `kbuild bench` on the suite, and fault isolation (benchmarks/gpu_bench_run.py)
+#   tests    every GPU-marked test (pytest -m gpu)
+#   tune     #6: `kbuild tune --suite` on TUNE_KERNELS, all three algorithms, within TUNE_TOTAL_S
+#   hooks    #7: the example wheel built with tune = auto beside the baseline wheel (HOOKS_TUNE_S per kernel)
+#   runtime  #8: the JIT example built with the tuner's results, substituted into @triton.jit calls
 #
 # Outputs go to $OUT (at most 8 files come back from a device call, so folders are tarred).
 # `bench` also leaves .gpu-state/bench.json (git-ignored), which `tune` reads on the same warm machine
 # to tune each kernel's autotuned configuration; failing that, benchmarks/results/h200/bench/bench.json.
-# TUNE_KERNELS, TUNE_TOTAL_S and HOOKS_TUNE_S override the defaults below.
+# TUNE_KERNELS, TUNE_TOTAL_S, HOOKS_TUNE_S and CALL_S override the defaults below.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-step=${1:?usage: gpu_session.sh bench|tune|hooks}
+[ $# -gt 0 ] || { echo "usage: gpu_session.sh STEP... (bench tests tune hooks runtime)"; exit 2; }
+CALL_S=${CALL_S:-560}
 OUT=${OUT:-/tmp/kbuild-gpu-out}
 mkdir -p "$OUT" .gpu-state
 T0=$(date +%s)
@@ -25,25 +32,30 @@ export PYTHONPATH="$PWD:/tmp/site" PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu,power.draw --format=csv,noheader || true
 left() { echo $(( ${1} - ($(date +%s) - T0) )); }
 
+for step in "$@"; do
+echo "== $step ($(left "$CALL_S") s left in this call)"
 case "$step" in
 bench)
-  python3 benchmarks/gpu_bench_run.py --no-pytest --out "$OUT" 2>&1 | tee "$OUT/bench_run.log"
+  python3 benchmarks/gpu_bench_run.py --no-pytest --out "$OUT" 2>&1 | tee "$OUT/bench_run.log" | tail -30
   cp "$OUT/bench/bench.json" .gpu-state/bench.json 2>/dev/null || true
+  ;;
+tests)
+  timeout "$(left "$CALL_S")" python3 -m pytest -m gpu -q -p no:cacheprovider tests/measure/test_measure_gpu.py \
+    tests/bench/test_bench_gpu.py tests/tune/test_tune_gpu.py tests/runtime/test_runtime_gpu.py 2>&1 \
+    | tee "$OUT/pytest_gpu.txt" | tail -15
   ;;
 tune)
   configs=.gpu-state/bench.json
   [ -f "$configs" ] || configs=benchmarks/results/h200/bench/bench.json
   args=()
   [ -f "$configs" ] && args+=(--configs-from "$configs")
-  for k in ${TUNE_KERNELS:-matmul_leakyrelu_512x512x2048 flash_attn_d64 layernorm rmsnorm_swiglu}; do
-    args+=(--only "$k")
-  done
-  total=${TUNE_TOTAL_S:-$(left 540)}
-  echo "tuning ${args[*]} within $total s (configs from ${configs})"
+  for k in ${TUNE_KERNELS:-matmul_leakyrelu_512x512x2048 flash_attn_d64 layernorm}; do args+=(--only "$k"); done
+  total=${TUNE_TOTAL_S:-210}
+  echo "tuning ${args[*]} within $total s"
   python3 -m kbuild tune --suite --target sm_90 --algo all --budget-evals 1000 --budget-seconds 120 \
     --total-seconds "$total" "${args[@]}" --out "$OUT/tune" --json > "$OUT/suite.json" 2> "$OUT/tune.log"
   echo "kbuild tune exit $?"
-  tail -5 "$OUT/tune.log"
+  tail -3 "$OUT/tune.log"
   tar czf "$OUT/tune.tar.gz" -C "$OUT" tune && rm -rf "$OUT/tune"
   python3 - "$OUT/suite.json" <<'PY'
 import json, sys
@@ -54,21 +66,19 @@ for r in json.load(open(sys.argv[1])):
 PY
   ;;
 hooks)
-  echo "== GPU tests"
-  timeout 240 python3 -m pytest -m gpu -q -p no:cacheprovider tests/measure/test_measure_gpu.py \
-    tests/bench/test_bench_gpu.py tests/tune/test_tune_gpu.py tests/runtime/test_runtime_gpu.py 2>&1 \
-    | tee "$OUT/pytest_gpu.txt" | tail -15
-  echo "== issue 7: the example wheel, baseline and tune = auto, side by side"
   mkdir -p "$OUT/hooks"
-  STAGES="1 5" TUNE_EVALS=1000 TUNE_SECONDS=${HOOKS_TUNE_S:-40} OUT="$OUT/hooks" \
-    timeout 330 bash benchmarks/gpu_hooks_check.sh > "$OUT/hooks_console.log" 2>&1
-  echo "gpu_hooks_check exit $?"; grep -E "^ *kbuild|state|speedup|== |PASS|FAIL" "$OUT/hooks/gpu_hooks_check.log" | tail -25
+  STAGES="1 5" TUNE_EVALS=1000 TUNE_SECONDS=${HOOKS_TUNE_S:-25} OUT="$OUT/hooks" \
+    timeout "$(left "$CALL_S")" bash benchmarks/gpu_hooks_check.sh > "$OUT/hooks_console.log" 2>&1
+  echo "gpu_hooks_check exit $?"
+  grep -E "^ *kbuild:|measured|== " "$OUT/hooks/gpu_hooks_check.log" | tail -25
   tar czf "$OUT/hooks.tar.gz" -C "$OUT" hooks && rm -rf "$OUT/hooks"
-  echo "== issue 8: kbuild.runtime with the tuner's results"
-  timeout "$(left 570)" python3 benchmarks/gpu_runtime_substitution.py --out "$OUT" --evals 1000 \
-    --seconds "${HOOKS_TUNE_S:-40}"
+  ;;
+runtime)
+  timeout "$(left "$CALL_S")" python3 benchmarks/gpu_runtime_substitution.py --out "$OUT" --evals 1000 \
+    --seconds "${HOOKS_TUNE_S:-25}"
   echo "gpu_runtime_substitution exit $?"
   ;;
 *) echo "unknown step $step"; exit 2;;
 esac
-echo "step $step took $(( $(date +%s) - T0 )) s"
+done
+echo "steps $* took $(( $(date +%s) - T0 )) s"
