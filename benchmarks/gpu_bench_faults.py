@@ -39,7 +39,9 @@ def fault_demo(x_ptr, y_ptr, n, BLOCK: tl.constexpr, MODE: tl.constexpr):
             v = tl.load(x_ptr, volatile=True)
         tl.store(y_ptr + offs, y + v, mask=mask)
     elif MODE == 3:
-        tl.store(y_ptr + offs + 1, y, mask=mask)  # shifted by one: the last lands past the end
+        # Shifted by 4 elements (16 bytes, so the vector stores stay aligned): the last 4 land past the end.
+        # (A shift by one element faulted on the H200 instead: misaligned 16-byte stores.)
+        tl.store(y_ptr + offs + 4, y, mask=mask)
     elif MODE == 4:
         tl.store(y_ptr + offs, x * 2.0 + 1.5, mask=mask)
     elif MODE == 5:

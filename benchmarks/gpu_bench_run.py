@@ -10,7 +10,7 @@ Steps (about 3-5 minutes in all; each step has its own time limit):
    and hands them to the worker process): for ``benchmarks/gpu_bench_faults.py:spec`` the worker
    loads the correct MODE=0 cubin as baseline, then judges candidates in this order: a good one
    (the baseline with operand-reuse flags cleared: other .text, same results), an illegal address
-   (store 2^38 elements past the output), one element written past the end (guard band), a wrong
+   (store 2^38 elements past the output), four elements written past the end (guard band), a wrong
    value, one that overwrites its input, every scoreboard wait removed, a cubin for sm_80, an endless loop
    (watchdog), the OOB one again (evaluation-cache hit), then another good one (reuse flags cleared on
    every other instruction), which must be valid and timed sensibly, and the baseline itself.
@@ -98,7 +98,7 @@ def fault_isolation(hang_timeout: float) -> dict[str, Any]:
     print(f"fault isolation: loaded {info.kernel} on {info.device} (sm_{info.arch})", flush=True)
     judge(f"good: reuse flags cleared ({n_reuse} words)", good, True, k=K_ACCEPT, timed=True)
     judge("illegal address (store 2^38 past y)", mode[1], False)
-    judge("writes one element past the end", mode[3], False)
+    judge("writes 4 elements past the end (guard band)", mode[3], False)
     judge("wrong value (2x+1.5)", mode[4], False)
     judge("overwrites its input", mode[5], False)
     judge(f"all scoreboard waits removed ({n_waits} words)", no_waits, False)

@@ -8,6 +8,7 @@
 #
 # Steps (any order, several per call; each gets a share of the call's CALL_S = 560 seconds):
 #   bench    #5: `kbuild bench` on the suite, and fault isolation (benchmarks/gpu_bench_run.py)
+#   faults   #5: fault isolation only (part of bench)
 #   tests    every GPU-marked test (pytest -m gpu)
 #   tune     #6: `kbuild tune --suite` on TUNE_KERNELS, all three algorithms, within TUNE_TOTAL_S
 #   hooks    #7: the example wheel built with tune = auto beside the baseline wheel (HOOKS_TUNE_S per kernel)
@@ -19,6 +20,9 @@
 # TUNE_KERNELS, TUNE_TOTAL_S, HOOKS_TUNE_S and CALL_S override the defaults below.
 set -uo pipefail
 cd "$(dirname "$0")/.."
+# The checkout imports like the installed wheel, where hooks/, cache/ and templates/ are kbuild.hooks,
+# kbuild.cache and kbuild.templates (links, git-ignored).
+for d in hooks cache templates; do [ -e "kbuild/$d" ] || ln -s "../$d" "kbuild/$d"; done
 [ $# -gt 0 ] || { echo "usage: gpu_session.sh STEP... (bench tests tune hooks runtime)"; exit 2; }
 CALL_S=${CALL_S:-560}
 OUT=${OUT:-/tmp/kbuild-gpu-out}
@@ -38,6 +42,9 @@ case "$step" in
 bench)
   python3 benchmarks/gpu_bench_run.py --no-pytest --out "$OUT" 2>&1 | tee "$OUT/bench_run.log" | tail -30
   cp "$OUT/bench/bench.json" .gpu-state/bench.json 2>/dev/null || true
+  ;;
+faults)
+  python3 benchmarks/gpu_bench_run.py --no-bench --no-pytest --out "$OUT" 2>&1 | tee "$OUT/faults_run.log" | tail -22
   ;;
 tests)
   timeout "$(left "$CALL_S")" python3 -m pytest -m gpu -q -p no:cacheprovider tests/measure/test_measure_gpu.py \
