@@ -381,7 +381,7 @@ def main() -> int:
     log_lines = ran.pop("log")
     doc = {
         "what": "issue 8: tuned cubins substituted into @triton.jit calls by kbuild.runtime",
-        "command": "PYTHONPATH=/tmp/kb python3 benchmarks/gpu_runtime_substitution.py " + " ".join(sys.argv[1:]),
+        "command": " ".join([Path(sys.executable).name, *sys.argv]),
         "device": device_info(),
         "sizes": {"matmul_leaky_relu": list(MM), "softmax": list(SOFTMAX)},
         "timing": {"method": "CUDA events around `reps` back-to-back @triton.jit calls, variants interleaved per "
