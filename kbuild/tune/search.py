@@ -36,9 +36,12 @@ class SearchResult:
     curve: list[tuple[int, float]] = field(default_factory=list)
     """(evaluations used, best ratio so far)."""
     invalid: int = 0
+    confirmed_ratio: float | None = None
+    """The best schedule's ratio re-measured after the search (GPU backends), free of the search's luck."""
 
     def as_dict(self) -> dict[str, Any]:
-        return {"algorithm": self.algorithm, "best_ratio": self.best_ratio, "moves": len(self.best_moves),
+        return {"algorithm": self.algorithm, "best_ratio": self.best_ratio, "confirmed_ratio": self.confirmed_ratio,
+                "moves": len(self.best_moves),
                 "evaluations": self.evaluations, "seconds": round(self.seconds, 3), "cache_hits": self.cache_hits,
                 "invalid_candidates": self.invalid, "curve": self.curve}
 

@@ -237,3 +237,34 @@ def test_search_region_is_the_main_loop(name: str, kind: str):
         assert "HGMMA" in opcodes and schedule.analysis.instructions[region["end"] - 1].base == "BRA"
     else:
         assert region["start"] == 0
+
+
+class LuckyBackend(NoisyBackend):
+    """Search timings (5 rounds) flatter every candidate; longer re-timings tell the truth."""
+
+    def __init__(self, truth: float) -> None:
+        self.truth = truth
+        self.rounds: list[int] = []
+
+    def time(self, candidate, *, rounds=8, reps=10):
+        self.rounds.append(rounds)
+        if rounds <= 5:
+            return _timing(0.95, (0.94, 0.96), (0.995, 1.005))
+        return _timing(self.truth, (self.truth - 0.002, self.truth + 0.002), (0.999, 1.001))
+
+
+def test_the_winner_is_picked_by_its_re_timing_not_its_search_luck():
+    from kbuild.tune.api import CONFIRM_ROUNDS
+    from kbuild.tune.measure.backend import KernelRef
+
+    lucky = LuckyBackend(truth=1.01)
+    r = tune(CUBIN, backend=lucky, kernel_ref=KernelRef(spec="x:y"), algorithms=("random", "greedy"), evaluations=6)
+    assert not r.accepted and r.cubin == CUBIN
+    assert "no search's best beat the baseline when re-timed" in r.decision.reason
+    assert all(s.best_ratio == 0.95 and s.confirmed_ratio == 1.01 for s in r.searches.values())
+    assert CONFIRM_ROUNDS in lucky.rounds and 15 not in lucky.rounds  # no acceptance run for a loser
+    assert r.report()["algorithms"]["random"]["confirmed_ratio"] == 1.01
+
+    real = LuckyBackend(truth=0.97)
+    r = tune(CUBIN, backend=real, kernel_ref=KernelRef(spec="x:y"), algorithms=("random",), evaluations=6)
+    assert r.accepted and r.cubin != CUBIN and r.searches["random"].confirmed_ratio == 0.97
