@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import hashlib
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -85,16 +86,21 @@ def schedule_digest(schedule: Any) -> str:
 
 
 class _Memo:
+    """Evaluations by schedule digest: a schedule seen before is answered free, without charging the budget."""
+
     def __init__(self) -> None:
         self.results: dict[str, Evaluation] = {}
         self.hits = 0
 
-    def get(self, key: str) -> Evaluation | None:
+    def evaluate(self, schedule: Any, budget: Budget, measure: Callable[[], Evaluation]) -> Evaluation:
+        key = schedule_digest(schedule)
         found = self.results.get(key)
         if found is not None:
             self.hits += 1
             return Evaluation(found.valid, found.ratio, found.backend, True, found.reason, found.ci)
-        return None
+        budget.charge()
+        result = self.results[key] = measure()
+        return result
 
 
 class ModelEvaluator:
@@ -119,15 +125,11 @@ class ModelEvaluator:
         return estimate_cycles(instrs, warps=self.warps, latencies=DEFAULT_LATENCIES)
 
     def evaluate(self, schedule: Any) -> Evaluation:
-        key = schedule_digest(schedule)
-        hit = self._memo.get(key)
-        if hit is not None:
-            return hit
-        self.budget.charge()
-        ratio = self._cycles(np.asarray(schedule.order), np.asarray(schedule.stall)) / max(self.baseline_cycles, 1)
-        result = Evaluation(True, float(ratio), self.name)
-        self._memo.results[key] = result
-        return result
+        def measure() -> Evaluation:
+            cycles = self._cycles(np.asarray(schedule.order), np.asarray(schedule.stall))
+            return Evaluation(True, float(cycles / max(self.baseline_cycles, 1)), self.name)
+
+        return self._memo.evaluate(schedule, self.budget, measure)
 
     @property
     def cache_hits(self) -> int:
@@ -160,22 +162,17 @@ class BackendEvaluator:
         self._memo = _Memo()
 
     def evaluate(self, schedule: Any) -> Evaluation:
-        key = schedule_digest(schedule)
-        hit = self._memo.get(key)
-        if hit is not None:
-            return hit
-        self.budget.charge()
+        return self._memo.evaluate(schedule, self.budget, lambda: self._measure(schedule))
+
+    def _measure(self, schedule: Any) -> Evaluation:
         # Moves are legal by construction; the independent verifier runs at acceptance.
         cubin = schedule.to_cubin(verify=False, disassemble_check=False)
         self.seed += 1
         chk = self.backend.check(cubin, self.k, seed=self.seed)
         if not chk.valid:
-            result = Evaluation(False, float("nan"), self.name, reason=chk.reason)
-        else:
-            t = self.backend.time(cubin, rounds=self.rounds, reps=self.reps)
-            result = Evaluation(t.valid, float(t.ratio), self.name, reason=t.reason, ci=t.ci)
-        self._memo.results[key] = result
-        return result
+            return Evaluation(False, float("nan"), self.name, reason=chk.reason)
+        t = self.backend.time(cubin, rounds=self.rounds, reps=self.reps)
+        return Evaluation(t.valid, float(t.ratio), self.name, reason=t.reason, ci=t.ci)
 
     @property
     def cache_hits(self) -> int:
