@@ -3,6 +3,7 @@ so that each wheel build in these tests is an all-hit build."""
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -32,3 +33,11 @@ def session_store(tmp_path_factory: pytest.TempPathFactory) -> Path:
         proc = kbuild_cli("compile", "--config", str(example / "pyproject.toml"), "--json", "--no-progress", env=env)
         assert proc.returncode == 0, proc.stderr
     return store
+
+
+@pytest.fixture
+def store(session_store: Path, tmp_path: Path) -> Path:
+    """A private copy of the session store (a test may write to it)."""
+    dest = tmp_path / "store"
+    shutil.copytree(session_store, dest)
+    return dest

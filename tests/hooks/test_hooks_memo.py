@@ -5,12 +5,10 @@ to a full resolve that gives the right keys."""
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
-import pytest
 from hooks_helpers import CMAKE_EXAMPLE, build_env, copy_project
 
 PROBE = r"""
@@ -30,13 +28,6 @@ def probe(project: Path, store: Path) -> dict:
                           text=True, env=build_env(store), check=False)
     assert proc.returncode == 0, proc.stderr
     return json.loads(proc.stdout)
-
-
-@pytest.fixture
-def store(session_store: Path, tmp_path: Path) -> Path:
-    dest = tmp_path / "store"
-    shutil.copytree(session_store, dest)
-    return dest
 
 
 def test_second_all_hit_run_imports_no_triton_and_gives_the_same_keys(tmp_path: Path, store: Path):

@@ -29,14 +29,6 @@ def project(tmp_path: Path) -> Path:
     return copy_project(CMAKE_EXAMPLE, tmp_path / "project")
 
 
-@pytest.fixture
-def store(session_store: Path, tmp_path: Path) -> Path:
-    """A private copy of the session store (these tests may write to it)."""
-    dest = tmp_path / "store"
-    shutil.copytree(session_store, dest)
-    return dest
-
-
 def emit(project: Path, store: Path, *args: str, **env: str):
     return kbuild_cli("emit", "--config", str(project / "pyproject.toml"), "--out-dir", str(project / "out"), *args,
                       env=build_env(store, **env))

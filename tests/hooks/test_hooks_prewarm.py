@@ -4,7 +4,6 @@ does nothing. The GPU and the tuner are faked at the edge; the real ones run on 
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -19,10 +18,8 @@ from kbuild.hooks.prewarm import action, prewarm, with_remote
 
 
 @pytest.fixture
-def project(tmp_path: Path, session_store: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def project(tmp_path: Path, store: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     project = copy_project(CMAKE_EXAMPLE, tmp_path / "p")
-    store = tmp_path / "store"
-    shutil.copytree(session_store, store)
     monkeypatch.setenv("KBUILD_STORE", str(store))
     forget_example_modules()
     yield project

@@ -4,7 +4,6 @@ found by the next build without tuning again, what the manifest says, and tune =
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -19,10 +18,8 @@ from kbuild.hooks.pipeline import UntunedError, run_pipeline, tuned_artefact
 
 
 @pytest.fixture
-def project(tmp_path: Path, session_store: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def project(tmp_path: Path, store: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     project = copy_project(CMAKE_EXAMPLE, tmp_path / "p")
-    store = tmp_path / "store"
-    shutil.copytree(session_store, store)
     monkeypatch.setenv("KBUILD_STORE", str(store))
     p = project / "pyproject.toml"
     text = p.read_text()
