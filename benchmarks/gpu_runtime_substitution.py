@@ -8,7 +8,7 @@ Run on the H200 (no network; kbuild installed offline)::
 What it does (about a minute plus the tuning budget):
 
 1. **build** (this process): copies ``examples/jit-package`` (``ship = "package-data"``) to a temp
-   dir and runs kbuild's pipeline on it with ``tune = "auto"`` for this GPU (an in-memory store):
+   dir and runs kbuild's pipeline on it with ``tune = "auto"`` for this GPU (a fresh local store):
    the real tuner searches each kernel within ``--evals``/``--seconds`` (``--algo``), and a schedule
    ships as "tuned" only if it passed the acceptance rule (verifier, 10 bit-exact input sets, the
    interleaved re-timing beating the A/A spread); otherwise the baseline is kept. Then
@@ -163,22 +163,6 @@ class ListHandler(logging.Handler):
 # Phase 1: build the package data with searched schedules
 
 
-class MemoryStore:
-    """The pipeline's store interface, in memory (the GPU machine has no diskcache)."""
-
-    def __init__(self) -> None:
-        self.data: dict[str, Any] = {}
-
-    def get(self, key: str) -> Any:
-        return self.data.get(key)
-
-    def put(self, art: Any) -> None:
-        self.data[art.key] = art
-
-    def contains(self, key: str) -> bool:
-        return key in self.data
-
-
 def build_phase(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     """kbuild's own pipeline with ``tune = "auto"`` on this GPU (the real tuner, its budget from the
     arguments): a schedule ships only if it passed the acceptance rule; otherwise the baseline is kept."""
@@ -186,6 +170,7 @@ def build_phase(args: argparse.Namespace, work: Path) -> dict[str, Any]:
 
     import torch
 
+    from kbuild.cache import open_store
     from kbuild.config import BudgetSettings, load_settings
     from kbuild.hooks.pipeline import run_pipeline
     from kbuild.runtime.package import write_package_data
@@ -196,15 +181,16 @@ def build_phase(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     cc_int = cc[0] * 10 + cc[1]
     settings = load_settings(src / "pyproject.toml")
     settings = dataclasses.replace(settings, targets=[f"sm_{cc_int}"], tune="auto", algorithm=args.algo,
-                                   budget=BudgetSettings(evaluations=args.evals, seconds=args.seconds))
-    store = MemoryStore()
+                                   budget=BudgetSettings(evaluations=args.evals, seconds=args.seconds),
+                                   store=work / "store", remotes=[])
+    store = open_store(settings)
     started = time.perf_counter()
     builds = run_pipeline(settings, store, tune_on_miss=True)
     tune_s = time.perf_counter() - started
     search: dict[str, Any] = {}
     for b in builds:
         name = b.spec.name
-        baseline = store.data[b.baseline_key.hex].cubin
+        baseline = store.get(b.baseline_key.hex).cubin
         (work / f"{name}.baseline.cubin").write_bytes(baseline)
         meta = b.artefact.meta
         report = meta.get("tune_report") or {}
