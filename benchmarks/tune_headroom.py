@@ -30,8 +30,6 @@ def reason_class(reason: str) -> str:
 
 
 def analyse(name: str, cubin: bytes, symbol: str) -> dict[str, Any]:
-    import numpy as np
-
     from kbuild.sass.schedule import Schedule
     from kbuild.tune.api import describe_region
     from kbuild.tune.env import hot_region
@@ -61,7 +59,6 @@ def analyse(name: str, cubin: bytes, symbol: str) -> dict[str, Any]:
         "pinned_in_region_by_reason": dict(pin_reasons.most_common()),
         "region_opcodes": dict(opcodes.most_common(12)),
         "variable_latency_in_region": int(sum(an.sems[i].variable for i in range(start, end))),
-        "np_version": np.__version__,
     }
 
 
