@@ -24,9 +24,11 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
-from kbuild.tune.evaluate import BudgetExhausted, Evaluator
+from kbuild.tune.evaluate import BudgetExhausted, Evaluator, schedule_digest
 
 FEATURES = 14
+TOP_K = 4
+"""Distinct schedules each search keeps as candidates for re-timing (its ``TOP_K`` fastest)."""
 _CLASSES = ("load", "store", "tensor", "alu", "other")
 
 
@@ -107,6 +109,8 @@ class SassScheduleEnv(gym.Env):
         self.ratio = 1.0
         self.best_ratio = 1.0
         self.best_moves: list[tuple[int, int]] = []
+        self.top: list[tuple[float, str, list[tuple[int, int]]]] = []
+        """The ``TOP_K`` fastest distinct schedules seen: (ratio, digest, moves from the original), fastest first."""
         self.steps = 0
         self.history: list[dict[str, Any]] = []
 
@@ -180,8 +184,19 @@ class SassScheduleEnv(gym.Env):
         if ev.ratio < self.best_ratio:
             self.best_ratio = ev.ratio
             self.best_moves = [(mv.slot, mv.direction) for mv in self.schedule.moves]
+        if ev.ratio < 1.0:
+            self._keep(ev.ratio)
         truncated = self.steps >= self.horizon or self.evaluator.budget.exhausted
         return self._obs(), float(reward), False, truncated, info
+
+    def _keep(self, ratio: float) -> None:
+        digest = schedule_digest(self.schedule)
+        if any(d == digest for _, d, _ in self.top):
+            return
+        if len(self.top) < TOP_K or ratio < self.top[-1][0]:
+            self.top.append((ratio, digest, [(mv.slot, mv.direction) for mv in self.schedule.moves]))
+            self.top.sort(key=lambda t: t[0])
+            del self.top[TOP_K:]
 
     def render(self) -> str | None:
         if self.render_mode == "ansi":

@@ -36,12 +36,16 @@ class SearchResult:
     curve: list[tuple[int, float]] = field(default_factory=list)
     """(evaluations used, best ratio so far)."""
     invalid: int = 0
+    candidates: list[tuple[float, list[tuple[int, int]]]] = field(default_factory=list)
+    """The search's fastest distinct schedules, (search ratio, moves), fastest first: re-timed on GPU backends."""
     confirmed_ratio: float | None = None
-    """The best schedule's ratio re-measured after the search (GPU backends), free of the search's luck."""
+    """The best re-measured ratio among ``candidates`` (GPU backends), free of the search's luck."""
+    confirmed_moves: list[tuple[int, int]] | None = None
+    """The moves of the candidate that re-measured fastest."""
 
     def as_dict(self) -> dict[str, Any]:
         return {"algorithm": self.algorithm, "best_ratio": self.best_ratio, "confirmed_ratio": self.confirmed_ratio,
-                "moves": len(self.best_moves),
+                "moves": len(self.best_moves), "candidates": len(self.candidates),
                 "evaluations": self.evaluations, "seconds": round(self.seconds, 3), "cache_hits": self.cache_hits,
                 "invalid_candidates": self.invalid, "curve": self.curve}
 
@@ -68,7 +72,8 @@ class _Recorder:
         self.update()
         ev = self.env.evaluator
         return SearchResult(algorithm, self.env.best_ratio, list(self.env.best_moves), ev.budget.used,
-                            time.monotonic() - started, int(getattr(ev, "cache_hits", 0)), self.curve, self.invalid)
+                            time.monotonic() - started, int(getattr(ev, "cache_hits", 0)), self.curve, self.invalid,
+                            [(ratio, list(moves)) for ratio, _, moves in self.env.top])
 
 
 def random_search(env: SassScheduleEnv, *, seed: int) -> SearchResult:

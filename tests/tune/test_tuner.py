@@ -268,3 +268,34 @@ def test_the_winner_is_picked_by_its_re_timing_not_its_search_luck():
     real = LuckyBackend(truth=0.97)
     r = tune(CUBIN, backend=real, kernel_ref=KernelRef(spec="x:y"), algorithms=("random",), evaluations=6)
     assert r.accepted and r.cubin != CUBIN and r.searches["random"].confirmed_ratio == 0.97
+
+
+class RunnerUpBackend(NoisyBackend):
+    """The search's timings make each new candidate look faster than the last; re-timing shows that only
+    the first candidate the search saw is really faster (0.96) and every later one is slower (1.01)."""
+
+    def __init__(self) -> None:
+        self.search_ratio = 1.0
+        self.truth: dict[bytes, float] = {}
+
+    def time(self, candidate, *, rounds=8, reps=10):
+        if rounds <= 5:
+            self.truth.setdefault(candidate, 0.96 if not self.truth else 1.01)
+            self.search_ratio -= 0.005
+            return _timing(self.search_ratio, (self.search_ratio - 0.002, self.search_ratio + 0.002), (0.999, 1.001))
+        t = self.truth[candidate]
+        return _timing(t, (t - 0.002, t + 0.002), (0.999, 1.001))
+
+
+def test_a_search_runner_up_that_re_times_faster_is_the_one_accepted():
+    from kbuild.tune.env import TOP_K
+    from kbuild.tune.measure.backend import KernelRef
+
+    backend = RunnerUpBackend()
+    r = tune(CUBIN, backend=backend, kernel_ref=KernelRef(spec="x:y"), algorithms=("greedy",), evaluations=TOP_K)
+    search = r.searches["greedy"]
+    assert len(search.candidates) == TOP_K and search.candidates[0][0] == search.best_ratio
+    assert search.confirmed_ratio == 0.96 and search.confirmed_moves != search.best_moves
+    assert r.accepted and r.decision.as_dict()["speedup"] == pytest.approx(1 / 0.96, rel=1e-3)
+    assert backend.truth[r.cubin] == 0.96  # the shipped cubin is the runner-up the re-timing picked
+    assert r.report()["algorithms"]["greedy"]["candidates"] == TOP_K
