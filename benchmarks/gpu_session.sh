@@ -10,14 +10,15 @@
 #   bench    #5: `kbuild bench` on the suite, and fault isolation (benchmarks/gpu_bench_run.py)
 #   faults   #5: fault isolation only (part of bench)
 #   tests    every GPU-marked test (pytest -m gpu)
-#   tune     #6: `kbuild tune --suite` on TUNE_KERNELS, all three algorithms, within TUNE_TOTAL_S
+#   tune     #6: `kbuild tune --suite` on TUNE_KERNELS, all three algorithms, TUNE_EVALS evaluations and
+#            TUNE_SECONDS seconds each at most, all within TUNE_TOTAL_S
 #   hooks    #7: the example wheel built with tune = auto beside the baseline wheel (HOOKS_TUNE_S per kernel)
 #   runtime  #8: the JIT example built with the tuner's results, substituted into @triton.jit calls
 #
 # Outputs go to $OUT (at most 8 files come back from a device call, so folders are tarred).
 # `bench` also leaves .gpu-state/bench.json (git-ignored), which `tune` reads on the same warm machine
 # to tune each kernel's autotuned configuration; failing that, benchmarks/results/h200/bench/bench.json.
-# TUNE_KERNELS, TUNE_TOTAL_S, HOOKS_TUNE_S and CALL_S override the defaults below.
+# TUNE_KERNELS, TUNE_EVALS, TUNE_SECONDS, TUNE_TOTAL_S, HOOKS_TUNE_S and CALL_S override the defaults below.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 # The checkout imports like the installed wheel, where hooks/, cache/ and templates/ are kbuild.hooks,
@@ -59,15 +60,21 @@ tune)
   for k in ${TUNE_KERNELS:-matmul_leakyrelu_512x512x2048 flash_attn_d64 layernorm}; do args+=(--only "$k"); done
   total=${TUNE_TOTAL_S:-210}
   echo "tuning ${args[*]} within $total s"
-  python3 -m kbuild tune --suite --target sm_90 --algo all --budget-evals 1000 --budget-seconds 120 \
+  timeout "$(( $(left "$CALL_S") - 10 ))" python3 -m kbuild tune --suite --target sm_90 --algo all \
+    --budget-evals "${TUNE_EVALS:-1000}" --budget-seconds "${TUNE_SECONDS:-120}" \
     --total-seconds "$total" "${args[@]}" --out "$OUT/tune" --json > "$OUT/suite.json" 2> "$OUT/tune.log"
   echo "kbuild tune exit $?"
   tail -3 "$OUT/tune.log"
   tar czf "$OUT/tune.tar.gz" -C "$OUT" tune && rm -rf "$OUT/tune"
   python3 - "$OUT/suite.json" <<'PY'
 import json, sys
-for r in json.load(open(sys.argv[1])):
-    algos = " ".join(f"{a}={v['best_ratio']:.4f}/{v['evaluations']}ev/{v['seconds']:.0f}s" for a, v in r["algorithms"].items())
+try:
+    suite = json.load(open(sys.argv[1]))
+except ValueError:
+    sys.exit("no suite.json (the tune was cut short); the per-kernel reports are in tune.tar.gz")
+for r in suite:
+    algos = " ".join(f"{a}={v['best_ratio']:.4f}>{v.get('confirmed_ratio') or float('nan'):.4f}/{v['evaluations']}ev/"
+                     f"{v['seconds']:.0f}s" for a, v in r["algorithms"].items())
     print(f"{r['name']:<30} {r['region'].get('kind')}[{r['region'].get('start')},{r['region'].get('end')}) "
           f"movable={r['movable_instructions']} {algos}\n    -> {r['decision']['reason']}")
 PY

@@ -175,10 +175,11 @@ def run(args: argparse.Namespace) -> int:
     rows = []
     for rep in results:
         for algo, a in rep["algorithms"].items():
-            rows.append((rep["name"], algo, f"{a['best_ratio']:.4f}", a["evaluations"], f"{a['seconds']:.1f}s",
-                         "←" if rep["winner"] == algo else ""))
+            retimed = a.get("confirmed_ratio")
+            rows.append((rep["name"], algo, f"{a['best_ratio']:.4f}", "-" if retimed is None else f"{retimed:.4f}",
+                         a["evaluations"], f"{a['seconds']:.1f}s", "←" if rep["winner"] == algo else ""))
     print_table(f"kbuild tune ({results[0]['backend'] if results else args.backend}; ratio = time / baseline time)",
-                ["kernel", "algorithm", "best ratio", "evals", "time", "winner"], rows)
+                ["kernel", "algorithm", "search best", "re-timed", "evals", "time", "winner"], rows)
     for rep in results:
         print_table(None, ["kernel", "decision", "PPO"], [(rep["name"], rep["decision"]["reason"],
                                                           rep["ppo_vs_baselines"])])
