@@ -24,10 +24,10 @@ from typing import Any
 from kbuild import __version__
 from kbuild.fsutil import write_atomic
 from kbuild.tune import TUNER_VERSION
-from kbuild.tune.accept import Decision, decide
+from kbuild.tune.accept import Decision, aa_spread, decide
 from kbuild.tune.env import SassScheduleEnv
 from kbuild.tune.evaluate import BackendEvaluator, Budget, Evaluator, ModelEvaluator
-from kbuild.tune.measure.backend import K_ACCEPT, MODEL_BACKEND, Backend, KernelRef
+from kbuild.tune.measure.backend import K_ACCEPT, MODEL_BACKEND, Backend, KernelRef, TimeResult
 from kbuild.tune.search import ALGORITHMS, SearchResult, run_search
 
 
@@ -52,6 +52,14 @@ class TuneResult:
     def accepted(self) -> bool:
         return self.decision.accepted
 
+    @property
+    def noise(self) -> float | None:
+        """The widest A/A spread measured for this kernel (re-timings and acceptance run), or None."""
+        spreads = [r.confirmed_aa_spread for r in self.searches.values() if r.confirmed_aa_spread is not None]
+        if self.decision.aa_spread is not None:
+            spreads.append(self.decision.aa_spread)
+        return max(spreads) if spreads else None
+
     def report(self) -> dict[str, Any]:
         """The JSON report stored beside the artefact."""
         return {
@@ -63,7 +71,7 @@ class TuneResult:
             "decision": self.decision.as_dict(),
             "winner": self.winner,
             "algorithms": {name: r.as_dict() for name, r in self.searches.items()},
-            "ppo_vs_baselines": ppo_verdict(self.searches),
+            "ppo_vs_baselines": ppo_verdict(self.searches, noise=self.noise),
             "evaluations": sum(r.evaluations for r in self.searches.values()),
             "seconds": round(self.seconds, 3),
             "pinned_fraction": round(self.pinned_fraction, 4),
@@ -78,16 +86,21 @@ def _score(r: SearchResult) -> float:
     return r.confirmed_ratio if r.confirmed_ratio is not None else r.best_ratio
 
 
-def ppo_verdict(searches: dict[str, SearchResult]) -> str:
+def ppo_verdict(searches: dict[str, SearchResult], noise: float | None = None) -> str:
+    """Whether PPO beat the best other search; a difference within ``noise`` (an A/A spread) is a tie."""
     if "ppo" not in searches or len(searches) == 1:
         return "not compared"
     what = "re-measured" if any(r.confirmed_ratio is not None for r in searches.values()) else "search"
     ppo = _score(searches["ppo"])
     others = {k: _score(v) for k, v in searches.items() if k != "ppo"}
     best_other = min(others, key=lambda k: others[k])
-    if ppo < others[best_other]:
-        return f"PPO beat the baselines ({what} best {ppo:.4f} vs {best_other} {others[best_other]:.4f})"
-    return f"PPO did not beat {best_other} on this kernel ({what} best {ppo:.4f} vs {others[best_other]:.4f})"
+    other = others[best_other]
+    figures = f"{what} best {ppo:.4f} vs {best_other} {other:.4f}"
+    if noise is not None and abs(ppo - other) <= noise:
+        return f"PPO tied with {best_other}: the difference is inside the A/A spread of {noise:.2%} ({figures})"
+    if ppo < other:
+        return f"PPO beat the baselines ({figures})"
+    return f"PPO did not beat {best_other} on this kernel ({figures})"
 
 
 CONFIRM_ROUNDS, CONFIRM_REPS = 10, 20
@@ -98,7 +111,7 @@ def confirm(schedule: Any, searches: dict[str, SearchResult], backend: Backend) 
     """Re-time each search's candidates (its ``TOP_K`` fastest distinct schedules; GPU backends) and record the
     fastest re-timing as ``confirmed_ratio`` and ``confirmed_moves``. The search's own best is the luckiest
     of many noisy timings; a runner-up is as likely to be the real improvement."""
-    timed: dict[tuple[tuple[int, int], ...], float] = {}
+    timed: dict[tuple[tuple[int, int], ...], TimeResult] = {}
     for r in searches.values():
         candidates = r.candidates or ([(r.best_ratio, r.best_moves)] if r.best_moves else [])
         mine = [tuple(moves) for ratio, moves in candidates if moves and not math.isnan(ratio) and ratio < 1.0]
@@ -109,11 +122,13 @@ def confirm(schedule: Any, searches: dict[str, SearchResult], backend: Backend) 
                     schedule.apply(slot, direction)
                 t = backend.time(schedule.to_cubin(verify=False, disassemble_check=False), rounds=CONFIRM_ROUNDS,
                                  reps=CONFIRM_REPS)
-                timed[moves] = float(t.ratio) if t.valid else math.nan
-        valid = [m for m in mine if not math.isnan(timed[m])]
+                timed[moves] = t
+        valid = [m for m in mine if timed[m].valid]
         if valid:
-            fastest = min(valid, key=lambda m: timed[m])
-            r.confirmed_ratio, r.confirmed_moves = timed[fastest], list(fastest)
+            fastest = min(valid, key=lambda m: float(timed[m].ratio))
+            t = timed[fastest]
+            r.confirmed_ratio, r.confirmed_moves = float(t.ratio), list(fastest)
+            r.confirmed_ci, r.confirmed_aa_spread = (float(t.ci[0]), float(t.ci[1])), aa_spread(t)
         elif mine:
             r.confirmed_ratio = math.nan
     schedule.reset()

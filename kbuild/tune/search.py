@@ -42,10 +42,14 @@ class SearchResult:
     """The best re-measured ratio among ``candidates`` (GPU backends), free of the search's luck."""
     confirmed_moves: list[tuple[int, int]] | None = None
     """The moves of the candidate that re-measured fastest."""
+    confirmed_ci: tuple[float, float] | None = None
+    """95% CI of ``confirmed_ratio``."""
+    confirmed_aa_spread: float | None = None
+    """The A/A spread of that re-timing: differences smaller than this are noise."""
 
     def as_dict(self) -> dict[str, Any]:
         return {"algorithm": self.algorithm, "best_ratio": self.best_ratio, "confirmed_ratio": self.confirmed_ratio,
-                "moves": len(self.best_moves), "candidates": len(self.candidates),
+                "confirmed_ci": self.confirmed_ci, "confirmed_aa_spread": self.confirmed_aa_spread, "moves": len(self.best_moves), "candidates": len(self.candidates),
                 "evaluations": self.evaluations, "seconds": round(self.seconds, 3), "cache_hits": self.cache_hits,
                 "invalid_candidates": self.invalid, "curve": self.curve}
 

@@ -296,6 +296,21 @@ def test_a_search_runner_up_that_re_times_faster_is_the_one_accepted():
     search = r.searches["greedy"]
     assert len(search.candidates) == TOP_K and search.candidates[0][0] == search.best_ratio
     assert search.confirmed_ratio == 0.96 and search.confirmed_moves != search.best_moves
+    assert search.confirmed_ci == (0.958, 0.962) and search.confirmed_aa_spread == pytest.approx(0.001)
     assert r.accepted and r.decision.as_dict()["speedup"] == pytest.approx(1 / 0.96, rel=1e-3)
     assert backend.truth[r.cubin] == 0.96  # the shipped cubin is the runner-up the re-timing picked
     assert r.report()["algorithms"]["greedy"]["candidates"] == TOP_K
+
+
+def test_ppo_verdict_calls_a_difference_inside_the_noise_a_tie():
+    from kbuild.tune.api import ppo_verdict
+    from kbuild.tune.search import SearchResult
+
+    def search(name: str, confirmed: float) -> SearchResult:
+        return SearchResult(name, 0.99, [(1, 0)], 10, 1.0, 0, confirmed_ratio=confirmed)
+
+    searches = {"ppo": search("ppo", 0.9988), "random": search("random", 0.9989)}
+    assert ppo_verdict(searches, noise=0.0009).startswith("PPO tied with random: the difference is inside")
+    assert ppo_verdict(searches).startswith("PPO beat the baselines (re-measured best 0.9988")
+    searches["random"] = search("random", 0.98)
+    assert ppo_verdict(searches, noise=0.0009).startswith("PPO did not beat random")
