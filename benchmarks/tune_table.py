@@ -19,11 +19,16 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from kbuild.tune import api as tune_api
+
 ALGOS = ("random", "greedy", "ppo")
 
 
+REQUIRED = ("algorithms", "decision", "accepted", "evaluations", "seconds", "movable_instructions")
+
+
 def _speedup(ratio: float | None) -> str:
-    return "—" if ratio is None or (isinstance(ratio, float) and math.isnan(ratio)) else f"{1.0 / ratio:.3f}"
+    return "—" if ratio is None or math.isnan(ratio) else f"{1.0 / ratio:.3f}"
 
 
 def _noise(rep: dict[str, Any]) -> float:
@@ -37,13 +42,10 @@ def _score(a: dict[str, Any]) -> float:
 
 
 def ppo_outcome(rep: dict[str, Any]) -> str:
-    """'won', 'tied' or 'lost' against the best other search, by re-timed ratios and the kernel's A/A spread."""
+    """PPO against the best other search in one report, by re-timed ratios and the kernel's A/A spread."""
     algos = rep["algorithms"]
-    ppo = _score(algos["ppo"])
     other = min(_score(a) for k, a in algos.items() if k != "ppo")
-    if abs(ppo - other) <= _noise(rep):
-        return "tied"
-    return "won" if ppo < other else "lost"
+    return tune_api.ppo_outcome(_score(algos["ppo"]), other, _noise(rep))
 
 
 def summarise(reports: list[dict[str, Any]]) -> dict[str, Any]:
@@ -90,7 +92,7 @@ def table(reports: list[dict[str, Any]]) -> str:
             shipped = "baseline kept (no candidate re-timed faster)"
         aa = "—" if d.get("aa_spread") is None else f"{d['aa_spread']:.2%}"
         region = r.get("region", {})
-        where = {"loop": "loop", "block": "block"}.get(region.get("kind"), "?")
+        where = region.get("kind", "?")
         ppo = ppo_outcome(r) if "ppo" in r["algorithms"] else "—"
         lines.append(f"| {r['name']} | {where} [{region.get('start')}, {region.get('end')}) | "
                      f"{r['movable_instructions']} | " + " | ".join(cells) + f" | {shipped} | {aa} | {ppo} |")
@@ -115,7 +117,15 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     reports = []
     for p in paths:
-        rep = json.loads(p.read_text())
+        try:
+            rep = json.loads(p.read_text())
+        except ValueError as exc:
+            print(f"tune_table: {p}: not JSON ({exc})", file=sys.stderr)
+            return 2
+        missing = [k for k in REQUIRED if not isinstance(rep, dict) or k not in rep]
+        if missing:
+            print(f"tune_table: {p}: not a `kbuild tune` report (no key {missing[0]!r})", file=sys.stderr)
+            return 2
         rep.setdefault("name", p.name.removesuffix(".tune.json"))
         reports.append(rep)
     print(table(reports))

@@ -86,8 +86,16 @@ def _score(r: SearchResult) -> float:
     return r.confirmed_ratio if r.confirmed_ratio is not None else r.best_ratio
 
 
+def ppo_outcome(ppo: float, best_other: float, noise: float | None = None) -> str:
+    """"won", "tied" or "lost": PPO's ratio against the best other search's; a difference within ``noise``
+    (an A/A spread) is a tie. Shared by the tune report and ``benchmarks/tune_table.py``."""
+    if noise is not None and abs(ppo - best_other) <= noise:
+        return "tied"
+    return "won" if ppo < best_other else "lost"
+
+
 def ppo_verdict(searches: dict[str, SearchResult], noise: float | None = None) -> str:
-    """Whether PPO beat the best other search; a difference within ``noise`` (an A/A spread) is a tie."""
+    """Whether PPO beat the best other search, in words (see :func:`ppo_outcome`)."""
     if "ppo" not in searches or len(searches) == 1:
         return "not compared"
     what = "re-measured" if any(r.confirmed_ratio is not None for r in searches.values()) else "search"
@@ -96,9 +104,10 @@ def ppo_verdict(searches: dict[str, SearchResult], noise: float | None = None) -
     best_other = min(others, key=lambda k: others[k])
     other = others[best_other]
     figures = f"{what} best {ppo:.4f} vs {best_other} {other:.4f}"
-    if noise is not None and abs(ppo - other) <= noise:
+    outcome = ppo_outcome(ppo, other, noise)
+    if outcome == "tied":
         return f"PPO tied with {best_other}: the difference is inside the A/A spread of {noise:.2%} ({figures})"
-    if ppo < other:
+    if outcome == "won":
         return f"PPO beat the baselines ({figures})"
     return f"PPO did not beat {best_other} on this kernel ({figures})"
 
@@ -120,9 +129,8 @@ def confirm(schedule: Any, searches: dict[str, SearchResult], backend: Backend) 
                 schedule.reset()
                 for slot, direction in moves:
                     schedule.apply(slot, direction)
-                t = backend.time(schedule.to_cubin(verify=False, disassemble_check=False), rounds=CONFIRM_ROUNDS,
-                                 reps=CONFIRM_REPS)
-                timed[moves] = t
+                timed[moves] = backend.time(schedule.to_cubin(verify=False, disassemble_check=False),
+                                            rounds=CONFIRM_ROUNDS, reps=CONFIRM_REPS)
         valid = [m for m in mine if timed[m].valid]
         if valid:
             fastest = min(valid, key=lambda m: float(timed[m].ratio))

@@ -49,7 +49,8 @@ class SearchResult:
 
     def as_dict(self) -> dict[str, Any]:
         return {"algorithm": self.algorithm, "best_ratio": self.best_ratio, "confirmed_ratio": self.confirmed_ratio,
-                "confirmed_ci": self.confirmed_ci, "confirmed_aa_spread": self.confirmed_aa_spread, "moves": len(self.best_moves), "candidates": len(self.candidates),
+                "confirmed_ci": self.confirmed_ci, "confirmed_aa_spread": self.confirmed_aa_spread,
+                "moves": len(self.best_moves), "candidates": len(self.candidates),
                 "evaluations": self.evaluations, "seconds": round(self.seconds, 3), "cache_hits": self.cache_hits,
                 "invalid_candidates": self.invalid, "curve": self.curve}
 

@@ -35,3 +35,16 @@ def test_table_and_summary_come_from_the_reports(tmp_path: Path, capsys: pytest.
 def test_an_empty_folder_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]):
     assert _main([str(tmp_path)]) == 2
     assert "no *.tune.json reports" in capsys.readouterr().err
+
+
+def test_a_report_that_is_not_a_tune_report_names_the_file_and_key(tmp_path: Path,
+                                                                    capsys: pytest.CaptureFixture[str]):
+    (tmp_path / "x.tune.json").write_text(json.dumps({"algorithms": {}}))
+    out = tmp_path / "summary.json"
+    assert _main([str(tmp_path), "--json", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "x.tune.json: not a `kbuild tune` report (no key 'decision')" in err
+    assert not out.exists()
+    (tmp_path / "x.tune.json").write_text("{")
+    assert _main([str(tmp_path)]) == 2
+    assert "x.tune.json: not JSON" in capsys.readouterr().err
