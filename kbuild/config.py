@@ -21,6 +21,7 @@ import dataclasses
 import difflib
 import inspect
 import itertools
+import math
 import os
 import re
 import sys
@@ -214,6 +215,9 @@ class _Converter:
 
     def convert(self, value: Any, tp: Any, path: str) -> Any:
         origin = get_origin(tp)
+        if isinstance(value, float) and not math.isfinite(value):
+            # TOML has nan/inf literals and float() reads "nan" and "inf": no setting means either.
+            raise self.error(path, f"non-finite number {value!r}; expected a finite number")
         if tp is Any:
             return value
         if origin in (Union, types.UnionType):

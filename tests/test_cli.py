@@ -6,8 +6,10 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
+from hostile_helpers import assert_clean_error, tree_digest
 
 from kbuild.cli import main
 
@@ -127,3 +129,50 @@ def test_triton_missing_is_a_clear_error(example_project: Path, tmp_path: Path):
     assert proc.returncode == 2, proc.stderr
     assert "Triton is not installed" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+# Hostile configurations (issue 13): one `error:` line naming the file (or variable) and the key, exit 2,
+# and nothing written: not the store (it is not even created), not the project.
+def hostile(fault: str, old: str | bytes | None, new: str | bytes | None, env: dict[str, str], key: str, *,
+            id: str) -> Any:
+    return pytest.param(old, new, env, key, id=id, marks=pytest.mark.hostile(fault=fault, outcome="clean error"))
+
+
+HOSTILE_CONFIGS = [
+    hostile("non-finite number", "seconds = 600", "seconds = nan", {}, "budget.seconds", id="seconds=nan"),
+    hostile("non-finite number", "SLOPE = 0.01", "SLOPE = inf", {}, "[tool.kbuild.kernels][0].constexprs.SLOPE",
+            id="constexpr=inf"),
+    hostile("non-finite number", None, None, {"KBUILD_BUDGET_SECONDS": "nan"}, "KBUILD_BUDGET_SECONDS",
+            id="KBUILD_BUDGET_SECONDS=nan"),
+]
+
+
+def hostile_compile(example_project: Path, tmp_path: Path, capsys, monkeypatch, old: str | bytes | None,
+                    new: str | bytes | None, env: dict[str, str]) -> tuple[Path, Path, int, str, str]:
+    """`kbuild compile --json` on the example project with ``old`` replaced by ``new`` in its pyproject.toml;
+    asserts that neither the store nor the project changed."""
+    store = tmp_path / "store"
+    monkeypatch.setenv("KBUILD_STORE", str(store))
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    cfg = example_project / "pyproject.toml"
+    if old is not None and new is not None:
+        data = cfg.read_bytes()
+        old_b = old.encode() if isinstance(old, str) else old
+        new_b = new.encode() if isinstance(new, str) else new
+        assert data.count(old_b) == 1
+        cfg.write_bytes(data.replace(old_b, new_b))
+    before = tree_digest(example_project)
+    code, out, err = run(capsys, "compile", "--config", str(cfg), "--json")
+    assert out == ""
+    assert not store.exists()
+    assert tree_digest(example_project) == before
+    return cfg, store, code, out, err
+
+
+@pytest.mark.parametrize(("old", "new", "env", "key"), HOSTILE_CONFIGS)
+def test_hostile_config_exits_2_and_writes_nothing(example_project: Path, tmp_path: Path, capsys, monkeypatch,
+                                                   old, new, env, key):
+    cfg, _, code, _, err = hostile_compile(example_project, tmp_path, capsys, monkeypatch, old, new, env)
+    assert_clean_error(code, err, names=[key] if env else [str(cfg), key])
+    assert err.count("\n") == 1, err

@@ -118,3 +118,55 @@ def test_committed_schema_matches_the_model():
     committed = json.loads((ROOT / "kbuild" / "schema" / "kbuild.schema.json").read_text())
     assert committed == json_schema(), "run: python -m kbuild.schema > kbuild/schema/kbuild.schema.json"
     assert committed["properties"]["kernels"]["items"]["properties"]["num_warps"]["description"]
+
+
+# ----------------------------------------------------------------------------------------------
+# Hostile input (issue 13): each is one ConfigError naming the file and the key, exit status 2.
+
+KERNEL_TOML = '[[tool.kbuild.kernels]]\nname = "add"\nsource = "pkg.mod:add"\nsignature = { x = "*fp32:16" }\n'
+
+
+def write_pyproject(tmp_path: Path, body: str | bytes) -> Path:
+    path = tmp_path / "pyproject.toml"
+    if isinstance(body, str):
+        path.write_text(body, encoding="utf-8")
+    else:
+        path.write_bytes(body)
+    return path
+
+
+def config_error(path: Path, environ: dict[str, str] | None = None) -> ConfigError:
+    with pytest.raises(ConfigError) as err:
+        load_settings(path, environ=environ or {})
+    assert err.value.exit_code == 2
+    assert "\n" not in str(err.value)
+    return err.value
+
+
+@pytest.mark.hostile(fault="non-finite number", outcome="clean error")
+@pytest.mark.parametrize(("body", "key"), [
+    pytest.param("[tool.kbuild]\nbudget = { seconds = nan }\n", "budget.seconds", id="seconds=nan"),
+    pytest.param("[tool.kbuild]\nbudget = { seconds = inf }\n", "budget.seconds", id="seconds=inf"),
+    pytest.param("[tool.kbuild]\nbudget = { seconds = -inf }\n", "budget.seconds", id="seconds=-inf"),
+    pytest.param("[tool.kbuild.budget]\nseconds = +nan\n", "budget.seconds", id="seconds=+nan"),
+    pytest.param(KERNEL_TOML + "constexprs = { SCALE = nan }\n", "[tool.kbuild.kernels][0].constexprs.SCALE",
+                 id="constexpr=nan"),
+    pytest.param(KERNEL_TOML + "constexprs = { SCALE = inf }\n", "[tool.kbuild.kernels][0].constexprs.SCALE",
+                 id="constexpr=inf"),
+    pytest.param(KERNEL_TOML + "constexprs = { SCALE = -inf }\n", "[tool.kbuild.kernels][0].constexprs.SCALE",
+                 id="constexpr=-inf"),
+])
+def test_non_finite_numbers_in_pyproject(tmp_path: Path, body: str, key: str):
+    path = write_pyproject(tmp_path, body)
+    err = config_error(path)
+    assert err.key == key
+    assert str(err).startswith(f"{path}: {key}: non-finite number")
+
+
+@pytest.mark.hostile(fault="non-finite number", outcome="clean error")
+@pytest.mark.parametrize("raw", ["nan", "inf", "-inf", "Infinity", "1e999"])
+def test_non_finite_budget_seconds_from_the_environment(tmp_path: Path, raw: str):
+    path = write_pyproject(tmp_path, KERNEL_TOML)
+    err = config_error(path, {"KBUILD_BUDGET_SECONDS": raw})
+    assert err.key == "KBUILD_BUDGET_SECONDS"
+    assert "non-finite number" in str(err)
