@@ -340,6 +340,9 @@ def load_settings(pyproject: str | os.PathLike[str] | None = None, *, environ: M
         raise ConfigError(where, "(file)", "no such file; pass --config PATH to a pyproject.toml") from None
     except OSError as exc:
         raise ConfigError(where, "(file)", f"cannot read: {exc.strerror}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(where, "(file)", f"not UTF-8 text (byte {exc.object[exc.start]:#04x} at offset "
+                                           f"{exc.start}); TOML files must be UTF-8") from None
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:

@@ -144,6 +144,8 @@ HOSTILE_CONFIGS = [
             id="constexpr=inf"),
     hostile("non-finite number", None, None, {"KBUILD_BUDGET_SECONDS": "nan"}, "KBUILD_BUDGET_SECONDS",
             id="KBUILD_BUDGET_SECONDS=nan"),
+    hostile("unreadable config", b'tune = "auto"', b'tune = "auto"  # caf\xe9', {}, "(file): not UTF-8",
+            id="latin-1"),
 ]
 
 

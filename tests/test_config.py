@@ -170,3 +170,16 @@ def test_non_finite_budget_seconds_from_the_environment(tmp_path: Path, raw: str
     err = config_error(path, {"KBUILD_BUDGET_SECONDS": raw})
     assert err.key == "KBUILD_BUDGET_SECONDS"
     assert "non-finite number" in str(err)
+
+
+@pytest.mark.hostile(fault="unreadable config", outcome="clean error")
+@pytest.mark.parametrize("body", [
+    pytest.param(b"[tool.kbuild]\n# caf\xe9 (latin-1)\n", id="latin-1"),
+    pytest.param(b"\xff\xfe[\x00t\x00o\x00o\x00l\x00]\x00", id="utf-16"),
+    pytest.param(b"[tool.kbuild]\ntargets = [\"sm_90\xc0\"]\n", id="truncated-sequence"),
+])
+def test_non_utf8_pyproject(tmp_path: Path, body: bytes):
+    path = write_pyproject(tmp_path, body)
+    err = config_error(path)
+    assert err.key == "(file)"
+    assert str(err).startswith(f"{path}: (file): not UTF-8 text")
