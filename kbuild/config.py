@@ -347,7 +347,10 @@ def load_settings(pyproject: str | os.PathLike[str] | None = None, *, environ: M
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(where, "(file)", f"not valid TOML: {exc}") from None
-    table = data.get("tool", {}).get("kbuild")
+    tool = data.get("tool", {})
+    if not isinstance(tool, dict):
+        raise ConfigError(where, "tool", f"expected a table ([tool]), got {_value_name(tool)}")
+    table = tool.get("kbuild")
     if table is None:
         if require_table:
             raise ConfigError(where, "[tool.kbuild]", "table is missing; declare your kernels there (see the README)")
@@ -359,7 +362,7 @@ def settings_from_table(table: Mapping[str, Any], *, where: str = "<table>", pro
                         environ: Mapping[str, str] | None = None) -> Settings:
     conv = _Converter(where)
     if not isinstance(table, dict):
-        raise conv.error("[tool.kbuild]", "expected a table")
+        raise conv.error("[tool.kbuild]", f"expected a table, got {_value_name(table)}")
     kernels = table.get("kernels")
     base = conv.dataclass(Settings, {k: v for k, v in table.items() if k != "kernels"}, "")
     # Kernels get their own path notation: [tool.kbuild.kernels][i].key

@@ -146,19 +146,24 @@ HOSTILE_CONFIGS = [
             id="KBUILD_BUDGET_SECONDS=nan"),
     hostile("unreadable config", b'tune = "auto"', b'tune = "auto"  # caf\xe9', {}, "(file): not UTF-8",
             id="latin-1"),
+    hostile("wrong config shape", None, "tool = 1\n", {}, "tool: expected a table", id="tool=1"),
+    hostile("wrong config shape", "seconds = 600 }", "seconds = 600 }\nremotes = { url = \"http://localhost:1\" }",
+            {}, "remotes: expected an array", id="remotes=table"),
 ]
 
 
 def hostile_compile(example_project: Path, tmp_path: Path, capsys, monkeypatch, old: str | bytes | None,
                     new: str | bytes | None, env: dict[str, str]) -> tuple[Path, Path, int, str, str]:
-    """`kbuild compile --json` on the example project with ``old`` replaced by ``new`` in its pyproject.toml;
-    asserts that neither the store nor the project changed."""
+    """`kbuild compile --json` on the example project with ``old`` replaced by ``new`` in its pyproject.toml
+    (``new`` is the whole file when ``old`` is None); asserts that neither the store nor the project changed."""
     store = tmp_path / "store"
     monkeypatch.setenv("KBUILD_STORE", str(store))
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     cfg = example_project / "pyproject.toml"
-    if old is not None and new is not None:
+    if old is None and new is not None:  # the whole file
+        cfg.write_bytes(new.encode() if isinstance(new, str) else new)
+    elif old is not None and new is not None:
         data = cfg.read_bytes()
         old_b = old.encode() if isinstance(old, str) else old
         new_b = new.encode() if isinstance(new, str) else new

@@ -183,3 +183,35 @@ def test_non_utf8_pyproject(tmp_path: Path, body: bytes):
     err = config_error(path)
     assert err.key == "(file)"
     assert str(err).startswith(f"{path}: (file): not UTF-8 text")
+
+
+@pytest.mark.hostile(fault="wrong config shape", outcome="clean error")
+@pytest.mark.parametrize(("body", "key"), [
+    pytest.param("tool = 1\n", "tool", id="tool=1"),
+    pytest.param("tool = [1, 2]\n", "tool", id="tool=array"),
+    pytest.param('tool = "kbuild"\n', "tool", id="tool=string"),
+    pytest.param("[tool]\nkbuild = 1\n", "[tool.kbuild]", id="kbuild=1"),
+    pytest.param("[tool]\nkbuild = []\n", "[tool.kbuild]", id="kbuild=array"),
+    pytest.param("[[tool.kbuild]]\ntune = 'off'\n", "[tool.kbuild]", id="kbuild=array-of-tables"),
+    pytest.param("[tool.kbuild]\nkernels = {}\n", "[tool.kbuild.kernels]", id="kernels=table"),
+    pytest.param("[tool.kbuild]\nkernels = 1\n", "[tool.kbuild.kernels]", id="kernels=1"),
+    pytest.param("[tool.kbuild]\nkernels = [1]\n", "[tool.kbuild.kernels][0]", id="kernels=[1]"),
+    pytest.param("[tool.kbuild]\nbudget = 1\n", "budget", id="budget=1"),
+    pytest.param("[tool.kbuild]\nremotes = { url = 'http://x' }\n", "remotes", id="remotes=table"),
+    pytest.param("[tool.kbuild]\nremotes = ['http://x']\n", "remotes[0]", id="remotes=[str]"),
+    pytest.param("[tool.kbuild]\ntargets = [['sm_90']]\n", "targets[0]", id="targets=nested"),
+    pytest.param(KERNEL_TOML.replace("signature = { x = \"*fp32:16\" }", "signature = ['*fp32']"),
+                 "[tool.kbuild.kernels][0].signature", id="signature=array"),
+    pytest.param(KERNEL_TOML + "constexprs = 1\n", "[tool.kbuild.kernels][0].constexprs", id="constexprs=1"),
+    pytest.param(KERNEL_TOML + "constexprs = { BLOCK = [1] }\n", "[tool.kbuild.kernels][0].constexprs.BLOCK",
+                 id="constexpr=array"),
+    pytest.param(KERNEL_TOML + "constexprs = { BLOCK = { a = 1 } }\n", "[tool.kbuild.kernels][0].constexprs.BLOCK",
+                 id="constexpr=table"),
+    pytest.param(KERNEL_TOML + "constexprs = { BLOCK = 1979-05-27 }\n", "[tool.kbuild.kernels][0].constexprs.BLOCK",
+                 id="constexpr=date"),
+])
+def test_wrong_config_shape(tmp_path: Path, body: str, key: str):
+    path = write_pyproject(tmp_path, body)
+    err = config_error(path)
+    assert err.key == key
+    assert str(err).startswith(f"{path}: {key}: expected ")
