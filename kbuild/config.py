@@ -28,7 +28,7 @@ import sys
 import textwrap
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Union, get_args, get_origin
@@ -51,11 +51,31 @@ _SIGNATURE_TYPE = re.compile(r"^\*?(?:k)?(?:i1|i8|i16|i32|i64|u1|u8|u16|u32|u64|
 
 
 def _setting(default: Any = dataclasses.MISSING, *, env: str | None = None, key: bool = False,
-             default_factory: Any = dataclasses.MISSING) -> Any:
-    meta = {"env": env, "key": key}
+             default_factory: Any = dataclasses.MISSING, check: Callable[[Any, _Converter, str], None] | None = None,
+             schema: Mapping[str, Any] | None = None) -> Any:
+    """A settings field. ``check(value, converter, path)`` validates a converted value where it was read (the
+    file or the variable), raising ``converter.error(path, ...)``; ``schema`` adds JSON-schema keywords."""
+    meta: dict[str, Any] = {"env": env, "key": key, "check": check, "schema": dict(schema or {})}
     if default_factory is not dataclasses.MISSING:
         return field(default_factory=default_factory, metadata=meta)
     return field(default=default, metadata=meta)
+
+
+def _check_targets(value: list[str], conv: _Converter, path: str) -> None:
+    from kbuild.targets import parse_target  # local: targets imports nothing heavy either
+
+    if not value:
+        raise conv.error(path, "no targets; list at least one GPU target, e.g. [\"sm_90\"]")
+    for i, t in enumerate(value):
+        try:
+            parse_target(t)
+        except ValueError as exc:
+            raise conv.error(f"{path}[{i}]", str(exc)) from None
+
+
+def _check_positive(value: float, conv: _Converter, path: str) -> None:
+    if value <= 0:
+        raise conv.error(path, f"must be positive, got {value}")
 
 
 def default_store_path() -> Path:
@@ -104,10 +124,12 @@ class KernelSettings:
 class BudgetSettings:
     """Bounds on one tuning run; whichever is reached first stops it."""
 
-    evaluations: int = _setting(200, env="KBUILD_BUDGET_EVALUATIONS", key=True)
+    evaluations: int = _setting(200, env="KBUILD_BUDGET_EVALUATIONS", key=True, check=_check_positive,
+                                schema={"exclusiveMinimum": 0})
     """Most candidate schedules measured on the GPU per kernel and target."""
 
-    seconds: float = _setting(600.0, env="KBUILD_BUDGET_SECONDS", key=True)
+    seconds: float = _setting(600.0, env="KBUILD_BUDGET_SECONDS", key=True, check=_check_positive,
+                              schema={"exclusiveMinimum": 0})
     """Most wall-clock seconds spent tuning one kernel and target."""
 
 
@@ -126,7 +148,8 @@ class RemoteSettings:
 class Settings:
     """``[tool.kbuild]``: what to compile, where to store it and how to tune it."""
 
-    targets: list[str] = _setting(env="KBUILD_TARGETS", default_factory=lambda: ["sm_80", "sm_90"])
+    targets: list[str] = _setting(env="KBUILD_TARGETS", default_factory=lambda: ["sm_80", "sm_90"],
+                                  check=_check_targets, schema={"minItems": 1})
     """GPU architectures to compile every kernel for (``sm_80``, ``sm_90``, ...). The environment
     variable takes a comma-separated list."""
 
@@ -137,7 +160,8 @@ class Settings:
     """Local store directory. Default: the per-user cache dir (``~/.cache/kbuild``). Relative paths are
     taken from the directory of ``pyproject.toml``."""
 
-    store_max_bytes: int = _setting(10 * 2**30, env="KBUILD_STORE_MAX_BYTES")
+    store_max_bytes: int = _setting(10 * 2**30, env="KBUILD_STORE_MAX_BYTES", check=_check_positive,
+                                    schema={"exclusiveMinimum": 0})
     """Size bound of the local store; least-recently-used entries are evicted beyond it."""
 
     remotes: list[RemoteSettings] = field(default_factory=list)
@@ -290,6 +314,9 @@ class _Converter:
                 extra = f"; did you mean {hint[0]!r}?" if hint else f"; valid keys: {', '.join(fields)}"
                 raise self.error(sub, f"unknown key{extra}")
             kwargs[name] = self.convert(value, hints[name], sub)
+            check = fields[name].metadata.get("check")
+            if check is not None:
+                check(kwargs[name], self, sub)
         for f in fields.values():
             if f.name not in kwargs and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
                 raise self.error(f"{path}.{f.name}" if path else f.name, "required key is missing")
@@ -380,9 +407,7 @@ def settings_from_table(table: Mapping[str, Any], *, where: str = "<table>", pro
         if n in names[:i]:
             raise conv.error(f"[tool.kbuild.kernels][{i}].name", f"duplicate kernel name {n!r}")
     settings = dataclasses.replace(base, kernels=parsed, project_dir=project_dir or Path.cwd(), config_file=where)
-    settings = _apply_environment(settings, environ)
-    _validate_settings(settings, conv)
-    return settings
+    return _apply_environment(settings, environ)
 
 
 def _validate_kernel(k: KernelSettings, conv: _Converter, path: str) -> KernelSettings:
@@ -412,22 +437,6 @@ def _validate_kernel(k: KernelSettings, conv: _Converter, path: str) -> KernelSe
     return k
 
 
-def _validate_settings(s: Settings, conv: _Converter) -> None:
-    from kbuild.targets import parse_target  # local: targets imports nothing heavy either
-
-    for i, t in enumerate(s.targets):
-        try:
-            parse_target(t)
-        except ValueError as exc:
-            raise conv.error(f"targets[{i}]", str(exc)) from None
-    if s.budget.evaluations <= 0:
-        raise conv.error("budget.evaluations", f"must be positive, got {s.budget.evaluations}")
-    if s.budget.seconds <= 0:
-        raise conv.error("budget.seconds", f"must be positive, got {s.budget.seconds}")
-    if s.store_max_bytes <= 0:
-        raise conv.error("store_max_bytes", f"must be positive, got {s.store_max_bytes}")
-
-
 def _apply_environment(s: Settings, environ: Mapping[str, str] | None) -> Settings:
     """Overlay ``KBUILD_*`` variables declared in field metadata (recursing into nested tables)."""
 
@@ -449,6 +458,9 @@ def _apply_environment(s: Settings, environ: Mapping[str, str] | None) -> Settin
                 continue
             conv = _Converter(f"environment variable {var}")
             changes[f.name] = conv.convert(_parse_env(raw, hints[f.name]), hints[f.name], var)
+            check = f.metadata.get("check")
+            if check is not None:
+                check(changes[f.name], conv, var)
         return dataclasses.replace(obj, **changes) if changes else obj
 
     return overlay(s, "")
@@ -527,6 +539,7 @@ def json_schema() -> dict[str, Any]:
                     entry["x-env"] = f.metadata["env"]
                 if f.metadata.get("key"):
                     entry["x-in-key"] = True
+                entry.update(f.metadata.get("schema") or {})
                 if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
                     required.append(f.name)
                 props[f.name] = entry

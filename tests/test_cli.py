@@ -149,6 +149,8 @@ HOSTILE_CONFIGS = [
     hostile("wrong config shape", None, "tool = 1\n", {}, "tool: expected a table", id="tool=1"),
     hostile("wrong config shape", "seconds = 600 }", "seconds = 600 }\nremotes = { url = \"http://localhost:1\" }",
             {}, "remotes: expected an array", id="remotes=table"),
+    hostile("empty targets", 'targets = ["sm_80", "sm_90"]', "targets = []", {}, "targets: no targets",
+            id="targets=[]"),
 ]
 
 

@@ -215,3 +215,30 @@ def test_wrong_config_shape(tmp_path: Path, body: str, key: str):
     err = config_error(path)
     assert err.key == key
     assert str(err).startswith(f"{path}: {key}: expected ")
+
+
+@pytest.mark.hostile(fault="empty targets", outcome="clean error")
+@pytest.mark.parametrize(("body", "environ", "where", "key"), [
+    pytest.param("[tool.kbuild]\ntargets = []\n", {}, None, "targets", id="pyproject"),
+    pytest.param("[tool.kbuild]\n", {"KBUILD_TARGETS": ","}, "environment variable KBUILD_TARGETS", "KBUILD_TARGETS",
+                 id="KBUILD_TARGETS=,"),
+    pytest.param("[tool.kbuild]\n", {"KBUILD_TARGETS": " , ,"}, "environment variable KBUILD_TARGETS",
+                 "KBUILD_TARGETS", id="KBUILD_TARGETS=spaces"),
+])
+def test_empty_targets(tmp_path: Path, body: str, environ: dict[str, str], where: str | None, key: str):
+    path = write_pyproject(tmp_path, body)
+    err = config_error(path, environ)
+    assert (err.where, err.key) == (where or str(path), key)
+    assert "no targets" in err.detail
+
+
+def test_a_bad_environment_value_is_blamed_on_the_variable_not_the_file(tmp_path: Path):
+    path = write_pyproject(tmp_path, "[tool.kbuild]\n")
+    err = config_error(path, {"KBUILD_TARGETS": "sm_90,sm_99"})
+    assert (err.where, err.key) == ("environment variable KBUILD_TARGETS", "KBUILD_TARGETS[1]")
+    err = config_error(path, {"KBUILD_BUDGET_EVALUATIONS": "0"})
+    assert (err.where, err.key) == ("environment variable KBUILD_BUDGET_EVALUATIONS", "KBUILD_BUDGET_EVALUATIONS")
+    # ... and a valid variable does not excuse an invalid file.
+    path = write_pyproject(tmp_path, "[tool.kbuild]\ntargets = []\n")
+    err = config_error(path, {"KBUILD_TARGETS": "sm_90"})
+    assert (err.where, err.key) == (str(path), "targets")
