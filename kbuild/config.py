@@ -79,9 +79,13 @@ def _check_positive(value: float, conv: _Converter, path: str) -> None:
 
 
 def default_store_path() -> Path:
-    """The per-user cache directory: ``$XDG_CACHE_HOME/kbuild`` or ``~/.cache/kbuild``."""
+    """The per-user cache directory: ``$XDG_CACHE_HOME/kbuild`` or ``~/.cache/kbuild``.
+
+    A relative ``XDG_CACHE_HOME`` is ignored, as the XDG base-directory spec says: it would put the store
+    in whatever directory kbuild runs from.
+    """
     xdg = env_value("XDG_CACHE_HOME")
-    base = Path(xdg) if xdg else Path.home() / ".cache"
+    base = Path(xdg) if xdg and Path(xdg).is_absolute() else Path.home() / ".cache"
     return base / "kbuild"
 
 
@@ -158,7 +162,8 @@ class Settings:
 
     store: Path | None = _setting(None, env="KBUILD_STORE")
     """Local store directory. Default: the per-user cache dir (``~/.cache/kbuild``). Relative paths are
-    taken from the directory of ``pyproject.toml``."""
+    taken from the directory of ``pyproject.toml``. An empty string is an error (write ``"."`` for the project
+    directory); an empty ``KBUILD_STORE`` counts as unset, like every empty ``KBUILD_*`` variable."""
 
     store_max_bytes: int = _setting(10 * 2**30, env="KBUILD_STORE_MAX_BYTES", check=_check_positive,
                                     schema={"exclusiveMinimum": 0})
@@ -217,7 +222,11 @@ class Settings:
 # Environment: the only reader of os.environ in kbuild.
 
 def env_value(name: str, environ: Mapping[str, str] | None = None) -> str | None:
-    """Value of an environment variable, or None when unset or empty. The single access point."""
+    """Value of an environment variable, or None when unset or empty. The single access point.
+
+    An empty variable counts as unset (``KBUILD_STORE=""`` means the pyproject value or the default, never
+    the current directory), as the XDG base-directory spec asks of ``XDG_CACHE_HOME``.
+    """
     value = (os.environ if environ is None else environ).get(name)
     return value if value not in (None, "") else None
 
@@ -248,14 +257,16 @@ class _Converter:
             options = get_args(tp)
             if value is None and type(None) in options:
                 return None
-            errors = []
+            errors: list[ConfigError] = []
             for opt in options:
                 if opt is type(None):
                     continue
                 try:
                     return self.convert(value, opt, path)
                 except ConfigError as exc:
-                    errors.append(exc.detail)
+                    errors.append(exc)
+            if len(errors) == 1:  # ``X | None``: X's own message says more
+                raise errors[0]
             raise self.error(path, f"expected {_type_name(tp)}, got {_value_name(value)}")
         if origin is Literal:
             allowed = get_args(tp)
@@ -297,6 +308,11 @@ class _Converter:
         if tp is Path:
             if not isinstance(value, str):
                 raise self.error(path, f"expected a path string, got {_value_name(value)}")
+            if not value.strip():  # Path("") is "." — the project directory; never by accident
+                raise self.error(path, f"empty path {value!r}; leave the key out for its default, or write \".\" "
+                                       "for the project directory")
+            if "\0" in value:
+                raise self.error(path, "the path contains a NUL character")
             return Path(value).expanduser()
         raise TypeError(f"settings model uses an unsupported type {tp!r}")  # pragma: no cover
 
@@ -550,7 +566,7 @@ def json_schema() -> dict[str, Any]:
                 out["description"] = " ".join(tp.__doc__.split())
             return out
         return {bool: {"type": "boolean"}, int: {"type": "integer"}, float: {"type": "number"},
-                str: {"type": "string"}, Path: {"type": "string"}}[tp]
+                str: {"type": "string"}, Path: {"type": "string", "minLength": 1}}[tp]
 
     schema = schema_for(Settings)
     schema["$schema"] = "http://json-schema.org/draft-07/schema#"

@@ -151,6 +151,9 @@ HOSTILE_CONFIGS = [
             {}, "remotes: expected an array", id="remotes=table"),
     hostile("empty targets", 'targets = ["sm_80", "sm_90"]', "targets = []", {}, "targets: no targets",
             id="targets=[]"),
+    # Without the fix, this store is the project directory: KBUILD_STORE="" counts as unset and does not hide it.
+    hostile("bad store path", 'tune = "auto"', 'tune = "auto"\nstore = ""', {"KBUILD_STORE": ""}, "store: empty path",
+            id="store=''"),
 ]
 
 
@@ -159,7 +162,7 @@ def hostile_compile(example_project: Path, tmp_path: Path, capsys, monkeypatch, 
     """`kbuild compile --json` on the example project with ``old`` replaced by ``new`` in its pyproject.toml
     (``new`` is the whole file when ``old`` is None); asserts that neither the store nor the project changed."""
     store = tmp_path / "store"
-    monkeypatch.setenv("KBUILD_STORE", str(store))
+    monkeypatch.setenv("KBUILD_STORE", str(store))  # unless env says otherwise
     for name, value in env.items():
         monkeypatch.setenv(name, value)
     cfg = example_project / "pyproject.toml"
@@ -183,5 +186,5 @@ def hostile_compile(example_project: Path, tmp_path: Path, capsys, monkeypatch, 
 def test_hostile_config_exits_2_and_writes_nothing(example_project: Path, tmp_path: Path, capsys, monkeypatch,
                                                    old, new, env, key):
     cfg, _, code, _, err = hostile_compile(example_project, tmp_path, capsys, monkeypatch, old, new, env)
-    assert_clean_error(code, err, names=[key] if env else [str(cfg), key])
+    assert_clean_error(code, err, names=[key] if key.startswith("KBUILD_") else [str(cfg), key])
     assert err.count("\n") == 1, err

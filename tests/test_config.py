@@ -10,6 +10,7 @@ import pytest
 from kbuild.config import (
     KernelSettings,
     Settings,
+    default_store_path,
     json_schema,
     key_fields,
     load_settings,
@@ -242,3 +243,35 @@ def test_a_bad_environment_value_is_blamed_on_the_variable_not_the_file(tmp_path
     path = write_pyproject(tmp_path, "[tool.kbuild]\ntargets = []\n")
     err = config_error(path, {"KBUILD_TARGETS": "sm_90"})
     assert (err.where, err.key) == (str(path), "targets")
+
+
+@pytest.mark.hostile(fault="bad store path", outcome="clean error")
+@pytest.mark.parametrize("value", [pytest.param('""', id="empty"), pytest.param('"  "', id="blank"),
+                                   pytest.param('"a\\u0000b"', id="nul")])
+def test_store_that_would_land_in_the_project_root_or_nowhere(tmp_path: Path, value: str):
+    path = write_pyproject(tmp_path, f"[tool.kbuild]\nstore = {value}\n")
+    err = config_error(path)
+    assert (err.where, err.key) == (str(path), "store")
+
+
+def test_empty_environment_variables_count_as_unset(tmp_path: Path):
+    """Documented choice: KBUILD_STORE="" (a CI variable that expanded to nothing) means "not set" — the
+    pyproject value or the per-user default — like every empty KBUILD_* variable; never the current directory."""
+    path = write_pyproject(tmp_path, "[tool.kbuild]\n")
+    s = load_settings(path, environ={"KBUILD_STORE": ""})
+    assert s.store is None
+    assert s.store_path.is_absolute() and s.store_path != tmp_path
+    path = write_pyproject(tmp_path, "[tool.kbuild]\nstore = 'build/store'\n")
+    s = load_settings(path, environ={"KBUILD_STORE": "", "KBUILD_TARGETS": "", "KBUILD_BUDGET_SECONDS": ""})
+    assert s.store_path == tmp_path / "build" / "store"
+    assert s.targets == ["sm_80", "sm_90"] and s.budget.seconds == 600.0
+
+
+@pytest.mark.hostile(fault="bad store path", outcome="clean error")
+def test_relative_xdg_cache_home_is_ignored(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("XDG_CACHE_HOME", ".")
+    assert default_store_path() == tmp_path / "home" / ".cache" / "kbuild"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert default_store_path() == tmp_path / "xdg" / "kbuild"
