@@ -51,9 +51,19 @@ class Target:
 
 
 def parse_target(text: str) -> Target:
-    """``"sm_90"``, ``"sm_90a"`` or ``"90"`` → :class:`Target`; ValueError naming the supported ones otherwise."""
-    m = re.fullmatch(r"(?:sm_?)?(\d{2,3})(a?)", text.strip().lower())
+    """``"sm_90"``, ``"sm_90a"`` or ``"90"`` → :class:`Target`; ValueError naming the supported ones otherwise.
+
+    Only ASCII is a target: Python's ``int()`` and ``\\d`` also read ``"９０"`` or ``"٩٠"`` as 90, and a
+    look-alike string must not pass for the one ptxas receives.
+    """
     supported = ", ".join(f"sm_{cc}" for cc in SUPPORTED)
+    if not isinstance(text, str):
+        raise ValueError(f"expected a target string such as 'sm_90', got {type(text).__name__} {text!r}")
+    if not text.isascii():
+        odd = next(c for c in text if not c.isascii())
+        raise ValueError(f"{text!r} is not a GPU target: it contains the non-ASCII character {odd!r} "
+                         f"(U+{ord(odd):04X}); expected one of {supported}")
+    m = re.fullmatch(r"(?:sm_?)?([0-9]{2,3})(a?)", text.strip().lower())
     if not m:
         raise ValueError(f"{text!r} is not a GPU target; expected one of {supported}")
     cc = int(m.group(1))

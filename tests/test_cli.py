@@ -154,6 +154,8 @@ HOSTILE_CONFIGS = [
     # Without the fix, this store is the project directory: KBUILD_STORE="" counts as unset and does not hide it.
     hostile("bad store path", 'tune = "auto"', 'tune = "auto"\nstore = ""', {"KBUILD_STORE": ""}, "store: empty path",
             id="store=''"),
+    hostile("non-ASCII target", 'targets = ["sm_80", "sm_90"]', 'targets = ["sm_80", "sm_９０"]', {},
+            "targets[1]: 'sm_９０' is not a GPU target: it contains the non-ASCII character", id="targets=sm_fullwidth90"),
 ]
 
 
