@@ -565,8 +565,10 @@ def json_schema() -> dict[str, Any]:
             if tp.__doc__:
                 out["description"] = " ".join(tp.__doc__.split())
             return out
-        return {bool: {"type": "boolean"}, int: {"type": "integer"}, float: {"type": "number"},
-                str: {"type": "string"}, Path: {"type": "string", "minLength": 1}}[tp]
+        scalars: dict[Any, dict[str, Any]] = {bool: {"type": "boolean"}, int: {"type": "integer"},
+                                              float: {"type": "number"}, str: {"type": "string"},
+                                              Path: {"type": "string", "minLength": 1}}
+        return dict(scalars[tp])
 
     schema = schema_for(Settings)
     schema["$schema"] = "http://json-schema.org/draft-07/schema#"
