@@ -1,0 +1,123 @@
+"""Reading JSON that kbuild did not write itself: the one safe loader for untrusted files and servers.
+
+``json.loads`` trusts its input in ways that hurt on a hostile file:
+
+* it recurses once per nesting level, so ``[[[[...]]]]`` 100,000 deep raises :class:`RecursionError`,
+  which is not a :class:`ValueError` and escapes every ``except ValueError``; a document a few hundred
+  levels deep parses, and then overflows the next recursive consumer (``json.dumps``, a digest);
+* it reads ``NaN``, ``Infinity`` and ``1e400`` (which becomes ``inf``), none of them JSON, and
+  :func:`kbuild.cache.store.canonical_json` refuses them later with a :class:`ValueError`;
+* it returns lone surrogates (``"\\ud800"``), which fail later when the string is encoded as UTF-8;
+* it reads any size.
+
+:func:`load_json` checks all of these and turns every failure into one error class of the caller's
+choice (a :class:`kbuild.errors.KBuildError` subclass, so the CLI prints one line and exits with its
+code), with the message ``<where>: <what is wrong>``. :func:`read_json_file` adds a bounded file read.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from kbuild.errors import UsageError
+
+#: Largest document read by default (16 MiB: manifests, records and indexes are a few kB).
+DEFAULT_MAX_BYTES = 16 * 2**20
+#: Deepest nesting accepted by default; kbuild's own documents nest fewer than ten levels.
+DEFAULT_MAX_DEPTH = 64
+
+ErrorFactory = Callable[[str], Exception]
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def load_json(data: bytes | bytearray | str, *, where: str, max_bytes: int = DEFAULT_MAX_BYTES,
+              max_depth: int = DEFAULT_MAX_DEPTH, error: ErrorFactory = UsageError) -> Any:
+    """The JSON value in ``data``; ``error("<where>: ...")`` when it is not valid, too large, nested deeper
+    than ``max_depth``, holds a non-finite number or a string that is not valid Unicode."""
+    if len(data) > max_bytes:  # bytes, or characters for text
+        raise error(f"{where}: {len(data):,} bytes of JSON, over the {max_bytes:,}-byte limit")
+    try:
+        value = json.loads(data, parse_constant=_reject_constant)
+    except RecursionError:
+        raise error(f"{where}: not valid JSON (nested deeper than {max_depth} levels)") from None
+    except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, too many integer digits, NaN
+        raise error(f"{where}: not valid JSON ({exc})") from None
+    problem = _check(value, max_depth)
+    if problem is not None:
+        raise error(f"{where}: not valid JSON ({problem})")
+    return value
+
+
+def read_json_file(path: str | os.PathLike[str], *, where: str | None = None, max_bytes: int = DEFAULT_MAX_BYTES,
+                   max_depth: int = DEFAULT_MAX_DEPTH, error: ErrorFactory = UsageError) -> Any:
+    """:func:`load_json` of a file, reading at most ``max_bytes + 1`` bytes; an unreadable file is ``error`` too."""
+    name = where if where is not None else str(path)
+    try:
+        with Path(path).open("rb") as f:
+            data = f.read(max_bytes + 1)
+    except OSError as exc:
+        raise error(f"{name}: cannot read: {exc.strerror or exc}") from None
+    if len(data) > max_bytes:
+        raise error(f"{name}: over the {max_bytes:,}-byte limit for a JSON document")
+    return load_json(data, where=name, max_bytes=max_bytes, max_depth=max_depth, error=error)
+
+
+def _check(value: Any, max_depth: int) -> str | None:
+    """The first problem in a parsed document, without recursion (the document may be deep)."""
+    # Each stack entry: (value, depth, where) with ``where`` = (parent's where, key or index), built into
+    # a readable path only for the message.
+    stack: list[tuple[Any, int, Any]] = [(value, 0, None)]
+    while stack:
+        item, depth, at = stack.pop()
+        if isinstance(item, dict):
+            if depth >= max_depth:
+                return f"nested deeper than {max_depth} levels at {_path(at)}"
+            for k, v in item.items():
+                if not _is_unicode(k):
+                    return f"a key at {_path(at)} is not valid Unicode"
+                stack.append((v, depth + 1, (at, k)))
+        elif isinstance(item, list):
+            if depth >= max_depth:
+                return f"nested deeper than {max_depth} levels at {_path(at)}"
+            stack.extend((v, depth + 1, (at, i)) for i, v in enumerate(item))
+        elif isinstance(item, float) and not math.isfinite(item):
+            return f"non-finite number at {_path(at)}"
+        elif isinstance(item, str) and not _is_unicode(item):
+            return f"the string at {_path(at)} is not valid Unicode"
+    return None
+
+
+def _path(at: Any) -> str:
+    """``kernels[0].speedup`` for a stack entry's ``where``; keys that are not identifiers are quoted (ASCII)."""
+    parts: list[str] = []
+    while at is not None:
+        at, key = at
+        if isinstance(key, int):
+            parts.append(f"[{key}]")
+        elif key.isidentifier() and key.isascii():
+            parts.append(f".{key}")
+        else:
+            parts.append(f"[{json.dumps(key)}]")
+    text = "".join(reversed(parts)).removeprefix(".")
+    return text or "the top level"
+
+
+def _is_unicode(text: str) -> bool:
+    if text.isascii():
+        return True
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+__all__ = ["DEFAULT_MAX_BYTES", "DEFAULT_MAX_DEPTH", "load_json", "read_json_file"]
