@@ -8,6 +8,14 @@ byte-deterministic: kernels sorted by name, cubins by target, no timestamps, no 
 Each launcher takes ``(CUstream stream, unsigned grid_x, grid_y, grid_z, <non-constexpr
 arguments>)`` and passes Triton 3.6's two trailing scratch pointers (``global_scratch``,
 ``profile_scratch``) as 0; kernels that need scratch memory or clusters are refused here.
+
+Kernel parameter names are Python identifiers chosen by the kernel's author, and any of them may
+be a C keyword (``char``, ``auto``), a macro of the included headers (``NULL``, ``linux``) or a
+name the launcher uses itself (``stream``). So the generated C never uses them as they are: in
+the ``.c`` file every parameter is ``kbp_<name>``, next to the launchers' own ``kbl_*`` names and
+each kernel's ``kbk_``/``kbi_``/``kbc_`` tables. The public header keeps the author's names, for
+people to read, wherever they are plain C and C++ names, and otherwise appends ``_``
+(``char`` → ``char_``, see :func:`header_param_names`).
 """
 
 from __future__ import annotations
@@ -33,10 +41,102 @@ C_TYPES: dict[str, str] = {
     "fp16": "uint16_t", "bf16": "uint16_t", "fp32": "float", "f32": "float", "fp64": "double",
 }
 
+#: Types that appear in the launchers' prototypes.
+_HEADER_TYPES = frozenset({"CUstream", "CUdeviceptr", "CUresult", *C_TYPES.values()})
+
 if TYPE_CHECKING:
     from kbuild.config import Settings
 
 _IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+#: Keywords of C (C89 to C23, with GNU's ``asm`` and extended floating types); none may name a
+#: parameter in the header.
+C_KEYWORDS: frozenset[str] = frozenset("""
+    auto break case char const continue default do double else enum extern float for goto if inline int long
+    register restrict return short signed sizeof static struct switch typedef union unsigned void volatile while
+    _Alignas _Alignof _Atomic _Bool _Complex _Generic _Imaginary _Noreturn _Static_assert _Thread_local
+    alignas alignof bool constexpr false nullptr static_assert thread_local true typeof typeof_unqual
+    _BitInt _Decimal32 _Decimal64 _Decimal128 asm _Float16 _Float32 _Float64 _Float128 _Float32x _Float64x
+    _Float128x
+""".split())
+
+#: Keywords and alternative operator tokens of C++ (the header is also read by C++ extensions).
+CXX_KEYWORDS: frozenset[str] = frozenset("""
+    alignas alignof and and_eq asm auto bitand bitor bool break case catch char char8_t char16_t char32_t class
+    compl concept const consteval constexpr constinit const_cast continue co_await co_return co_yield decltype
+    default delete do double dynamic_cast else enum explicit export extern false float for friend goto if inline
+    int long mutable namespace new noexcept not not_eq nullptr operator or or_eq private protected public register
+    reinterpret_cast requires return short signed sizeof static static_assert static_cast struct switch template
+    this thread_local throw true try typedef typeid typename union unsigned using virtual void volatile wchar_t
+    while xor xor_eq
+""".split())
+
+#: The launcher's own arguments, named in the header before the kernel's.
+LAUNCHER_ARGS = ("stream", "grid_x", "grid_y", "grid_z")
+
+#: Object-like macros that the header's includes (``cuda.h``, ``stdint.h`` and what they pull in) or
+#: the compiler define and that no pattern of :data:`_MACRO_PATTERN` covers.
+_INCLUDED_MACROS = frozenset("""
+    NULL EXIT_FAILURE EXIT_SUCCESS RAND_MAX MB_CUR_MAX FD_SETSIZE NFDBITS BIG_ENDIAN LITTLE_ENDIAN PDP_ENDIAN
+    BYTE_ORDER WCONTINUED WEXITED WNOHANG WNOWAIT WSTOPPED WUNTRACED RESOURCE_ABI_EXTERNAL_BYTES
+    RESOURCE_ABI_VERSION linux unix i386 errno stdin stdout stderr EOF
+""".split())
+_MACRO_PATTERN = re.compile(r"^(?:CU_|CUDA|cu[A-Z]|(?:U?INT(?:_LEAST|_FAST)?[0-9]+|U?INTMAX|U?INTPTR|PTRDIFF|SIG_ATOMIC"
+                            r"|SIZE|WCHAR|WINT)_(?:MAX|MIN|WIDTH)$)")
+
+#: Prefixes of the generated file's own identifiers (``kb_load``, ``kbk_<kernel>``, ``KB_ALIGNED``...).
+_INTERNAL = re.compile(r"^(?:kb[kiclp]?_|KB_)")
+
+
+def c_name_problem(name: str, *, extra: Iterable[str] = ()) -> str | None:
+    """Why ``name`` cannot appear as it is in the generated header (``None``: it can).
+
+    Refused: anything but an ASCII identifier, C and C++ keywords, reserved identifiers (a leading
+    ``_``, or ``__`` anywhere), macros of the headers it includes, the types of the launchers'
+    arguments, and the names in ``extra`` (the header's own macros)."""
+    if not _IDENT.match(name):
+        return "not an ASCII C identifier"
+    if name in C_KEYWORDS:
+        return "a C keyword"
+    if name in CXX_KEYWORDS:
+        return "a C++ keyword"
+    if name.startswith("_") or "__" in name:
+        return "a reserved identifier"
+    if name in _INCLUDED_MACROS or _MACRO_PATTERN.match(name):
+        return "a macro of cuda.h or the C library"
+    if name in _HEADER_TYPES:
+        return "a type name of the launchers"
+    if name in set(extra):
+        return "a macro of the generated header"
+    return None
+
+
+def header_param_names(names: Sequence[str], *, header_macros: Iterable[str] = ()) -> list[str]:
+    """The name each parameter gets in the header's prototype: the author's own where it is a plain
+    C and C++ name (:func:`c_name_problem`) other than a launcher argument, else with ``_`` appended
+    (``char`` → ``char_``, ``stream`` → ``stream_``, ``_Bool`` → ``arg_Bool_``, a non-ASCII name →
+    ``arg<i>_``), and more ``_`` until it is unique."""
+    macros = set(header_macros)
+    keep = [n not in LAUNCHER_ARGS and c_name_problem(n, extra=macros) is None for n in names]
+    taken = set(LAUNCHER_ARGS) | {n for n, k in zip(names, keep) if k}
+    out = []
+    for i, (name, kept) in enumerate(zip(names, keep)):
+        if kept:
+            out.append(name)
+            continue
+        base = name if _IDENT.match(name) else f"arg{i}"
+        cand = ("arg" + base if base.startswith("_") else base) + "_"
+        while cand in taken:
+            cand += "_"
+        taken.add(cand)
+        out.append(cand)
+    return out
+
+
+def c_param_name(name: str, index: int) -> str:
+    """The parameter's name in the generated ``.c`` file: ``kbp_<name>`` (``kbp_<index>`` when the
+    name is not ASCII), a namespace nothing else in the file uses."""
+    return f"kbp_{name}" if _IDENT.match(name) else f"kbp_{index}"
 
 
 class EmitError(UsageError):
@@ -81,7 +181,13 @@ def _bytes_initialiser(data: bytes) -> str:
 
 
 def _c_string(text: str) -> str:
-    return text.replace("\\", "\\\\").replace('"', '\\"')
+    """``text`` as the inside of a C string literal: printable ASCII as it is (``?`` escaped, against
+    trigraphs), everything else as octal escapes of its UTF-8 bytes."""
+    out = []
+    for b in text.encode("utf-8"):
+        c = chr(b)
+        out.append("\\" + c if c in '\\"?' else c if 0x20 <= b < 0x7F else f"\\{b:03o}")
+    return "".join(out)
 
 
 def _comment(text: str) -> str:
@@ -104,15 +210,31 @@ def _kernel_params(kernel: EmitKernel) -> list[tuple[str, str]]:
         for p in meta.get("params", []):
             if p.get("constexpr"):
                 continue
+            name = p.get("name")
+            if not isinstance(name, str) or not name.isidentifier():
+                raise EmitError(f"{where}: parameter name {name!r} is not an identifier; the artefact's metadata "
+                                "is damaged (kbuild cache verify --fix)")
             try:
-                params.append((c_type(str(p["type"])), str(p["name"])))
+                params.append((c_type(str(p["type"])), name))
             except KeyError:
-                raise EmitError(f"{where}: parameter {p.get('name')!r} has type {p.get('type')!r}, which the "
+                raise EmitError(f"{where}: parameter {name!r} has type {p.get('type')!r}, which the "
                                 "generated launchers do not support") from None
         lists.append(params)
     if any(p != lists[0] for p in lists[1:]):
         raise EmitError(f"kernel {kernel.name!r}: its targets disagree on the parameter list; rebuild every target")
     return lists[0] if lists else []
+
+
+def _check_public_name(name: str, what: str, header_macros: Iterable[str]) -> None:
+    """A launcher's C name must be a plain C/C++ name outside the generated code's own namespaces."""
+    problem = c_name_problem(name, extra=header_macros)
+    if problem is None and _INTERNAL.match(name):
+        problem = "in the generated code's own namespace (kb_, kbk_, KB_...)"
+    if problem is None and name in LAUNCHER_ARGS:
+        problem = "a launcher argument's name"
+    if problem is not None:
+        raise EmitError(f"{what}: the launcher's C name {name!r} is {problem}; rename the kernel "
+                        "([tool.kbuild.kernels].name) or choose another prefix")
 
 
 def render_sources(kernels: Sequence[EmitKernel], *, prefix: str = "kbuild_", basename: str = "kbuild_kernels",
@@ -128,9 +250,14 @@ def render_sources(kernels: Sequence[EmitKernel], *, prefix: str = "kbuild_", ba
     all_targets = sorted({t for k in ordered for t, _ in k.images})
     decls, bodies = [], []
     upper = prefix.upper()
+    guard = f"KBUILD_{basename.upper()}_H"
+    header_macros = (f"{upper}API", f"{upper}KERNEL_COUNT", guard)
+    _check_public_name(f"{prefix}last_error", f"--prefix {prefix!r}", header_macros)
     for k in ordered:
         if not _IDENT.match(k.name):
             raise EmitError(f"kernel name {k.name!r} is not a C identifier")
+        _check_public_name(f"{prefix}{k.name}", f"kernel {k.name!r} (with --prefix {prefix!r})",
+                           (*header_macros, f"{prefix}last_error"))
         images = sorted(k.images, key=lambda ti: ti[0])
         if not images:
             raise EmitError(f"kernel {k.name!r} has no cubin for any target")
@@ -139,7 +266,8 @@ def render_sources(kernels: Sequence[EmitKernel], *, prefix: str = "kbuild_", ba
             raise EmitError(f"kernel {k.name!r}: artefacts name different or no entry symbols: {sorted(map(str, symbols))}")
         symbol = str(symbols.pop())
         params = _kernel_params(EmitKernel(k.name, k.source, tuple(images)))
-        param_text = "".join(f", {ty} {name}" for ty, name in params)
+        h_names = header_param_names([name for _, name in params], header_macros=header_macros)
+        c_names = [c_param_name(name, i) for i, (_, name) in enumerate(params)]
         target_list = ", ".join(f"{t.name} ({t.arch})" for t, _ in images)
         constexprs: dict[str, Any] = next(
             (art.meta["constexprs"] for _, art in images if art.meta.get("constexprs")), {})
@@ -147,10 +275,10 @@ def render_sources(kernels: Sequence[EmitKernel], *, prefix: str = "kbuild_", ba
         num_warps = int(images[0][1].meta.get("num_warps", 4))
         decls.append(render("kernel.h.in", PREFIX=prefix, PREFIX_UPPER=upper, KERNEL=k.name, SOURCE=_comment(k.source),
                             NUM_WARPS=num_warps, CONSTEXPRS=_comment(cx_text), TARGET_LIST=target_list,
-                            PARAMS=param_text))
+                            PARAMS="".join(f", {ty} {n}" for (ty, _), n in zip(params, h_names))))
         cubins, rows = [], []
         for target, art in images:
-            var = f"kb_{k.name}_{target.arch}"
+            var = f"kbc_{target.arch}_{k.name}"
             cubins.append(f"/* {target.name} ({target.arch}): key {art.key}, cubin sha256 {art.cubin_sha256}"
                           f"{', tuned' if art.meta.get('tuned') else ', baseline'} */\n"
                           f"static const unsigned char {var}[{len(art.cubin)}] KB_ALIGNED = {{\n"
@@ -159,15 +287,16 @@ def render_sources(kernels: Sequence[EmitKernel], *, prefix: str = "kbuild_", ba
             threads = int(art.meta.get("num_warps", num_warps)) * 32
             rows.append(f'  {{{target.cc}, {exact}, "{target.arch}", {var}, {int(art.meta.get("shared", 0))}u, '
                         f"{threads}u}},\n")
-        arg_pointers = ", ".join([f"&{name}" for _, name in params] + ["&global_scratch", "&profile_scratch"])
+        arg_pointers = ", ".join([f"&{n}" for n in c_names] + ["&kbl_global_scratch", "&kbl_profile_scratch"])
         bodies.append(render("kernel.c.in", PREFIX=prefix, KERNEL=k.name, SOURCE=_comment(k.source),
                              CUBINS="\n".join(cubins), IMAGES="".join(rows), IMAGE_COUNT=len(images),
                              SYMBOL=_c_string(symbol), TARGET_LIST=_c_string(", ".join(t.name for t, _ in images)),
-                             PARAMS=param_text, ARG_COUNT=len(params) + 2, ARG_POINTERS=arg_pointers))
+                             PARAMS="".join(f", {ty} {n}" for (ty, _), n in zip(params, c_names)),
+                             ARG_COUNT=len(params) + 2, ARG_POINTERS=arg_pointers))
     header_name = f"{basename}.h"
     common = {"KBUILD_VERSION": __version__, "CONFIG_NAME": _comment(config_name)}
     header = render("launcher.h.in", **common, PREFIX=prefix, PREFIX_UPPER=upper,
-                    GUARD=f"KBUILD_{basename.upper()}_H", KERNEL_COUNT=len(ordered),
+                    GUARD=guard, KERNEL_COUNT=len(ordered),
                     TARGET_LIST=", ".join(t.name for t in all_targets), DECLARATIONS="".join(decls))
     source = render("launcher.c.in", **common, PREFIX=prefix, HEADER=header_name, KERNELS="".join(bodies))
     return {header_name: header.encode("utf-8"), f"{basename}.c": source.encode("utf-8")}

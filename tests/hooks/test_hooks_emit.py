@@ -37,14 +37,14 @@ def test_render_is_deterministic_and_sorted():
     two = render_sources([k2, EmitKernel("b", "m:b", tuple(reversed(k1.images)))])
     assert one == two
     c = one["kbuild_kernels.c"].decode()
-    assert c.index("kb_a_images") < c.index("kb_b_images")
-    assert c.index("kb_b_sm_80[") < c.index("kb_b_sm_90a[")
+    assert c.index("kbi_a[") < c.index("kbi_b[")
+    assert c.index("kbc_sm_80_b[") < c.index("kbc_sm_90a_b[")
     h = one["kbuild_kernels.h"].decode()
     assert "CUresult kbuild_a(CUstream stream, unsigned int grid_x, unsigned int grid_y, unsigned int grid_z, " \
            "CUdeviceptr x, int32_t n);" in h
     assert "/tmp" not in c and "/work" not in c  # no paths
     # the two trailing scratch pointers of Triton 3.6 kernels are passed, as 0
-    assert "void *args[4] = {&x, &n, &global_scratch, &profile_scratch};" in c
+    assert "void *kbl_args[4] = {&kbp_x, &kbp_n, &kbl_global_scratch, &kbl_profile_scratch};" in c
 
 
 @pytest.mark.parametrize(("meta", "message"), [
