@@ -14,8 +14,11 @@ nginx serves all of it with the WebDAV module::
 
 nginx writes a PUT body to a temporary file and renames it into place, so readers never see a
 partial record or blob. Credentials in the URL are sent as HTTP basic authentication and never
-shown. Connections are kept alive, one per thread. Any network failure, timeout or unexpected
-status raises :class:`TierUnavailableError`, which the tiered store turns into a warning.
+shown. Connections are kept alive, one per thread. ``timeout`` bounds each socket operation and
+``deadline`` each whole request (connecting, headers and body: :mod:`kbuild.cache.deadline`), so
+a server that drips its answer cannot hold a build. Any network failure, timeout, missed deadline
+or unexpected status raises :class:`TierUnavailableError`, which the tiered store turns into a
+warning.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import base64
 import http.client
 import json
 import logging
+import socket
 import ssl
 import threading
 from collections.abc import Iterator
@@ -31,6 +35,7 @@ from urllib.parse import quote, unquote, urlsplit
 
 from kbuild.errors import StoreUsageError, TierUnavailableError
 
+from .deadline import Deadline
 from .store import is_digest, redact_url
 
 log = logging.getLogger(__name__)
@@ -41,7 +46,7 @@ _OK_PUT = {200, 201, 204}
 class HttpBackend:
     """A Bazel-layout HTTP cache (nginx WebDAV, bazel-remote, ...)."""
 
-    def __init__(self, url: str, *, timeout: float = 5.0) -> None:
+    def __init__(self, url: str, *, timeout: float = 5.0, deadline: float = 30.0) -> None:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise StoreUsageError(f"store URL {redact_url(url)!r}: expected http(s)://host[:port][/prefix]")
@@ -54,6 +59,7 @@ class HttpBackend:
             raise StoreUsageError(f"store URL {self.location!r}: invalid port") from None
         self.prefix = parts.path.rstrip("/")
         self.timeout = timeout
+        self.deadline = deadline
         self.headers: dict[str, str] = {}
         if parts.username is not None:
             token = f"{unquote(parts.username)}:{unquote(parts.password or '')}".encode()
@@ -82,32 +88,54 @@ class HttpBackend:
         self._local.conn = None
 
     def request(self, method: str, path: str, body: bytes | None = None) -> tuple[int, bytes]:
-        """One request (retried once on a kept-alive connection the server closed). All kbuild
-        requests are idempotent, so the retry is safe."""
+        """One request (retried once on a kept-alive connection the server closed), finished within
+        ``deadline`` seconds in all or :class:`TierUnavailableError`. All kbuild requests are
+        idempotent, so the retry is safe."""
         url = self.prefix + path
         headers = dict(self.headers)
         if body is not None:
             headers["Content-Type"] = "application/octet-stream"
-        for attempt in (0, 1):
-            conn = self._connection()
-            reused = not getattr(self._local, "fresh", True)
-            self._local.fresh = False
-            try:
-                conn.request(method, url, body=body, headers=headers)
-                resp = conn.getresponse()
-                data = resp.read()
-                if resp.will_close:
+        current: list[http.client.HTTPConnection] = []
+
+        def abort() -> None:  # runs in the deadline's timer thread: shut the socket, never close the object
+            sock = current[-1].sock if current else None
+            if sock is not None:
+                sock.shutdown(socket.SHUT_RDWR)
+
+        with Deadline(self.deadline, abort) as deadline:
+            for attempt in (0, 1):
+                conn = self._connection()
+                current.append(conn)
+                reused = not getattr(self._local, "fresh", True)
+                self._local.fresh = False
+                if conn.sock is None:
+                    conn.timeout = max(0.001, min(self.timeout, deadline.remaining()))
+                try:
+                    conn.request(method, url, body=body, headers=headers)
+                    resp = conn.getresponse()
+                    data = resp.read()
+                    if deadline.expired:
+                        raise TimeoutError("deadline")
+                    if resp.will_close:
+                        self._drop()
+                    return resp.status, data
+                except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError) as exc:
                     self._drop()
-                return resp.status, data
-            except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError) as exc:
-                self._drop()
-                if attempt == 0 and reused:
-                    continue
-                raise TierUnavailableError(f"{self.location}: {method} {path}: {exc}") from None
-            except (OSError, http.client.HTTPException) as exc:
-                self._drop()
-                raise TierUnavailableError(f"{self.location}: {method} {path}: {exc}") from None
+                    if deadline.expired:
+                        raise self._late(method, path) from None
+                    if attempt == 0 and reused:
+                        continue
+                    raise TierUnavailableError(f"{self.location}: {method} {path}: {exc}") from None
+                except (OSError, http.client.HTTPException) as exc:
+                    self._drop()
+                    if deadline.expired:
+                        raise self._late(method, path) from None
+                    raise TierUnavailableError(f"{self.location}: {method} {path}: {exc}") from None
         raise AssertionError("unreachable")  # pragma: no cover
+
+    def _late(self, method: str, path: str) -> TierUnavailableError:
+        return TierUnavailableError(f"{self.location}: {method} {path}: no complete answer within the "
+                                    f"{self.deadline:g} s deadline (remote_deadline, KBUILD_REMOTE_DEADLINE)")
 
     def _unexpected(self, method: str, path: str, status: int, data: bytes) -> TierUnavailableError:
         snippet = data[:200].decode("utf-8", "replace").strip()

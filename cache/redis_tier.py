@@ -6,11 +6,16 @@ record. Records are written with ``SET NX`` after their blob, so the first write
 atomically. Size and eviction are the Redis server's business (``maxmemory`` with an LRU
 policy); an evicted blob makes a dangling record, which reads treat as a miss.
 
+``timeout`` bounds each socket operation and ``deadline`` each whole command: a server that
+drips its reply is cut off by closing the connections (:mod:`kbuild.cache.deadline`), and a
+connection error is retried once, without back-off.
+
 The module is not called ``redis.py`` so that it never shadows the redis-py package.
 """
 
 from __future__ import annotations
 
+import logging
 import re
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
@@ -18,7 +23,10 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from kbuild.errors import StoreUsageError, TierUnavailableError
 
+from .deadline import Deadline
 from .store import is_digest, redact_url
+
+log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
@@ -28,9 +36,11 @@ _PREFIX = re.compile(r"^[A-Za-z0-9_.-]+$")
 class RedisBackend:
     """A Redis server as a store tier. The connection is made on first use."""
 
-    def __init__(self, url: str, *, timeout: float = 5.0) -> None:
+    def __init__(self, url: str, *, timeout: float = 5.0, deadline: float = 30.0) -> None:
         try:
             import redis
+            from redis.backoff import NoBackoff
+            from redis.retry import Retry
         except ImportError:
             raise StoreUsageError(f"store URL {redact_url(url)!r} needs redis-py: pip install 'kbuild[remote]'") from None
         self._redis = redis
@@ -48,8 +58,10 @@ class RedisBackend:
         self.prefix = prefix
         clean = urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(rest), parts.fragment))
         self.location = redact_url(url)
+        self.deadline = deadline
         try:
-            self.client = redis.Redis.from_url(clean, socket_timeout=timeout, socket_connect_timeout=timeout)
+            self.client = redis.Redis.from_url(clean, socket_timeout=timeout, socket_connect_timeout=timeout,
+                                               retry=Retry(NoBackoff(), 1))
         except ValueError as exc:
             raise StoreUsageError(f"store URL {self.location!r}: {exc}") from None
 
@@ -57,10 +69,26 @@ class RedisBackend:
         return f"RedisBackend({self.location!r})"
 
     def _call(self, what: str, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
-        try:
-            return fn(*args, **kwargs)
-        except self._redis.RedisError as exc:
-            raise TierUnavailableError(f"{self.location}: {what}: {exc}") from None
+        """``fn(*args, **kwargs)`` within the deadline; Redis failures become :class:`TierUnavailableError`."""
+        with Deadline(self.deadline, self.client.connection_pool.disconnect) as deadline:
+            try:
+                result = fn(*args, **kwargs)
+            except Exception as exc:
+                if deadline.expired:  # the connection was closed under the command: any error may follow
+                    raise self._late(what) from None
+                if isinstance(exc, self._redis.RedisError):
+                    raise TierUnavailableError(f"{self.location}: {what}: {exc}") from None
+                # redis-py trips over replies it did not expect (a server that is not Redis, or a broken one)
+                log.debug("%s: %s failed", self.location, what, exc_info=True)
+                raise TierUnavailableError(f"{self.location}: {what}: unexpected reply "
+                                           f"({type(exc).__name__}: {exc})") from None
+            if deadline.expired:
+                raise self._late(what)
+            return result
+
+    def _late(self, what: str) -> TierUnavailableError:
+        return TierUnavailableError(f"{self.location}: {what}: no complete answer within the {self.deadline:g} s "
+                                    "deadline (remote_deadline, KBUILD_REMOTE_DEADLINE)")
 
     def _ac(self, key: str) -> str:
         return f"{self.prefix}:ac:{key}"

@@ -665,17 +665,18 @@ def redact_url(url: str) -> str:
     return urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment))
 
 
-def backend_for_url(url: str, *, where: str = "remotes", timeout: float = 5.0) -> Backend:
-    """The backend for a remote tier URL (no connection is made yet)."""
+def backend_for_url(url: str, *, where: str = "remotes", timeout: float = 5.0, deadline: float = 30.0) -> Backend:
+    """The backend for a remote tier URL (no connection is made yet). ``timeout`` bounds each socket
+    operation, ``deadline`` each whole request."""
     scheme = urlsplit(url).scheme.lower()
     if scheme in ("http", "https"):
         from .http import HttpBackend
 
-        return HttpBackend(url, timeout=timeout)
+        return HttpBackend(url, timeout=timeout, deadline=deadline)
     if scheme in ("redis", "rediss", "unix"):
         from .redis_tier import RedisBackend
 
-        return RedisBackend(url, timeout=timeout)
+        return RedisBackend(url, timeout=timeout, deadline=deadline)
     raise StoreUsageError(
         f"{where}: unknown store URL scheme {scheme + '://' if scheme else '(none)'} in {redact_url(url)!r}; "
         "expected http://, https:// (Bazel remote-cache layout) or redis://")
@@ -683,7 +684,8 @@ def backend_for_url(url: str, *, where: str = "remotes", timeout: float = 5.0) -
 
 def open_store(settings: Settings, strict: bool = False, *, timeout: float = 5.0) -> TieredStore:
     """The tiered store described by ``settings``: the local tier at ``settings.store_path``
-    (bounded by ``store_max_bytes``), then ``settings.remotes`` in order.
+    (bounded by ``store_max_bytes``), then ``settings.remotes`` in order, each request to them
+    bounded by ``timeout`` per socket operation and ``settings.remote_deadline`` in all.
 
     Raises :class:`StoreUsageError` (exit 2) for an unknown URL scheme or an unusable store
     directory. Remotes are contacted lazily, so a remote that is down does not fail here.
@@ -698,7 +700,8 @@ def open_store(settings: Settings, strict: bool = False, *, timeout: float = 5.0
     stats = StoreStats()
     remotes: list[Tier] = []
     for i, remote in enumerate(settings.remotes):
-        backend = backend_for_url(remote.url, where=f"{settings.config_file}: remotes[{i}].url", timeout=timeout)
+        backend = backend_for_url(remote.url, where=f"{settings.config_file}: remotes[{i}].url", timeout=timeout,
+                                  deadline=settings.remote_deadline)
         remotes.append(Tier(backend, name=redact_url(remote.url), writable=remote.writable, secret=secret,
                             trusted=False, stats=stats))
     local = LocalBackend(settings.store_path, max_bytes=settings.store_max_bytes)

@@ -172,6 +172,11 @@ class Settings:
     remotes: list[RemoteSettings] = field(default_factory=list)
     """Shared store tiers, read in order after the local one."""
 
+    remote_deadline: float = _setting(30.0, env="KBUILD_REMOTE_DEADLINE", check=_check_positive,
+                                      schema={"exclusiveMinimum": 0})
+    """Most seconds one request to a remote tier may take in all: connecting, the headers and the whole
+    body. Past it the tier counts as down for the rest of the run (a warning; an error under ``--strict``)."""
+
     store_secret: str | None = field(default=None, metadata={"env": "KBUILD_STORE_SECRET", "env_only": True})
     """Shared secret for HMAC-SHA256 signing of metadata records. Environment only (never in pyproject):
     when set, unsigned or wrongly signed remote records are rejected."""

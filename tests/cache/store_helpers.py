@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import socket
+import socketserver
+import threading
 import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
 
 from kbuild.cache.store import Artefact
 
@@ -29,3 +34,115 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+# ----------------------------------------------------------------------------------------------
+# Misbehaving servers: they answer, then drip the body one byte at a time (bounded: each stops by
+# itself after `count` bytes, or when the client hangs up, or when the fixture ends).
+
+@dataclass
+class DripServer:
+    url: str
+    port: int
+    requests: list[str]
+    """The first line of every request (HTTP) or command name (Redis) the server received."""
+
+
+class _DripHandler(socketserver.BaseRequestHandler):
+    server: _DripTCPServer
+
+    def drip(self, head: bytes) -> None:
+        srv = self.server
+        self.request.sendall(head)
+        for _ in range(srv.count):
+            if srv.stopping.wait(srv.interval):
+                return
+            self.request.sendall(b"x")
+
+
+class _HttpDrip(_DripHandler):
+    def handle(self) -> None:
+        data = b""
+        while b"\r\n\r\n" not in data:
+            chunk = self.request.recv(65536)
+            if not chunk:
+                return
+            data += chunk
+        self.server.requests.append(data.split(b"\r\n", 1)[0].decode())
+        with contextlib.suppress(OSError):
+            self.drip(b"HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\nContent-Length: 100000\r\n\r\n")
+
+
+class _RedisDrip(_DripHandler):
+    """Just enough RESP: OK to the client's connection set-up, then every other command gets a bulk reply
+    that never completes."""
+
+    def handle(self) -> None:
+        buf = b""
+        with contextlib.suppress(OSError):
+            while True:
+                chunk = self.request.recv(65536)
+                if not chunk:
+                    return
+                buf += chunk
+                while True:
+                    cmd, buf = _resp_command(buf)
+                    if cmd is None:
+                        break
+                    name = cmd[0].upper().decode() if cmd else ""
+                    self.server.requests.append(name)
+                    if name == "HELLO":  # redis-py 8 speaks RESP3: a map with the protocol version
+                        self.request.sendall(b"%1\r\n$5\r\nproto\r\n:3\r\n")
+                    elif name in ("CLIENT", "SELECT", "PING"):
+                        self.request.sendall(b"+OK\r\n")
+                    else:
+                        self.drip(b"$100000\r\n")
+                        return
+
+
+def _resp_command(buf: bytes) -> tuple[list[bytes] | None, bytes]:
+    """One RESP array of bulk strings from ``buf`` (None when incomplete) and the rest."""
+    if not buf.startswith(b"*") or b"\r\n" not in buf:
+        return None, buf
+    head, rest = buf.split(b"\r\n", 1)
+    items: list[bytes] = []
+    for _ in range(int(head[1:])):
+        if b"\r\n" not in rest:
+            return None, buf
+        size_line, rest = rest.split(b"\r\n", 1)
+        size = int(size_line[1:])
+        if len(rest) < size + 2:
+            return None, buf
+        items.append(rest[:size])
+        rest = rest[size + 2:]
+    return items, rest
+
+
+class _DripTCPServer(socketserver.ThreadingTCPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, handler: type[_DripHandler], interval: float, count: int) -> None:
+        super().__init__(("127.0.0.1", 0), handler)
+        self.interval = interval
+        self.count = count
+        self.stopping = threading.Event()
+        self.requests: list[str] = []
+
+
+@contextlib.contextmanager
+def drip_server(kind: str, *, interval: float = 0.5, count: int = 60) -> Iterator[DripServer]:
+    """A server on loopback that answers every request (``kind`` "http" or "redis") and then sends one byte
+    of the body every ``interval`` seconds, ``count`` bytes at most (30 s by default), never the whole body."""
+    srv = _DripTCPServer(_HttpDrip if kind == "http" else _RedisDrip, interval, count)
+    thread = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+    thread.start()
+    port = srv.server_address[1]
+    url = f"http://127.0.0.1:{port}/c" if kind == "http" else f"redis://127.0.0.1:{port}/0"
+    try:
+        yield DripServer(url=url, port=port, requests=srv.requests)
+    finally:
+        srv.stopping.set()
+        srv.shutdown()
+        srv.server_close()
+        thread.join(5)

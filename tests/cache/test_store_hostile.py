@@ -1,0 +1,117 @@
+"""The store against hostile servers, entries, disks and input (issue 13): each case is marked with
+its fault class and the promised outcome, and runs against real servers on loopback."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from hostile_helpers import assert_clean_error
+from store_helpers import drip_server, make_artefact, make_key
+
+from kbuild.cache import TierUnavailableError, open_store
+from kbuild.config import RemoteSettings, settings_from_table
+
+hostile = pytest.mark.hostile
+
+
+def settings(store: Path, remotes: list[tuple[str, bool]] = (), secret: str | None = None, **table: object):
+    s = settings_from_table({"store": str(store), **table}, environ={})
+    return dataclasses.replace(s, remotes=[RemoteSettings(url=u, writable=w) for u, w in remotes],
+                               store_secret=secret)
+
+
+def kbuild(*args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
+    """The real command line, in a child process (its own environment, exit status and stderr)."""
+    full = {k: v for k, v in os.environ.items() if not k.startswith("KBUILD_")}
+    full.update(env or {})
+    return subprocess.run([sys.executable, "-m", "kbuild", *args], cwd=cwd, env=full, capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def pyproject(tmp_path: Path, remotes: list[str], *, writable: bool = False) -> Path:
+    lines = ["[tool.kbuild]", f'store = "{tmp_path / "store"}"']
+    for url in remotes:
+        lines += ["[[tool.kbuild.remotes]]", f'url = "{url}"', f"writable = {'true' if writable else 'false'}"]
+    path = tmp_path / "pyproject.toml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+# ----------------------------------------------------------------------------------------------
+# Item 2: a remote that drips its answer is cut off at the total deadline.
+
+DEADLINE = 1.5
+SLACK = 3.0  # "deadline + a few seconds": process start-up and the warning; the drip itself lasts 30 s
+
+
+@hostile(fault="slow remote", outcome="degraded with warning")
+@pytest.mark.parametrize("kind", ["http", pytest.param("redis", marks=pytest.mark.redis)])
+def test_dripping_remote_is_a_warning_and_a_miss_within_the_deadline(tmp_path, caplog, kind):
+    art = make_artefact("drip")
+    with drip_server(kind) as srv:
+        with open_store(settings(tmp_path / "s", [(srv.url, False)], remote_deadline=DEADLINE)) as store:
+            started = time.monotonic()
+            with caplog.at_level(logging.WARNING):
+                assert store.get(art.key) is None
+            elapsed = time.monotonic() - started
+            assert elapsed < DEADLINE + SLACK, f"the get took {elapsed:.1f} s"
+            assert "deadline" in caplog.text and "unavailable" in caplog.text
+            assert srv.requests, "the drip server was never asked"
+            # the tier is down for the rest of the run: the next lookup does not wait again
+            started = time.monotonic()
+            assert store.get(make_key("other")) is None
+            assert time.monotonic() - started < 0.5
+
+
+@hostile(fault="slow remote", outcome="clean error")
+@pytest.mark.parametrize("kind", ["http", pytest.param("redis", marks=pytest.mark.redis)])
+def test_dripping_remote_under_strict_fails_within_the_deadline(tmp_path, kind):
+    with drip_server(kind) as srv:
+        with open_store(settings(tmp_path / "s", [(srv.url, False)], remote_deadline=DEADLINE), strict=True) as store:
+            started = time.monotonic()
+            with pytest.raises(TierUnavailableError, match="deadline") as info:
+                store.get(make_key("x"))
+            assert time.monotonic() - started < DEADLINE + SLACK
+            assert info.value.exit_code == 4
+
+
+@hostile(fault="slow remote", outcome="clean error")
+def test_cli_strict_get_from_a_dripping_remote_exits_4_within_the_deadline(tmp_path):
+    with drip_server("http") as srv:
+        config = pyproject(tmp_path, [srv.url])
+        started = time.monotonic()
+        proc = kbuild("cache", "get", "--config", str(config), "--strict", "--json", make_key("x"), cwd=tmp_path,
+                      env={"KBUILD_REMOTE_DEADLINE": str(DEADLINE)})
+        elapsed = time.monotonic() - started
+    assert_clean_error(proc.returncode, proc.stderr, names=[srv.url, "KBUILD_REMOTE_DEADLINE"], exit_code=4)
+    assert elapsed < DEADLINE + SLACK + 2.0, f"kbuild cache get took {elapsed:.1f} s"  # + interpreter start-up
+
+
+@hostile(fault="slow remote", outcome="degraded with warning")
+def test_cli_get_from_a_dripping_remote_warns_and_misses_within_the_deadline(tmp_path):
+    with drip_server("http") as srv:
+        config = pyproject(tmp_path, [srv.url])
+        started = time.monotonic()
+        proc = kbuild("cache", "get", "--config", str(config), "--json", make_key("x"), cwd=tmp_path,
+                      env={"KBUILD_REMOTE_DEADLINE": str(DEADLINE)})
+        elapsed = time.monotonic() - started
+    assert proc.returncode == 1, proc.stderr  # a miss
+    assert "deadline" in proc.stderr and "Traceback" not in proc.stderr
+    assert elapsed < DEADLINE + SLACK + 2.0, f"kbuild cache get took {elapsed:.1f} s"
+
+
+def test_remote_deadline_setting_is_checked_where_it_is_read(tmp_path):
+    from kbuild.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="remote_deadline"):
+        settings_from_table({"remote_deadline": 0}, environ={})
+    with pytest.raises(ConfigError, match="KBUILD_REMOTE_DEADLINE"):
+        settings_from_table({}, environ={"KBUILD_REMOTE_DEADLINE": "-1"})
+    assert settings_from_table({}, environ={}).remote_deadline == 30.0
