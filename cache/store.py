@@ -697,6 +697,8 @@ def open_store(settings: Settings, strict: bool = False, *, timeout: float = 5.0
     strict = strict or settings.tune == "require"
 
     secret = settings.store_secret
+    if settings.remotes and secret is None:
+        _warn_unauthenticated([redact_url(r.url) for r in settings.remotes])
     stats = StoreStats()
     remotes: list[Tier] = []
     for i, remote in enumerate(settings.remotes):
@@ -707,3 +709,16 @@ def open_store(settings: Settings, strict: bool = False, *, timeout: float = 5.0
     local = LocalBackend(settings.store_path, max_bytes=settings.store_max_bytes)
     tiers = [Tier(local, name="local", writable=True, secret=secret, trusted=True, stats=stats), *remotes]
     return TieredStore(tiers, strict=strict, stats=stats, stats_dir=local.path)
+
+
+_WARNED_UNAUTHENTICATED: set[tuple[str, ...]] = set()
+
+
+def _warn_unauthenticated(urls: list[str]) -> None:
+    """One warning per process (and set of remotes) that their records are taken on trust."""
+    if tuple(urls) in _WARNED_UNAUTHENTICATED:
+        return
+    _WARNED_UNAUTHENTICATED.add(tuple(urls))
+    log.warning("remote store tiers without KBUILD_STORE_SECRET: records from %s are not authenticated, so "
+                "whoever can write there can plant the cubins this build ships; set KBUILD_STORE_SECRET (the same "
+                "shared secret on every machine) to sign and verify them", ", ".join(urls))

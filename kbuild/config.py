@@ -475,6 +475,10 @@ def _apply_environment(s: Settings, environ: Mapping[str, str] | None) -> Settin
             if not var:
                 continue
             raw = env_value(var, environ)
+            if f.metadata.get("env_only") and (os.environ if environ is None else environ).get(var, "x").strip() == "":
+                # a secret that is set but empty (a CI secret missing on forks) must not turn signing off silently
+                raise ConfigError(f"environment variable {var}", var, "is set but empty; set it to the shared secret, "
+                                  "or unset it to work without signed records")
             if raw is None:
                 continue
             conv = _Converter(f"environment variable {var}")

@@ -115,3 +115,45 @@ def test_remote_deadline_setting_is_checked_where_it_is_read(tmp_path):
     with pytest.raises(ConfigError, match="KBUILD_REMOTE_DEADLINE"):
         settings_from_table({}, environ={"KBUILD_REMOTE_DEADLINE": "-1"})
     assert settings_from_table({}, environ={}).remote_deadline == 30.0
+
+
+# ----------------------------------------------------------------------------------------------
+# Item 4: signing is never turned off without a word.
+
+@hostile(fault="empty secret", outcome="clean error")
+@pytest.mark.parametrize("value", ["", "   "])
+def test_empty_store_secret_is_an_error_naming_the_variable(tmp_path, value):
+    from kbuild.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=r"KBUILD_STORE_SECRET.*empty"):
+        settings_from_table({}, environ={"KBUILD_STORE_SECRET": value})
+    proc = kbuild("cache", "ls", "--store", str(tmp_path / "store"), cwd=tmp_path, env={"KBUILD_STORE_SECRET": value})
+    assert_clean_error(proc.returncode, proc.stderr, names=["KBUILD_STORE_SECRET"])
+    assert not (tmp_path / "store").exists()  # nothing written
+
+
+@pytest.mark.nginx
+def test_remotes_without_a_secret_warn_once_that_records_are_not_authenticated(tmp_path, http_url, caplog):
+    with caplog.at_level(logging.WARNING):
+        for _ in range(3):
+            with open_store(settings(tmp_path / "s", [(http_url, False)])) as store:
+                store.get(make_key("x"))
+    assert caplog.text.count("not authenticated") == 1
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        with open_store(settings(tmp_path / "s", [(http_url + "/other", False)], secret="k")) as store:
+            store.get(make_key("x"))
+        with open_store(settings(tmp_path / "s")) as store:  # no remote: nothing to authenticate
+            store.get(make_key("x"))
+    assert "not authenticated" not in caplog.text
+
+
+@pytest.mark.nginx
+def test_cli_with_a_remote_and_no_secret_prints_one_warning(tmp_path, http_url):
+    config = pyproject(tmp_path, [http_url])
+    proc = kbuild("cache", "get", "--config", str(config), "--json", make_key("x"), cwd=tmp_path)
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stderr.count("not authenticated") == 1, proc.stderr
+    proc = kbuild("cache", "get", "--config", str(config), "--json", make_key("x"), cwd=tmp_path,
+                  env={"KBUILD_STORE_SECRET": "k"})
+    assert proc.returncode == 1 and "not authenticated" not in proc.stderr, proc.stderr
