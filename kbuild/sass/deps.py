@@ -31,14 +31,15 @@ from __future__ import annotations
 
 import logging
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from . import control
 from .disasm import Instruction
-from .elf import NON_OFFSET_ATTRS, OFFSET_LIST_ATTRS, Cubin, NvInfoRecord
-from .isa import FIXED_CAP, LONG_CAP, MODS, ArchSpec, OpInfo
+from .elf import Cubin, NvInfoRecord
+from .isa import FIXED_CAP, LONG_CAP, MODS, ArchSpec, OpInfo, counted_scoreboards
 from .operands import (
     ALL_P,
     ALL_UP,
@@ -96,7 +97,7 @@ def semantics(ins: Instruction, spec: ArchSpec) -> Sem:
     if bad:
         sem.pinned = f"{ins.base} with .{'.'.join(bad)}"
         return sem
-    if ins.extra and not (ins.extra == "PR" and ins.base in ("P2R", "R2P")):
+    if ins.extra and ins.extra != info.predicate_field:
         sem.pinned = f"unexpected predicate field {ins.extra!r}"
         return sem
     ops = list(ins.operands)
@@ -181,7 +182,7 @@ class Analysis:
 
     def loops(self) -> list[tuple[int, int]]:
         """``(start, end)`` slots of every loop: a backward ``BRA`` at ``end - 1`` that jumps to ``start``."""
-        return [(t, i + 1) for i, ins in enumerate(self.instructions) if ins.base == "BRA"
+        return [(t, i + 1) for i, ins in enumerate(self.instructions) if _is_branch(self.spec, ins)
                 for t in branch_targets(ins, self.n) if t <= i]
 
     @property
@@ -224,12 +225,22 @@ def branch_targets(ins: Instruction, n: int) -> list[int]:
     return out
 
 
-def _blocks(ins: list[Instruction], sems: list[Sem], extra_leaders: set[int]) -> tuple[np.ndarray, ...]:
+def _is_branch(spec: ArchSpec, ins: Instruction) -> bool:
+    info = spec.lookup(ins.base)
+    return info is not None and info.branch
+
+
+def _ends_block(spec: ArchSpec, ins: Instruction) -> bool:
+    """Control flow: nvdisasm says so, or the table does."""
+    info = spec.lookup(ins.base)
+    return ins.control_flow or (info is not None and info.ends_block)
+
+
+def _blocks(ins: list[Instruction], spec: ArchSpec, extra_leaders: set[int]) -> tuple[np.ndarray, ...]:
     n = len(ins)
     leaders = {0} | {x for x in extra_leaders if 0 <= x < n}
     for i, x in enumerate(ins):
-        if x.control_flow or x.base in ("BRA", "BRX", "JMP", "JMX", "CALL", "RET", "EXIT", "BSSY", "BSYNC",
-                                        "BREAK", "WARPSYNC", "KILL", "BPT", "BMOV"):
+        if _ends_block(spec, x):
             leaders.add(i)
             leaders.add(i + 1)
             leaders.update(branch_targets(x, n))
@@ -243,19 +254,16 @@ def _blocks(ins: list[Instruction], sems: list[Sem], extra_leaders: set[int]) ->
     return block_of, np.array(starts, dtype=np.int64), np.array(ends, dtype=np.int64)
 
 
-def _depbar_mask(ins: list[Instruction]) -> int:
+def _depbar_mask(ins: Iterable[Instruction], spec: ArchSpec) -> int:
+    """Scoreboards that some ``DEPBAR``-like instruction counts (all six when one names none we can read)."""
     mask = 0
     for x in ins:
-        if x.base == "DEPBAR":
-            ops = " ".join(x.operands)
-            found = [int(k) for k in re.findall(r"SB(\d)", ops)]
-            if "{" in ops:
-                found += [int(k) for k in re.findall(r"\d", ops[ops.index("{"):])]
-            if not found:
+        info = spec.lookup(x.base)
+        if info is not None and info.counts_scoreboards:
+            counted = counted_scoreboards(x.operands)
+            if counted is None:
                 return 0x3F
-            for k in found:
-                if 0 <= k < 6:
-                    mask |= 1 << k
+            mask |= counted
     return mask
 
 
@@ -291,33 +299,34 @@ def analyze_parts(kernel: str, instructions: list[Instruction], words: list[int]
             s.variable = True
     extra_leaders: set[int] = set()
     offset_records: list[tuple[int, int]] = []
+    attrs = spec.nvinfo
     # nv.info: rewrite plain offset lists; pin what anything else might address
     for rec in nvinfo:
         if rec.fmt != 0x04:
             continue
         words32 = [int.from_bytes(rec.value[k:k + 4], "little") for k in range(0, len(rec.value) - 3, 4)]
-        if rec.attr in OFFSET_LIST_ATTRS and rec.section == f".nv.info.{kernel}":
+        if rec.attr in attrs.offset_lists and rec.section == f".nv.info.{kernel}":
             for k, v in enumerate(words32):
                 if v % 16 or v // 16 >= n:
                     # an offset we cannot map: pin conservatively by refusing to rewrite this record
-                    raise ValueError(f"nv.info {rec.name} holds offset 0x{v:x} outside .text.{kernel}")
+                    raise ValueError(f"nv.info {attrs.name(rec.attr)} holds offset 0x{v:x} outside .text.{kernel}")
                 offset_records.append((rec.value_offset + 4 * k, rec.attr))
             continue
-        if rec.attr in NON_OFFSET_ATTRS:
+        if rec.attr in attrs.no_offsets:
             continue
         for v in words32:
             if v % 16 == 0 and v // 16 < n:
                 i = v // 16
                 if sems[i].pinned is None:
-                    sems[i].pinned = f"addressed by nv.info attribute {rec.name}"
-                if rec.attr == 0x34:
+                    sems[i].pinned = f"addressed by nv.info attribute {attrs.name(rec.attr)}"
+                if rec.attr in attrs.branch_targets:
                     extra_leaders.add(i)
     for off in reloc_offsets:
         i = off // 16
         if 0 <= i < n and sems[i].pinned is None:
             sems[i].pinned = f"relocation at 0x{off:x}"
-    block_of, starts, ends = _blocks(instructions, sems, extra_leaders)
-    an = Analysis(kernel, spec, instructions, words, sems, block_of, starts, ends, _depbar_mask(instructions),
+    block_of, starts, ends = _blocks(instructions, spec, extra_leaders)
+    an = Analysis(kernel, spec, instructions, words, sems, block_of, starts, ends, _depbar_mask(instructions, spec),
                   offset_records=offset_records)
     _constraints(an)
     return an

@@ -19,6 +19,7 @@ from kbuild.errors import KBuildError, ToolError
 from kbuild.toolchain import run_tool, tool_path
 
 from .elf import Cubin
+from .isa import arch_spec
 
 _REG_THEN_BRACKET = re.compile(r"^(!?U?[RP](?:\d+|Z|T))(\[.*\])$")
 _REUSE = re.compile(r"\.reuse\b")
@@ -136,7 +137,8 @@ def disassemble(cubin: Cubin, kernel: str) -> list[Instruction]:
 
 
 def raw_arch_name(sm: int) -> str:
-    return "SM90a" if sm == 90 else f"SM{sm}"
+    """nvdisasm's ``-b`` name for ``sm_<sm>`` code (the ISA table's, e.g. ``SM90a``)."""
+    return arch_spec(sm).nvdisasm_arch(sm)
 
 
 def disassemble_raw(blobs: list[bytes], sm: int) -> list[list[Instruction]]:

@@ -22,36 +22,6 @@ SHT_RELA = 4
 SHT_REL = 9
 SHT_NOBITS = 8
 
-#: nv.info attributes whose value is a plain little-endian u32 array of instruction offsets.
-OFFSET_LIST_ATTRS: dict[int, str] = {
-    0x1C: "EXIT_INSTR_OFFSETS",
-    0x1D: "S2RCTAID_INSTR_OFFSETS",
-    0x25: "LD_CACHEMOD_INSTR_OFFSETS",
-    0x27: "ATOM_SYS_INSTR_OFFSETS",
-    0x28: "COOP_GROUP_INSTR_OFFSETS",
-    0x31: "INT_WARP_WIDE_INSTR_OFFSETS",
-    0x47: "SW_WAR_MEMBAR_SYS_INSTR_OFFSETS",
-    0x57: "STACK_CANARY_TRAP_OFFSETS",
-    0x59: "LOCAL_CTA_ASYNC_STORE_OFFSETS",
-}
-
-#: Attributes that hold instruction offsets inside structured records. We do not rewrite these:
-#: every instruction such a record could point at is pinned instead.
-OFFSET_RECORD_ATTRS: dict[int, str] = {
-    0x34: "INDIRECT_BRANCH_TARGETS",
-    0x39: "MBARRIER_INSTR_OFFSETS",
-    0x55: "SPILL_STORE_OFFSETS (pairs)",
-}
-
-#: Attributes known to hold no instruction offsets (parameter layout, sizes, counts, versions).
-#: Any other attribute is scanned, and every instruction one of its u32 words could address is pinned.
-NON_OFFSET_ATTRS: dict[int, str] = {
-    0x0A: "PARAM_CBANK", 0x10: "MAX_THREADS", 0x11: "FRAME_SIZE", 0x12: "MIN_STACK_SIZE",
-    0x17: "KPARAM_INFO", 0x19: "CBANK_PARAM_SIZE", 0x1B: "MAXREG_COUNT", 0x23: "MAX_STACK_SIZE",
-    0x2F: "REGCOUNT", 0x37: "CUDA_API_VERSION",
-}
-
-
 @dataclass(frozen=True)
 class Section:
     index: int
@@ -67,17 +37,14 @@ class Section:
 
 @dataclass(frozen=True)
 class NvInfoRecord:
-    """One ``.nv.info`` attribute: ``fmt``, ``attr``, and where its value sits in the file."""
+    """One ``.nv.info`` attribute: ``fmt``, ``attr``, and where its value sits in the file. What an
+    attribute code means is per architecture family: :attr:`kbuild.sass.isa.ArchSpec.nvinfo`."""
 
     section: str
     fmt: int
     attr: int
     value_offset: int  # absolute file offset of the value
     value: bytes
-
-    @property
-    def name(self) -> str:
-        return OFFSET_LIST_ATTRS.get(self.attr) or OFFSET_RECORD_ATTRS.get(self.attr) or f"0x{self.attr:02x}"
 
 
 class Cubin:

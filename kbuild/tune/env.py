@@ -24,12 +24,13 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from kbuild.sass.control import NO_BARRIER
+from kbuild.sass.isa import FEATURE_CLASSES, feature_class
 from kbuild.tune.evaluate import BudgetExhausted, Evaluator, schedule_digest
 
 FEATURES = 14
 TOP_K = 4
 """Distinct schedules each search keeps as candidates for re-timing (its ``TOP_K`` fastest)."""
-_CLASSES = ("load", "store", "tensor", "alu", "other")
 
 
 def hot_region(schedule: Any) -> tuple[int, int]:
@@ -62,16 +63,8 @@ def region_kind(schedule: Any, region: tuple[int, int]) -> str:
     return "loop" if region in schedule.analysis.loops() else "block"
 
 
-def _op_class(opcode: str, sem: Any) -> str:
-    if sem.mem_read and not sem.mem_write:
-        return "load"
-    if sem.mem_write:
-        return "store"
-    if opcode.startswith(("HMMA", "HGMMA", "IMMA", "DMMA", "LDSM", "QGMMA")):
-        return "tensor"
-    if sem.wbar == 7 and sem.rbar == 7:
-        return "alu"
-    return "other"
+def _sets_barrier(sem: Any) -> bool:
+    return bool(sem.wbar != NO_BARRIER or sem.rbar != NO_BARRIER)
 
 
 def _popcount(value: Any) -> int:
@@ -121,9 +114,11 @@ class SassScheduleEnv(gym.Env):
         span = max(self.region[1] - self.region[0] - 1, 1)
         for row, i in enumerate(self.movable.tolist()):
             sem, ins = an.sems[i], an.instructions[i]
-            feats[row, _CLASSES.index(_op_class(ins.opcode, sem))] = 1.0
+            cls = feature_class(an.spec.lookup(ins.base), mem_read=sem.mem_read, mem_write=sem.mem_write,
+                                sets_barrier=_sets_barrier(sem))
+            feats[row, FEATURE_CLASSES.index(cls)] = 1.0
             feats[row, 5] = {"global": 1.0, "shared": 0.5, "local": -0.5}.get(sem.space or "", 0.0)
-            feats[row, 6] = 1.0 if (sem.wbar != 7 or sem.rbar != 7) else 0.0
+            feats[row, 6] = 1.0 if _sets_barrier(sem) else 0.0
             feats[row, 7] = min(_popcount(sem.reads), 8) / 8
             feats[row, 8] = min(_popcount(sem.writes), 8) / 8
             feats[row, 9] = bin(sem.wait).count("1") / 6

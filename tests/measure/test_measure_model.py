@@ -104,13 +104,17 @@ def test_estimate_is_monotone_in_stalls(warps: int) -> None:
     assert estimate_cycles(fast, warps=warps) <= estimate_cycles(slow, warps=warps)
 
 
-def test_latency_classes() -> None:
-    from kbuild.tune.measure.model import latency_class
+def test_latency_classes_come_from_the_isa_table() -> None:
+    from kbuild.sass.isa import arch_spec
+    from kbuild.tune.measure.model import DEFAULT_LATENCIES, latency_class
 
-    assert latency_class("LDG.E.128.CONSTANT") == "global"
-    assert latency_class("LDS.U.128") == "shared"
-    assert latency_class("HGMMA.64x128x16.F32") == "tensor"
-    assert latency_class("FFMA") == "fixed"
+    sm80, sm90 = arch_spec(80), arch_spec(90)
+    assert latency_class("LDG.E.128.CONSTANT", sm90) == "global"
+    assert latency_class("LDS.U.128", sm80) == "shared"
+    assert latency_class("HGMMA.64x128x16.F32", sm90) == "tensor"
+    assert latency_class("HGMMA.64x128x16.F32", sm80) == "fixed"  # not an sm_80 opcode
+    assert latency_class("FFMA", sm90) == "fixed"
+    assert DEFAULT_LATENCIES == dict(sm90.latencies)
 
 
 def test_cost_model_on_real_sass(cubins: dict[int, bytes]) -> None:

@@ -79,8 +79,7 @@ def digest(path: Path) -> dict[str, str]:
     s.reset()
 
     # cost model
-    classes = [latency_class(x.opcode, an.spec) if _takes_spec() else latency_class(x.opcode)
-               for x in an.instructions]
+    classes = [latency_class(x.opcode, an.spec) for x in an.instructions]
     cycles = CostModel(sass_decoder(), warps=4).cycles(data)
     out["cost_model"] = _sha({"classes": classes, "cycles": cycles, "evaluator": model_cycles})
 
@@ -91,14 +90,6 @@ def digest(path: Path) -> dict[str, str]:
     st = stats_of(s)
     out["stats"] = _sha({k: v for k, v in st.items() if k != "legal_moves"})
     return out
-
-
-def _takes_spec() -> bool:
-    import inspect
-
-    from kbuild.tune.measure.model import latency_class
-
-    return len(inspect.signature(latency_class).parameters) > 1
 
 
 def all_digests() -> dict[str, dict[str, str]]:

@@ -1,14 +1,27 @@
 """Opcode semantics as data, one frozen table per architecture family, in a registry.
 
-Each :class:`OpInfo` says which leading operands an opcode writes (``outs``), the register widths of
-its outputs and sources, its implicit operands, its memory space and direction, and whether it is
-pinned (never moves, never crossed). An opcode that is not in the table is pinned. The tables are
+This package is the only place in kbuild that knows opcodes. Each :class:`OpInfo` says which leading
+operands an opcode writes (``outs``), the register widths of its outputs and sources, its implicit
+operands (and the predicate field nvdisasm prints for them), its memory space and direction, whether
+it is pinned (never moves, never crossed), whether it is control flow (a basic block of its own, a
+branch), whether it counts scoreboards (``DEPBAR``), its latency class for the cost model and its
+class for the tuner's features. An opcode that is not in the table is pinned. The tables are
 deliberately *over*-approximating: reading or writing more registers than the hardware does only
 forbids more moves.
+
+Each :class:`ArchSpec` adds what is per architecture but not per opcode: the SM numbers it covers,
+nvdisasm's name for raw instruction blobs, the cycles of each latency class, and the ``.nv.info``
+attribute tables (:class:`NvInfoAttrs`).
+
+**A new architecture is one module**: a file ``sm<NN>.py`` in this package that defines ``SPEC``.
+The registry finds it by name; nothing else in kbuild changes.
 """
 
 from __future__ import annotations
 
+import importlib
+import pkgutil
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -20,6 +33,14 @@ MODS = -1
 
 FIXED_CAP = 16  # cycles; covers the integer/float ALU pipes (latency 4–6, up to ~13 for some)
 LONG_CAP = 64  # anything else that might be fixed latency (MMA pipes, conversions, memory WAR)
+
+#: The cost model's latency classes (:mod:`kbuild.tune.measure.model`). Only an instruction that sets a
+#: write scoreboard waits for its class's latency; ``fixed`` work is covered by the stall counts.
+LATENCY_CLASSES = ("fixed", "constant", "special", "mufu", "shared", "tensor", "global", "local", "barrier",
+                   "control")
+
+#: The tuner's per-instruction classes (:mod:`kbuild.tune.env`), one-hot in its observation.
+FEATURE_CLASSES = ("load", "store", "tensor", "alu", "other")
 
 
 @dataclass(frozen=True)
@@ -36,6 +57,9 @@ class OpInfo:
     src_width: int = 1
     implicit_reads: tuple[str, ...] = ()  # "P*" = all predicates P0–P6, "UP*" likewise
     implicit_writes: tuple[str, ...] = ()
+    #: The non-guard predicate field nvdisasm prints for the implicit operands (``PR`` on P2R/R2P: the
+    #: whole predicate file). Any other predicate field pins the instruction.
+    predicate_field: str | None = None
     space: str | None = None  # "global" | "shared" | "local" | "unknown"
     mem_read: bool = False
     mem_write: bool = False
@@ -48,31 +72,121 @@ class OpInfo:
     #: earlier one waits on it), so two variable-latency instructions never swap. Memory operations
     #: are always variable; so is any opcode that carries a barrier anywhere in the kernel.
     variable: bool = False
+    #: Control flow: the instruction is a basic block of its own (it and the slot after it start
+    #: blocks), and every 16-byte aligned offset among its immediate operands starts a block too.
+    ends_block: bool = False
+    #: A relative jump (``BRA``): one that jumps backwards closes a loop.
+    branch: bool = False
+    #: ``DEPBAR``: waits until few enough of the scoreboards its operands name are pending, so two
+    #: setters of a counted scoreboard keep their order (:func:`counted_scoreboards` reads the operands).
+    counts_scoreboards: bool = False
+    #: The cost model's latency class (one of :data:`LATENCY_CLASSES`).
+    latency: str = "fixed"
+    #: A tensor-core operation (the tuner's ``tensor`` feature class).
+    tensor: bool = False
+
+
+@dataclass(frozen=True)
+class NvInfoAttrs:
+    """What a family's ``.nv.info`` attributes hold, by attribute code.
+
+    * ``offset_lists``: a plain little-endian u32 array of instruction offsets (remapped when their
+      instructions move);
+    * ``offset_records``: instruction offsets inside structured records (not rewritten: every
+      instruction such a record could address is pinned instead);
+    * ``no_offsets``: known to hold no instruction offsets (parameter layout, sizes, counts, versions);
+    * ``branch_targets``: attributes whose offsets are jump targets (they start basic blocks).
+
+    Any attribute in none of the first three is scanned, and every instruction one of its u32 words
+    could address is pinned.
+    """
+
+    offset_lists: Mapping[int, str]
+    offset_records: Mapping[int, str]
+    no_offsets: Mapping[int, str]
+    branch_targets: frozenset[int] = frozenset()
+
+    def name(self, attr: int) -> str:
+        return self.offset_lists.get(attr) or self.offset_records.get(attr) or f"0x{attr:02x}"
 
 
 @dataclass(frozen=True)
 class ArchSpec:
-    """One architecture family: its name, the SM numbers it covers and its opcode table."""
+    """One architecture family: its name, the SM numbers it covers, its opcode table and its per-architecture
+    facts (nvdisasm's name, cycles per latency class, nv.info attributes)."""
 
     family: str
     sms: tuple[int, ...]
     table: Mapping[str, OpInfo] = field(repr=False)
-    raw_name: str = ""
+    nvinfo: NvInfoAttrs = field(repr=False)
+    #: Cycles until a variable-latency result is ready, per latency class (every class of
+    #: :data:`LATENCY_CLASSES` present).
+    latencies: Mapping[str, int] = field(repr=False)
+    #: Suffix of nvdisasm's ``-b`` architecture name after ``SM<nn>`` (``a`` for sm_90's wgmma/TMA).
+    nvdisasm_suffix: str = ""
 
     def lookup(self, base: str) -> OpInfo | None:
         return self.table.get(base)
 
+    def nvdisasm_arch(self, sm: int) -> str:
+        """The ``-b`` argument for raw blobs of ``sm_<sm>`` code, e.g. ``SM86`` or ``SM90a``."""
+        return f"SM{sm}{self.nvdisasm_suffix}"
 
-def freeze(table: dict[str, OpInfo]) -> Mapping[str, OpInfo]:
+    def latency_class(self, base: str) -> str:
+        """The cost model's class of an opcode; ``fixed`` for opcodes the table does not know."""
+        info = self.table.get(base)
+        return info.latency if info is not None else "fixed"
+
+
+def freeze(table: Mapping[str, OpInfo]) -> Mapping[str, OpInfo]:
     return MappingProxyType(dict(table))
 
 
-def _registry() -> dict[int, ArchSpec]:
-    from . import sm80, sm90
+def frozen_map(values: Mapping[int, str] | Mapping[str, int]) -> Mapping:
+    return MappingProxyType(dict(values))
 
+
+_SB = re.compile(r"SB(\d)")
+
+
+def counted_scoreboards(operands: tuple[str, ...]) -> int | None:
+    """The scoreboards a ``DEPBAR`` names, as a bit mask: ``SB<k>`` operands and the digits of a
+    ``{k, ...}`` list. ``None`` when no form matched (then every scoreboard must be assumed)."""
+    ops = " ".join(operands)
+    found = [int(k) for k in _SB.findall(ops)]
+    if "{" in ops:
+        found += [int(k) for k in re.findall(r"\d", ops[ops.index("{"):])]
+    if not found:
+        return None
+    mask = 0
+    for k in found:
+        if 0 <= k < 6:
+            mask |= 1 << k
+    return mask
+
+
+def feature_class(info: OpInfo | None, *, mem_read: bool, mem_write: bool, sets_barrier: bool) -> str:
+    """The tuner's class (:data:`FEATURE_CLASSES`) of one instruction: memory direction first, then the
+    table's tensor flag, then ALU work (no scoreboard) or other."""
+    if mem_read and not mem_write:
+        return "load"
+    if mem_write:
+        return "store"
+    if info is not None and info.tensor:
+        return "tensor"
+    return "other" if sets_barrier else "alu"
+
+
+def _registry() -> dict[int, ArchSpec]:
+    """Every ``sm<NN>`` module of this package, by the SM numbers its ``SPEC`` covers."""
     reg: dict[int, ArchSpec] = {}
-    for spec in (sm80.SPEC, sm90.SPEC):
+    for mod in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
+        if not re.fullmatch(r"sm\d+", mod.name):
+            continue
+        spec: ArchSpec = importlib.import_module(f"{__name__}.{mod.name}").SPEC
         for sm in spec.sms:
+            if sm in reg:
+                raise RuntimeError(f"sm_{sm} is claimed by both the {reg[sm].family} and {spec.family} tables")
             reg[sm] = spec
     return reg
 
@@ -80,19 +194,21 @@ def _registry() -> dict[int, ArchSpec]:
 _REGISTRY: dict[int, ArchSpec] | None = None
 
 
-def arch_spec(sm: int) -> ArchSpec:
-    """The spec for ``sm`` (80, 86, 87, 89 → sm_80 family; 90 → sm_90); UsageError otherwise."""
+def _specs() -> dict[int, ArchSpec]:
     global _REGISTRY
     if _REGISTRY is None:
         _REGISTRY = _registry()
-    spec = _REGISTRY.get(sm)
+    return _REGISTRY
+
+
+def arch_spec(sm: int) -> ArchSpec:
+    """The spec for ``sm`` (80, 86, 87, 89 → sm_80 family; 90 → sm_90); UsageError otherwise."""
+    spec = _specs().get(sm)
     if spec is None:
-        known = ", ".join(f"sm_{k}" for k in sorted(_REGISTRY))
+        known = ", ".join(f"sm_{k}" for k in sorted(_specs()))
         raise UsageError(f"no SASS table for sm_{sm}; kbuild can rewrite {known}. Leave this cubin untuned.")
     return spec
 
 
 def supported_sms() -> list[int]:
-    arch_spec(80)
-    assert _REGISTRY is not None
-    return sorted(_REGISTRY)
+    return sorted(_specs())

@@ -1,8 +1,10 @@
-"""Opcode table for the sm_80 family (A100, and the same encoding on sm_86/87/89)."""
+"""Opcode table for the sm_80 family (A100; the same encoding on sm_86/87)."""
 
 from __future__ import annotations
 
-from . import LONG_CAP, MODS, ArchSpec, OpInfo, freeze
+from dataclasses import replace
+
+from . import LONG_CAP, MODS, ArchSpec, NvInfoAttrs, OpInfo, freeze, frozen_map
 
 R = OpInfo()  # one 32-bit result, fixed-latency ALU
 R_MODS = OpInfo(out_width=MODS, src_width=MODS)
@@ -15,18 +17,23 @@ LONGR = OpInfo(cap=LONG_CAP)  # fixed latency, but on a pipe whose latency we do
 _MEM_PIN = ("STRONG", "VOLATILE", "MMIO", "SYS", "GPU", "ACQUIRE", "RELEASE", "MMA")
 
 
-def _load(space: str, width: int = MODS) -> OpInfo:
+def _load(space: str, width: int = MODS, latency: str | None = None, tensor: bool = False) -> OpInfo:
     return OpInfo(out_width=width, src_width=2, space=space, mem_read=True, cap=LONG_CAP,
-                  pin_modifiers=_MEM_PIN, variable=True)
+                  pin_modifiers=_MEM_PIN, variable=True, latency=latency or space, tensor=tensor)
 
 
-def _store(space: str, width: int = MODS) -> OpInfo:
+def _store(space: str, width: int = MODS, latency: str | None = None) -> OpInfo:
     return OpInfo(outs="", src_width=width, space=space, mem_write=True, cap=LONG_CAP,
-                  pin_modifiers=_MEM_PIN, variable=True)
+                  pin_modifiers=_MEM_PIN, variable=True, latency=latency or space)
 
 
-def _pin(reason: str) -> OpInfo:
-    return OpInfo(outs="", pinned=reason)
+def _pin(reason: str, latency: str = "fixed", *, tensor: bool = False, counts_scoreboards: bool = False) -> OpInfo:
+    return OpInfo(outs="", pinned=reason, latency=latency, tensor=tensor, counts_scoreboards=counts_scoreboards)
+
+
+def _flow(latency: str = "fixed", *, branch: bool = False) -> OpInfo:
+    """Control flow: pinned, and a basic block of its own."""
+    return OpInfo(outs="", pinned="control flow", latency=latency, ends_block=True, branch=branch)
 
 
 TABLE: dict[str, OpInfo] = {
@@ -46,39 +53,90 @@ TABLE: dict[str, OpInfo] = {
     "DADD": OpInfo(out_width=2, src_width=2, cap=LONG_CAP, variable=True),
     "DMUL": OpInfo(out_width=2, src_width=2, cap=LONG_CAP, variable=True),
     "DFMA": OpInfo(out_width=2, src_width=2, cap=LONG_CAP, variable=True),
-    "F2F": CONV, "F2I": CONV, "I2F": CONV, "I2FP": CONV, "F2IP": CONV, "I2I": CONV, "MUFU": VAR,
+    "F2F": CONV, "F2I": CONV, "I2F": CONV, "I2FP": CONV, "F2IP": CONV, "I2I": CONV,
+    "MUFU": replace(VAR, latency="mufu"),
     # --- tensor cores (all operands over-approximated to 4 registers)
-    "HMMA": OpInfo(out_width=4, src_width=4, cap=LONG_CAP, pin_modifiers=("SP",)),
+    "HMMA": OpInfo(out_width=4, src_width=4, cap=LONG_CAP, pin_modifiers=("SP",), latency="tensor", tensor=True),
+    "IMMA": _pin("tensor core (integer MMA; fragment widths not in the table)", "tensor", tensor=True),
+    "DMMA": _pin("tensor core (fp64 MMA; fragment widths not in the table)", "tensor", tensor=True),
     # --- moves between files, special registers, constants
-    "S2R": OpInfo(special_ok=True, cap=LONG_CAP, variable=True),
-    "S2UR": OpInfo(special_ok=True, cap=LONG_CAP, variable=True),
-    "CS2R": OpInfo(out_width=2, special_ok=True, cap=LONG_CAP),
-    "R2UR": VAR, "LDC": OpInfo(out_width=MODS, src_width=2, cap=LONG_CAP, variable=True),
-    "ULDC": OpInfo(out_width=MODS, src_width=2, cap=LONG_CAP),
-    "P2R": OpInfo(implicit_reads=("P*",)), "R2P": OpInfo(outs="", implicit_writes=("P*",)),
+    "S2R": OpInfo(special_ok=True, cap=LONG_CAP, variable=True, latency="special"),
+    "S2UR": OpInfo(special_ok=True, cap=LONG_CAP, variable=True, latency="special"),
+    "CS2R": OpInfo(out_width=2, special_ok=True, cap=LONG_CAP, latency="special"),
+    "R2UR": VAR, "LDC": OpInfo(out_width=MODS, src_width=2, cap=LONG_CAP, variable=True, latency="constant"),
+    "ULDC": OpInfo(out_width=MODS, src_width=2, cap=LONG_CAP, latency="constant"),
+    "P2R": OpInfo(implicit_reads=("P*",), predicate_field="PR"),
+    "R2P": OpInfo(outs="", implicit_writes=("P*",), predicate_field="PR"),
     "SHFL": OpInfo(outs="P,R", cap=LONG_CAP, variable=True),
     # --- memory
     "LDG": _load("global"), "STG": _store("global"),
     "LDS": _load("shared"), "STS": _store("shared"),
-    "LDSM": _load("shared", width=4), "STSM": _store("shared", width=4),
+    "LDSM": _load("shared", width=4, tensor=True), "STSM": _store("shared", width=4),
     "LDL": _load("local"), "STL": _store("local"),
-    "LD": _load("unknown"), "ST": _store("unknown"),
+    "LD": _load("unknown", latency="global"), "ST": _store("unknown", latency="global"),
     # --- pinned: control flow, synchronisation, fences, async copies, atomics, warp-wide votes
-    "NOP": _pin("NOP (padding/timing)"),
-    "BRA": _pin("control flow"), "BRX": _pin("control flow"), "JMP": _pin("control flow"),
-    "JMX": _pin("control flow"), "CALL": _pin("control flow"), "RET": _pin("control flow"),
-    "EXIT": _pin("control flow"), "BSSY": _pin("control flow"), "BSYNC": _pin("control flow"),
-    "BREAK": _pin("control flow"), "WARPSYNC": _pin("control flow"), "BPT": _pin("control flow"),
-    "KILL": _pin("control flow"), "YIELD": _pin("control flow"), "BMOV": _pin("control flow"),
-    "BAR": _pin("barrier"), "MEMBAR": _pin("fence"), "FENCE": _pin("fence"), "ERRBAR": _pin("fence"),
-    "CCTL": _pin("cache control"), "CCTLL": _pin("cache control"), "DEPBAR": _pin("scoreboard barrier"),
-    "LDGDEPBAR": _pin("async-copy group barrier"), "LDGSTS": _pin("async copy (global→shared)"),
-    "ARRIVES": _pin("async-copy arrive"), "ATOM": _pin("atomic"), "ATOMG": _pin("atomic"),
-    "ATOMS": _pin("atomic"), "RED": _pin("atomic"), "REDG": _pin("atomic"), "REDUX": _pin("warp-wide"),
+    "NOP": _pin("NOP (padding/timing)", "control"),
+    "BRA": _flow("control", branch=True), "BRX": _flow("control"), "JMP": _flow("control"),
+    "JMX": _flow(), "CALL": _flow("control"), "RET": _flow("control"),
+    "EXIT": _flow("control"), "BSSY": _flow("control"), "BSYNC": _flow("control"),
+    "BREAK": _flow(), "WARPSYNC": _flow("barrier"), "BPT": _flow(),
+    "KILL": _flow(), "BMOV": _flow(),
+    "YIELD": _pin("control flow"),  # a scheduling hint: pinned, but it does not split its basic block
+    "BAR": _pin("barrier", "barrier"), "MEMBAR": _pin("fence", "barrier"), "FENCE": _pin("fence", "barrier"),
+    "ERRBAR": _pin("fence", "barrier"),
+    "CCTL": _pin("cache control", "global"), "CCTLL": _pin("cache control"),
+    "DEPBAR": _pin("scoreboard barrier", "barrier", counts_scoreboards=True),
+    "LDGDEPBAR": _pin("async-copy group barrier"), "LDGSTS": _pin("async copy (global→shared)", "global"),
+    "ARRIVES": _pin("async-copy arrive", "barrier"), "ATOM": _pin("atomic", "global"),
+    "ATOMG": _pin("atomic", "global"), "ATOMS": _pin("atomic", "shared"), "RED": _pin("atomic", "global"),
+    "REDG": _pin("atomic", "global"), "REDUX": _pin("warp-wide"),
     "VOTE": _pin("warp-wide (vote)"), "VOTEU": _pin("warp-wide (vote; nv.info 0x31)"),
     "MATCH": _pin("warp-wide"), "NANOSLEEP": _pin("timing"), "PMTRIG": _pin("profiling"),
-    "SULD": _pin("surface memory"), "SUST": _pin("surface memory"), "TEX": _pin("texture"),
-    "TLD": _pin("texture"), "TLD4": _pin("texture"), "TXQ": _pin("texture"),
+    "SULD": _pin("surface memory", "global"), "SUST": _pin("surface memory", "global"),
+    "TEX": _pin("texture", "global"), "TLD": _pin("texture", "global"), "TLD4": _pin("texture"),
+    "TXQ": _pin("texture"),
 }
 
-SPEC = ArchSpec(family="sm_80", sms=(80, 86, 87, 89), table=freeze(TABLE), raw_name="SM80")
+#: Cycles until a variable-latency result is ready, by latency class. Hopper-ish leads, not
+#: measurements; the same numbers serve every family until one is measured.
+LATENCIES: dict[str, int] = {
+    "fixed": 0,        # fixed-latency ALU: covered by the stall counts
+    "constant": 20,    # LDC
+    "special": 25,     # S2R, CS2R of clocks
+    "mufu": 18,        # MUFU (exp2, rsqrt, ...)
+    "shared": 32,      # LDS, LDSM, shared atomics
+    "tensor": 40,      # HMMA/HGMMA results
+    "global": 500,     # LDG, LDGSTS, ATOMG, TMA
+    "local": 500,      # LDL (spills)
+    "barrier": 20,     # BAR, fences
+    "control": 0,      # branches, EXIT
+}
+
+#: nv.info attributes (design/SASS.md). Seen on sm_80 and sm_90 cubins of Triton 3.6, or documented.
+NVINFO = NvInfoAttrs(
+    offset_lists=frozen_map({
+        0x1C: "EXIT_INSTR_OFFSETS",
+        0x1D: "S2RCTAID_INSTR_OFFSETS",
+        0x25: "LD_CACHEMOD_INSTR_OFFSETS",
+        0x27: "ATOM_SYS_INSTR_OFFSETS",
+        0x28: "COOP_GROUP_INSTR_OFFSETS",
+        0x31: "INT_WARP_WIDE_INSTR_OFFSETS",
+        0x47: "SW_WAR_MEMBAR_SYS_INSTR_OFFSETS",
+        0x57: "STACK_CANARY_TRAP_OFFSETS",
+        0x59: "LOCAL_CTA_ASYNC_STORE_OFFSETS",
+    }),
+    offset_records=frozen_map({
+        0x34: "INDIRECT_BRANCH_TARGETS",
+        0x39: "MBARRIER_INSTR_OFFSETS",
+        0x55: "SPILL_STORE_OFFSETS (pairs)",
+    }),
+    no_offsets=frozen_map({
+        0x0A: "PARAM_CBANK", 0x10: "MAX_THREADS", 0x11: "FRAME_SIZE", 0x12: "MIN_STACK_SIZE",
+        0x17: "KPARAM_INFO", 0x19: "CBANK_PARAM_SIZE", 0x1B: "MAXREG_COUNT", 0x23: "MAX_STACK_SIZE",
+        0x2F: "REGCOUNT", 0x37: "CUDA_API_VERSION",
+    }),
+    branch_targets=frozenset({0x34}),
+)
+
+SPEC = ArchSpec(family="sm_80", sms=(80, 86, 87, 89), table=freeze(TABLE), nvinfo=NVINFO,
+                latencies=frozen_map(LATENCIES))

@@ -20,25 +20,17 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+from kbuild.sass.control import NO_BARRIER
+from kbuild.sass.isa import ArchSpec, arch_spec
+
 from .backend import K_SEARCH, MODEL_BACKEND, CheckResult, KernelRef, LoadInfo, TimeResult
 from .cubin import control, cubin_digest, text_sections
 
-#: Cycles until a variable-latency result is ready, by latency class (Hopper-ish leads, not measurements).
-DEFAULT_LATENCIES: dict[str, int] = {
-    "fixed": 0,        # fixed-latency ALU: covered by the stall counts
-    "constant": 20,    # LDC
-    "special": 25,     # S2R, CS2R of clocks
-    "mufu": 18,        # MUFU (exp2, rsqrt, ...)
-    "shared": 32,      # LDS, LDSM, shared atomics
-    "tensor": 40,      # HMMA/HGMMA results
-    "global": 500,     # LDG, LDGSTS, ATOMG, TMA
-    "local": 500,      # LDL (spills)
-    "barrier": 20,     # BAR, fences
-    "control": 0,      # branches, EXIT
-}
+#: Cycles until a variable-latency result is ready, by latency class: the sm_90 ISA table's
+#: (:attr:`kbuild.sass.isa.ArchSpec.latencies`; Hopper-ish leads, not measurements).
+DEFAULT_LATENCIES: dict[str, int] = dict(arch_spec(90).latencies)
 #: Cycles until a store or other reader releases its read scoreboard (its sources were read).
 READ_RELEASE = 8
-NO_BARRIER = 7
 
 
 @runtime_checkable
@@ -145,24 +137,10 @@ def decoder_from_control_bits(classify: Callable[[int, bytes], tuple[str, str]])
     return decode
 
 
-_LATENCY_CLASSES: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("global", ("LDG", "STG", "LDGSTS", "ATOMG", "ATOM", "RED", "REDG", "UTMALDG", "UTMASTG", "UBLKCP", "LD", "ST",
-                "CCTL", "SUST", "SULD", "TEX", "TLD")),
-    ("local", ("LDL", "STL")),
-    ("shared", ("LDS", "STS", "LDSM", "STSM", "ATOMS", "LDTRAM")),
-    ("constant", ("LDC", "ULDC")),
-    ("special", ("S2R", "CS2R", "S2UR")),
-    ("mufu", ("MUFU",)),
-    ("tensor", ("HMMA", "IMMA", "DMMA", "HGMMA", "QGMMA", "IGMMA", "BGMMA")),
-    ("barrier", ("BAR", "MEMBAR", "FENCE", "DEPBAR", "WARPSYNC", "ERRBAR", "SYNCS", "ARRIVES")),
-    ("control", ("BRA", "EXIT", "RET", "CALL", "BSSY", "BSYNC", "JMP", "BRX", "NOP")),
-)
-_CLASS_OF = {op: cls for cls, ops in _LATENCY_CLASSES for op in ops}
-
-
-def latency_class(opcode: str) -> str:
-    """The model's latency class of an opcode (``"LDG.E.128"`` → ``"global"``); ``"fixed"`` for ALU work."""
-    return _CLASS_OF.get(opcode.split(".", 1)[0].lstrip("@!"), "fixed")
+def latency_class(opcode: str, spec: ArchSpec) -> str:
+    """The latency class of an opcode in ``spec``'s ISA table (``"LDG.E.128"`` → ``"global"``);
+    ``"fixed"`` for ALU work and for opcodes the table does not know."""
+    return spec.latency_class(opcode.split(".", 1)[0].lstrip("@!"))
 
 
 def sass_decoder() -> Decoder:
@@ -172,12 +150,13 @@ def sass_decoder() -> Decoder:
 
     def decode(cubin: bytes) -> list[Instr]:
         parsed = Cubin(cubin)
+        spec = arch_spec(parsed.sm)
         out: list[Instr] = []
         for kernel in parsed.kernels():
             words = parsed.section_bytes(parsed.text(kernel))
             for i, ins in enumerate(disassemble(parsed, kernel)):
                 c = control(words[16 * i:16 * i + 16])
-                out.append(Instr(ins.opcode, c.stall, latency_class(ins.opcode), c.write_barrier, c.read_barrier,
+                out.append(Instr(ins.opcode, c.stall, latency_class(ins.opcode, spec), c.write_barrier, c.read_barrier,
                                  c.wait_mask))
         return out
 
