@@ -16,16 +16,25 @@ that depends on the machine or the time of the build (no paths, no host, no reas
 from __future__ import annotations
 
 import json
+import re
 import zipfile
+import zlib
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from kbuild import __version__
 from kbuild.errors import UsageError
+from kbuild.jsonio import load_json, read_json_file
 
 MANIFEST_FORMAT = "kbuild-manifest/1"
 MANIFEST_NAME = "kbuild.json"
+#: Largest manifest read (a wheel's is a few kB per kernel × target); checked before reading.
+MAX_MANIFEST_BYTES = 16 * 2**20
+#: The states of a shipped cubin.
+STATES = ("tuned", "baseline", "baseline-kept")
+
+_HEX64 = re.compile(r"[0-9a-f]{64}")
 
 
 def manifest_entry(build: Any) -> dict[str, Any]:
@@ -57,43 +66,123 @@ def manifest_bytes(manifest: dict[str, Any]) -> bytes:
     return (json.dumps(manifest, indent=2, sort_keys=True, ensure_ascii=False) + "\n").encode("utf-8")
 
 
-def parse_manifest(data: bytes | str, where: str) -> dict[str, Any]:
-    """A manifest's content, checked for shape; :class:`UsageError` naming ``where`` otherwise."""
+def _kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    return {int: "an integer", float: "a number", str: "a string", list: "a list", dict: "a table"}.get(
+        type(value), type(value).__name__)
+
+
+def _check_entry(e: Any, at: str, bad: Any) -> None:
+    from kbuild.targets import parse_target
+
+    if not isinstance(e, dict):
+        bad(at, f"expected a table, got {_kind(e)}")
+    for field in ("kernel", "target", "key", "cubin_sha256"):
+        if field not in e:
+            bad(f"{at}.{field}", "missing (each entry needs kernel, target, key and cubin_sha256)")
+    for field, required in (("kernel", True), ("target", True), ("key", True), ("cubin_sha256", True),
+                            ("arch", False), ("source", False), ("state", False), ("baseline_key", False),
+                            ("symbol", False)):
+        value = e.get(field)
+        if (required or value is not None) and not isinstance(value, str):
+            bad(f"{at}.{field}", f"expected a string, got {_kind(value)}")
+    if not e["kernel"].isidentifier():
+        bad(f"{at}.kernel", f"{e['kernel']!r:.80} is not a kernel name (an identifier)")
     try:
-        doc = json.loads(data)
+        parse_target(e["target"][:64])
     except ValueError as exc:
-        raise UsageError(f"{where}: not valid JSON ({exc})") from None
-    if not isinstance(doc, dict) or doc.get("format") != MANIFEST_FORMAT or not isinstance(doc.get("kernels"), list):
-        raise UsageError(f"{where}: not a kbuild manifest (expected format {MANIFEST_FORMAT!r})")
+        bad(f"{at}.target", str(exc))
+    for field in ("key", "cubin_sha256", "baseline_key"):
+        if e.get(field) is not None and not _HEX64.fullmatch(e[field]):
+            bad(f"{at}.{field}", "expected 64 lowercase hex digits (a sha256)")
+    if e.get("state") is not None and e["state"] not in STATES:
+        bad(f"{at}.state", f"{e['state']!r:.80} is not one of {', '.join(STATES)}")
+    size = e.get("cubin_bytes")
+    if size is not None and (not isinstance(size, int) or isinstance(size, bool) or size < 0):
+        bad(f"{at}.cubin_bytes", f"expected a byte count (an integer ≥ 0), got {_kind(size)}")
+    speedup = e.get("speedup")
+    if speedup is not None and (not isinstance(speedup, (int, float)) or isinstance(speedup, bool) or speedup <= 0):
+        bad(f"{at}.speedup", f"expected a positive number or null, got {_kind(speedup)}")
+
+
+def check_manifest(doc: Any, where: str) -> dict[str, Any]:
+    """``doc`` if it has the shape of a manifest: the one place that checks every field a reader uses.
+
+    Otherwise one :class:`UsageError` (exit 2) naming ``where`` and the key, e.g.
+    ``dist/x.whl!x.dist-info/kbuild.json: kernels[2].cubin_bytes: expected a byte count ...``."""
+    def bad(key: str, message: str) -> None:
+        raise UsageError(f"{where}: {key}: {message}")
+
+    if not isinstance(doc, dict):
+        raise UsageError(f"{where}: not a kbuild manifest (expected a table with format {MANIFEST_FORMAT!r}, "
+                         f"got {_kind(doc)})")
+    if doc.get("format") != MANIFEST_FORMAT:
+        bad("format", f"expected {MANIFEST_FORMAT!r}, got {doc.get('format')!r:.80}; not a kbuild manifest")
+    if not isinstance(doc.get("kernels"), list):
+        bad("kernels", f"expected a list, got {_kind(doc.get('kernels'))}")
+    for field in ("kbuild_version", "tune"):
+        if doc.get(field) is not None and not isinstance(doc[field], str):
+            bad(field, f"expected a string, got {_kind(doc[field])}")
+    seen: dict[tuple[str, str], int] = {}
     for i, e in enumerate(doc["kernels"]):
-        if not isinstance(e, dict) or not {"kernel", "target", "key", "cubin_sha256"} <= e.keys():
-            raise UsageError(f"{where}: kernels[{i}]: expected kernel, target, key and cubin_sha256")
+        _check_entry(e, f"kernels[{i}]", bad)
+        pair = (e["kernel"], e["target"])
+        if pair in seen:
+            bad(f"kernels[{i}]", f"kernel {pair[0]!r} target {pair[1]!r} is listed twice (also kernels[{seen[pair]}])")
+        seen[pair] = i
     return doc
 
 
+def parse_manifest(data: bytes | str, where: str) -> dict[str, Any]:
+    """A manifest's content, checked for shape (:func:`check_manifest`); :class:`UsageError` naming ``where``
+    otherwise (not JSON, nested too deep, over :data:`MAX_MANIFEST_BYTES`...)."""
+    return check_manifest(load_json(data, where=where, max_bytes=MAX_MANIFEST_BYTES), where)
+
+
 def read_manifest(path: str | Path) -> dict[str, Any]:
+    """The manifest file ``path`` (a ``kbuild.json``), read at most :data:`MAX_MANIFEST_BYTES`."""
     p = Path(path)
-    try:
-        return parse_manifest(p.read_bytes(), str(p))
-    except FileNotFoundError:
-        raise UsageError(f"{p}: no such manifest") from None
+    if not p.exists():
+        raise UsageError(f"{p}: no such manifest")
+    if p.is_dir():
+        raise UsageError(f"{p}: is a directory, not a kbuild.json manifest")
+    return check_manifest(read_json_file(p, max_bytes=MAX_MANIFEST_BYTES), str(p))
 
 
 def wheel_manifest(wheel: str | Path) -> dict[str, Any]:
-    """The manifest inside ``wheel`` (``*.dist-info/kbuild.json``)."""
+    """The manifest inside ``wheel`` (``*.dist-info/kbuild.json``); its size is checked before it is read."""
     path = Path(wheel)
+    if path.is_dir():
+        raise UsageError(f"{path}: is a directory, not a wheel (.whl file)")
     try:
         zf = zipfile.ZipFile(path)
     except FileNotFoundError:
         raise UsageError(f"{path}: no such file") from None
-    except zipfile.BadZipFile:
+    except (zipfile.BadZipFile, EOFError):
         raise UsageError(f"{path}: not a wheel (not a zip archive)") from None
+    except OSError as exc:
+        raise UsageError(f"{path}: cannot read: {exc.strerror or exc}") from None
     with zf:
         names = [n for n in zf.namelist() if n.count("/") == 1 and n.split("/")[0].endswith(".dist-info")
                  and n.endswith("/" + MANIFEST_NAME)]
         if not names:
             raise UsageError(f"{path}: has no .dist-info/{MANIFEST_NAME}; it was not built with kbuild's build hooks")
-        return parse_manifest(zf.read(names[0]), f"{path}!{names[0]}")
+        if len(names) > 1:
+            raise UsageError(f"{path}: has {len(names)} manifests ({', '.join(sorted(names))}); a wheel has one")
+        where = f"{path}!{names[0]}"
+        info = zf.getinfo(names[0])
+        if info.file_size > MAX_MANIFEST_BYTES:
+            raise UsageError(f"{where}: {info.file_size:,} bytes, over the {MAX_MANIFEST_BYTES:,}-byte limit "
+                             "for a manifest")
+        try:
+            with zf.open(info) as f:
+                data = f.read(MAX_MANIFEST_BYTES + 1)
+        except (zipfile.BadZipFile, zlib.error, EOFError, OSError, NotImplementedError, RuntimeError) as exc:
+            raise UsageError(f"{where}: cannot read the member: {exc}") from None
+        return parse_manifest(data, where)
 
 
 def manifest_kernels(manifest: dict[str, Any], store: Any, *, where: str) -> list[Any]:
@@ -123,7 +212,10 @@ def manifest_kernels(manifest: dict[str, Any], store: Any, *, where: str) -> lis
 __all__ = [
     "MANIFEST_FORMAT",
     "MANIFEST_NAME",
+    "MAX_MANIFEST_BYTES",
+    "STATES",
     "build_manifest",
+    "check_manifest",
     "manifest_bytes",
     "manifest_entry",
     "manifest_kernels",

@@ -9,6 +9,7 @@ FORCE_COLOR), and ``--json`` output goes to stdout as one JSON document, so that
 from __future__ import annotations
 
 import json
+import re
 import sys
 from collections.abc import Iterable, Sequence
 from contextlib import contextmanager
@@ -27,6 +28,29 @@ from rich.table import Table
 
 #: Human output (tables, progress, warnings) goes to stderr.
 console = Console(stderr=True, highlight=False, width=None if sys.stderr.isatty() else 132)
+
+
+#: Terminal escape sequences: CSI (``ESC [ ... m``, also the 8-bit ``\x9b``), OSC (``ESC ] ... BEL``,
+#: e.g. a window title or a hyperlink), DCS/SOS/PM/APC strings, and two-byte ``ESC x`` sequences.
+_ESCAPE_SEQUENCE = re.compile(r"(?:\x1b\[|\x9b)[0-?]*[ -/]*[@-~]?|\x1b\][^\x07\x1b\x9c]*(?:\x07|\x1b\\|\x9c)?"
+                              r"|\x1b[PX^_][^\x1b\x9c]*(?:\x1b\\|\x9c)?|\x1b[ -~]?")
+_UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
+
+
+def printable(text: object) -> str:
+    """``text`` from an untrusted source (a wheel's manifest, a zip member's name) made safe for a
+    terminal: escape sequences removed, every other control character (and each bidirectional
+    override) shown as ``\\xNN`` or ``\\uNNNN``. ``--json`` output needs none of this."""
+    s = _ESCAPE_SEQUENCE.sub("", str(text))
+    return _UNPRINTABLE.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100
+                            else f"\\u{ord(m.group()):04x}", s)
+
+
+def table_text(text: object) -> str:
+    """:func:`printable`, with rich markup escaped too: for a :func:`print_table` cell or title."""
+    from rich.markup import escape
+
+    return escape(printable(text))
 
 
 def emit_json(obj: Any) -> None:

@@ -64,10 +64,11 @@ def run_builds(settings: Settings, args: argparse.Namespace) -> tuple[list[Any],
     from kbuild.hooks.pipeline import run_pipeline, strict_store_error
 
     strict = args.strict if args.strict is not None else env_flag("KBUILD_STRICT")
+    # The manifest is read (and checked) before the store is opened: a bad one changes nothing.
+    manifest = read_manifest(args.from_manifest) if args.from_manifest and lock_path(settings, args) is None else None
     try:
         with open_store(settings, strict=strict) as store:
-            if args.from_manifest and lock_path(settings, args) is None:
-                manifest = read_manifest(args.from_manifest)
+            if manifest is not None:
                 return manifest_kernels(manifest, store, where=args.from_manifest), manifest
             builds = run_pipeline(settings, store, targets=target_list(args), locked=lock_path(settings, args),
                                   memo=True, tune_on_miss=True)

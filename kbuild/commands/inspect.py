@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from kbuild.console import emit_json, print_table
+from kbuild.console import emit_json, print_table, table_text
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -19,6 +19,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from kbuild.hooks.manifest import read_manifest, wheel_manifest
 
+    # Both readers check the manifest's size and shape first (hooks.manifest.check_manifest): every
+    # field used below has its type. Its strings are still untrusted: the table shows them through
+    # table_text (no terminal escapes, no rich markup); --json keeps them, JSON-escaped.
     manifest = read_manifest(args.wheel) if args.wheel.endswith(".json") else wheel_manifest(args.wheel)
     if args.json:
         emit_json(manifest)
@@ -26,9 +29,12 @@ def run(args: argparse.Namespace) -> int:
     rows = []
     for e in manifest["kernels"]:
         speedup = e.get("speedup")
-        rows.append((e["kernel"], e["target"], e.get("arch", ""), e["key"][:12], e["cubin_sha256"][:12],
-                     f"{e.get('cubin_bytes', 0):,} B", e.get("state", ""),
-                     f"×{speedup:.3f}" if isinstance(speedup, (int, float)) else "–"))
-    print_table(f"{args.wheel} — kbuild {manifest.get('kbuild_version', '?')}, tune = {manifest.get('tune', '?')}",
-                ["kernel", "target", "arch", "key", "cubin sha256", "size", "state", "speedup"], rows)
+        cells = (e["kernel"], e["target"], e.get("arch") or "", e["key"][:12], e["cubin_sha256"][:12],
+                 f"{e.get('cubin_bytes') or 0:,} B", e.get("state") or "",
+                 f"×{speedup:.3f}" if isinstance(speedup, (int, float)) else "–")
+        rows.append(tuple(table_text(c) for c in cells))
+    title = (f"{args.wheel} — kbuild {manifest.get('kbuild_version') or '?'}, "
+             f"tune = {manifest.get('tune') or '?'}")
+    print_table(table_text(title), ["kernel", "target", "arch", "key", "cubin sha256", "size", "state", "speedup"],
+                rows)
     return 0

@@ -16,10 +16,11 @@ import subprocess
 import sys
 import tempfile
 import zipfile
+import zlib
 from pathlib import Path
 from typing import Any
 
-from kbuild.console import emit_json, info, print_table
+from kbuild.console import emit_json, info, print_table, printable, table_text
 from kbuild.errors import KBuildError, ToolError, UsageError
 
 #: Exit status when the rebuilt wheel differs.
@@ -37,29 +38,57 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
+#: Errors a damaged zip raises while its members are read.
+_ZIP_ERRORS = (zipfile.BadZipFile, zlib.error, EOFError, OSError, NotImplementedError, RuntimeError)
+
+
+def open_wheel(wheel: Path) -> zipfile.ZipFile:
+    """The wheel as a zip archive, or one :class:`UsageError` naming it."""
+    if wheel.is_dir():
+        raise UsageError(f"{wheel}: is a directory, not a wheel (.whl file)")
+    try:
+        return zipfile.ZipFile(wheel)
+    except FileNotFoundError:
+        raise UsageError(f"{wheel}: no such wheel") from None
+    except (zipfile.BadZipFile, EOFError):
+        raise UsageError(f"{wheel}: not a wheel (not a zip archive)") from None
+    except OSError as exc:
+        raise UsageError(f"{wheel}: cannot read: {exc.strerror or exc}") from None
+
+
 def wheel_epoch(wheel: Path) -> int:
     """The timestamp the wheel's members carry, as a Unix time (zip times are UTC in reproducible wheels)."""
-    with zipfile.ZipFile(wheel) as zf:
+    with open_wheel(wheel) as zf:
         infos = zf.infolist()
         if not infos:
             raise UsageError(f"{wheel}: empty archive")
         return calendar.timegm((*infos[0].date_time, 0, 0, 0))
 
 
-def _members(wheel: Path) -> dict[str, bytes]:
-    with zipfile.ZipFile(wheel) as zf:
-        return {i.filename: zf.read(i) for i in zf.infolist()}
+def _members(wheel: Path) -> dict[str, tuple[str, tuple[Any, ...]]]:
+    """Member name → (sha256 of its contents, zip metadata), reading each member in chunks (a wheel
+    may hold members of any size; only their digests are kept)."""
+    out = {}
+    with open_wheel(wheel) as zf:
+        for info in zf.infolist():
+            h = hashlib.sha256()
+            try:
+                with zf.open(info) as f:
+                    for chunk in iter(lambda: f.read(1 << 20), b""):
+                        h.update(chunk)
+            except _ZIP_ERRORS as exc:
+                raise UsageError(f"{wheel}!{printable(info.filename)}: cannot read the member: {exc}") from None
+            out[info.filename] = (h.hexdigest(), (info.date_time, info.external_attr, info.compress_type))
+    return out
 
 
 def compare_wheels(a: Path, b: Path) -> dict[str, Any]:
     """Compare two wheels; the member names that differ (contents or zip metadata), or exist in one only."""
     ma, mb = _members(a), _members(b)
-    with zipfile.ZipFile(a) as za, zipfile.ZipFile(b) as zb:
-        ia = {i.filename: (i.date_time, i.external_attr, i.compress_type) for i in za.infolist()}
-        ib = {i.filename: (i.date_time, i.external_attr, i.compress_type) for i in zb.infolist()}
-    differing = sorted(n for n in ma.keys() & mb.keys() if ma[n] != mb[n])
-    metadata = sorted(n for n in ma.keys() & mb.keys() if ma[n] == mb[n] and ia[n] != ib[n])
-    sha = {p: hashlib.sha256(p.read_bytes()).hexdigest() for p in (a, b)}
+    both = ma.keys() & mb.keys()
+    differing = sorted(n for n in both if ma[n][0] != mb[n][0])
+    metadata = sorted(n for n in both if ma[n][0] == mb[n][0] and ma[n][1] != mb[n][1])
+    sha = {p: _file_sha256(p) for p in (a, b)}
     return {
         "identical": sha[a] == sha[b],
         "wheel_sha256": sha[a],
@@ -69,6 +98,24 @@ def compare_wheels(a: Path, b: Path) -> dict[str, Any]:
         "only_in_wheel": sorted(ma.keys() - mb.keys()),
         "only_in_rebuild": sorted(mb.keys() - ma.keys()),
     }
+
+
+def _file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def check_manifest_if_any(wheel: Path) -> None:
+    """A wheel that carries a kbuild manifest must carry a valid one (checked before the rebuild)."""
+    from kbuild.hooks.manifest import MANIFEST_NAME, wheel_manifest
+
+    with open_wheel(wheel) as zf:
+        has = any(n.count("/") == 1 and n.endswith(f".dist-info/{MANIFEST_NAME}") for n in zf.namelist())
+    if has:
+        wheel_manifest(wheel)
 
 
 def rebuild(project: Path, out: Path, *, epoch: int, isolation: bool) -> Path:
@@ -88,15 +135,13 @@ def rebuild(project: Path, out: Path, *, epoch: int, isolation: bool) -> Path:
 
 def run(args: argparse.Namespace) -> int:
     wheel = Path(args.wheel).resolve()
-    if not wheel.is_file():
+    if not wheel.exists():
         raise UsageError(f"{wheel}: no such wheel")
     project = Path(args.project).resolve()
     if not (project / "pyproject.toml").is_file():
         raise UsageError(f"{project}: no pyproject.toml; pass --project DIR, the source directory of the wheel")
-    try:
-        epoch = wheel_epoch(wheel)
-    except zipfile.BadZipFile:
-        raise UsageError(f"{wheel}: not a wheel (not a zip archive)") from None
+    epoch = wheel_epoch(wheel)
+    check_manifest_if_any(wheel)
     with tempfile.TemporaryDirectory(prefix="kbuild-verify-") as tmp:
         rebuilt = rebuild(project, Path(tmp), epoch=epoch, isolation=args.isolation)
         result = compare_wheels(wheel, rebuilt)
@@ -107,9 +152,10 @@ def run(args: argparse.Namespace) -> int:
     elif result["identical"]:
         info(f"{wheel.name}: identical to a rebuild from {project} (sha256 {result['wheel_sha256'][:16]}…)")
     else:
-        rows = [(n, "contents differ") for n in result["differing"]]
-        rows += [(n, "zip metadata differs") for n in result["differing_zip_metadata"]]
-        rows += [(n, "only in the wheel") for n in result["only_in_wheel"]]
-        rows += [(n, "only in the rebuild") for n in result["only_in_rebuild"]]
-        print_table(f"{wheel.name}: differs from a rebuild from {project}", ["member", "difference"], rows)
+        rows = [(table_text(n), "contents differ") for n in result["differing"]]
+        rows += [(table_text(n), "zip metadata differs") for n in result["differing_zip_metadata"]]
+        rows += [(table_text(n), "only in the wheel") for n in result["only_in_wheel"]]
+        rows += [(table_text(n), "only in the rebuild") for n in result["only_in_rebuild"]]
+        print_table(table_text(f"{wheel.name}: differs from a rebuild from {project}"), ["member", "difference"],
+                    rows)
     return 0 if result["identical"] else DIFFERS

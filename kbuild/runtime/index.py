@@ -107,16 +107,25 @@ class Index:
         return out
 
 
+#: Types of the entry fields the run time reads (kbuild.runtime.hook).
+_FIELD_TYPES: dict[str, type | tuple[type, ...]] = {
+    "function": str, "source_hash": str, "signature": dict, "constexprs": dict, "options": dict, "target": dict,
+    "triton_version": str, "ptxas_version": str, "checks": dict, "cubin": str, "cubin_sha256": str,
+    "key_components": dict, "tuned": bool}
+
+
 def parse_index(data: bytes | str, *, data_dir: Path, where: str) -> Index:
     """Check the format and every entry; an entry whose key is not the digest of its components is an error."""
-    try:
-        doc = json.loads(data)
-    except ValueError as exc:
-        raise IndexFormatError(f"{where}: not JSON: {exc}") from None
+    from kbuild.jsonio import load_json
+
+    return _check_index(load_json(data, where=where, error=IndexFormatError), data_dir=data_dir, where=where)
+
+
+def _check_index(doc: Any, *, data_dir: Path, where: str) -> Index:
     if not isinstance(doc, dict) or doc.get("format") != INDEX_FORMAT:
-        raise IndexFormatError(f"{where}: not a kbuild runtime index (format {doc.get('format') if isinstance(doc, dict) else None!r})")
+        raise IndexFormatError(f"{where}: not a kbuild runtime index (format {doc.get('format') if isinstance(doc, dict) else None!r:.80})")
     if doc.get("version") != INDEX_VERSION or doc.get("key_schema") != KEY_SCHEMA:
-        raise IndexFormatError(f"{where}: index version {doc.get('version')!r} / key schema {doc.get('key_schema')!r}; "
+        raise IndexFormatError(f"{where}: index version {doc.get('version')!r:.40} / key schema {doc.get('key_schema')!r:.40}; "
                           f"this kbuild reads version {INDEX_VERSION} / key schema {KEY_SCHEMA}")
     entries = doc.get("entries")
     if not isinstance(entries, dict):
@@ -127,6 +136,10 @@ def parse_index(data: bytes | str, *, data_dir: Path, where: str) -> Index:
         missing = [f for f in _REQUIRED if f not in entry]
         if missing:
             raise IndexFormatError(f"{where}: entries.{key}: missing {', '.join(missing)}")
+        for name, ty in _FIELD_TYPES.items():
+            if not isinstance(entry[name], ty):
+                raise IndexFormatError(f"{where}: entries.{key}.{name}: expected {getattr(ty, '__name__', ty)}, "
+                                       f"got {type(entry[name]).__name__}")
         if digest(entry["key_components"]) != key:
             raise IndexFormatError(f"{where}: entries.{key}: the key is not the digest of its key_components")
         if entry["cubin"] != f"{entry['cubin_sha256']}.cubin" or "/" in entry["cubin"] or "\\" in entry["cubin"]:
@@ -135,8 +148,11 @@ def parse_index(data: bytes | str, *, data_dir: Path, where: str) -> Index:
 
 
 def load_index(path: str | Path) -> Index:
+    """The index file ``path``, read at most :data:`kbuild.jsonio.DEFAULT_MAX_BYTES` (16 MiB)."""
+    from kbuild.jsonio import read_json_file
+
     p = Path(path)
-    return parse_index(p.read_bytes(), data_dir=p.parent, where=str(p))
+    return _check_index(read_json_file(p, error=IndexFormatError), data_dir=p.parent, where=str(p))
 
 
 __all__ = ["CHECK_FIELDS", "DATA_DIR", "INDEX_FILE", "INDEX_FORMAT", "INDEX_VERSION", "Index", "IndexFormatError",

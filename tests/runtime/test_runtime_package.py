@@ -134,3 +134,45 @@ def test_the_jit_example_bench_specs_compile_to_the_shipped_cubins(jit_settings:
             knobs.cache.dir = tmp
             compiled = compile_spec(spec, spec.configs[0], 90)
         assert compiled.asm["cubin"] == shipped[decl.name], decl.name
+
+
+# ---- a damaged or hostile index (issue 13): IndexFormatError naming the file and the key; the package
+# imports with Triton's own cubins and a warning.
+
+def _damaged(doc: dict[str, Any], how: str) -> bytes:
+    key = next(iter(doc["entries"]))
+    if how == "nested":
+        return json.dumps(doc).encode()[:-1] + b', "x": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"
+    if how == "cubin-int":
+        doc["entries"][key]["cubin"] = 12
+    elif how == "components-list":
+        doc["entries"][key]["key_components"] = [1]
+    elif how == "tuned-str":
+        doc["entries"][key]["tuned"] = "yes"
+    return json.dumps(doc).encode()
+
+
+@pytest.mark.parametrize(("how", "fragment"), [
+    pytest.param("nested", "nested deeper than", id="nested",
+                 marks=pytest.mark.hostile(fault="deeply nested JSON", outcome="degraded with warning")),
+    pytest.param("cubin-int", ".cubin: expected str, got int", id="cubin-int",
+                 marks=pytest.mark.hostile(fault="malformed package index", outcome="degraded with warning")),
+    pytest.param("components-list", ".key_components: expected dict, got list", id="components-list",
+                 marks=pytest.mark.hostile(fault="malformed package index", outcome="degraded with warning")),
+    pytest.param("tuned-str", ".tuned: expected bool, got str", id="tuned-str",
+                 marks=pytest.mark.hostile(fault="malformed package index", outcome="degraded with warning")),
+])
+def test_a_damaged_index_is_a_clean_error_and_enable_degrades(jit_settings: Any, tuned_builds: list[Any],
+                                                              tmp_path: Path, caplog: pytest.LogCaptureFixture,
+                                                              how: str, fragment: str) -> None:
+    from kbuild.runtime.index import IndexFormatError
+
+    result = write_package_data(jit_settings, tuned_builds, tmp_path / "kbx_jit")
+    path = result.data_dir / INDEX_FILE
+    path.write_bytes(_damaged(json.loads(path.read_text()), how))
+    with pytest.raises(IndexFormatError) as err:
+        load_index(path)
+    assert str(err.value).startswith(f"{path}: ") and fragment in str(err.value)
+    with caplog.at_level("WARNING", logger="kbuild"):
+        assert kbuild.runtime.enable("kbx_jit", data_dir=result.data_dir) is False
+    assert f"ignoring the tuned cubins of kbx_jit: {path}: " in caplog.text
