@@ -1,4 +1,5 @@
-"""The scheduling control code of a Volta-through-Hopper instruction word (bits 105–125).
+"""The scheduling control code of a Volta-through-Hopper instruction word (bits 105–125): kbuild's one
+control-code decoder (the SASS engine and measurement both use it).
 
 A word is handled as a Python ``int`` of 128 bits (little-endian bytes). Fields:
 
@@ -33,6 +34,7 @@ MAX_STALL_YIELD = 11
 CONTROL_MASK = ((1 << 21) - 1) << STALL_SHIFT
 STALL_MASK = ((1 << STALL_BITS) - 1) << STALL_SHIFT
 REUSE_MASK = ((1 << REUSE_BITS) - 1) << REUSE_SHIFT
+WAIT_MASK = ((1 << WAIT_BITS) - 1) << WAIT_SHIFT
 
 
 @dataclass(frozen=True)
@@ -90,8 +92,18 @@ def with_stall(word: int, value: int) -> int:
     return (word & ~STALL_MASK) | (value << STALL_SHIFT)
 
 
-def clear_reuse(word: int) -> int:
-    return word & ~REUSE_MASK
+def with_wait(word: int, mask: int) -> int:
+    """``word`` with its wait mask replaced (one bit per scoreboard 0–5)."""
+    if not 0 <= mask < 1 << WAIT_BITS:
+        raise ValueError(f"wait mask {mask:#x} outside 0..0x3f")
+    return (word & ~WAIT_MASK) | (mask << WAIT_SHIFT)
+
+
+def with_reuse(word: int, flags: int) -> int:
+    """``word`` with its operand-reuse flags replaced (0 clears them)."""
+    if not 0 <= flags < 1 << REUSE_BITS:
+        raise ValueError(f"reuse flags {flags:#x} outside 0..0xf")
+    return (word & ~REUSE_MASK) | (flags << REUSE_SHIFT)
 
 
 def body(word: int) -> int:

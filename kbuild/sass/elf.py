@@ -1,8 +1,17 @@
-"""A small reader for NVIDIA cubins (64-bit little-endian ELF) and an in-place patcher.
+"""kbuild's one reader for NVIDIA cubins (64-bit little-endian ELF), and an in-place patcher.
 
-Only what the SASS engine needs: the section table, ``.text.<kernel>``, the ``.nv.info`` attribute
-records, relocation offsets into a kernel's text, and the CUDA architecture from ``e_flags``. Every
-malformed input raises :class:`kbuild.errors.UsageError` naming the file.
+Only what kbuild needs: the section table, ``.text.<kernel>``, the ``.nv.info`` attribute records
+(which general ELF libraries do not decode), relocation offsets into a kernel's text, and the CUDA
+architecture from the header. The SASS engine and measurement (:mod:`kbuild.tune.measure.cubin`)
+both read cubins through this module. The tests check the section table and the relocations against
+pyelftools. Every malformed input raises :class:`kbuild.errors.UsageError` naming the file.
+
+The architecture follows the CUDA ELF ABI version in ``e_ident[EI_ABIVERSION]``: up to version 7 the SM
+number is the low byte of ``e_flags`` and bit 11 (0x800) marks the arch-specific variant (``sm_90a``);
+from version 8 (CUDA 12.9's sm_100 and later, OS/ABI byte 0x41 instead of 0x33) the SM number is bits
+8–15 and bit 3 marks it. Seen on
+Triton 3.6 cubins: ``0x500550`` (sm_80), ``0x560556`` (sm_86), ``0x590559`` (sm_89), ``0x5a0d5a``
+(sm_90a), all version 7; ptxas 12.9 wrote ``0x600640a`` for sm_100a and ``0x6007802`` for sm_120, version 8.
 """
 
 from __future__ import annotations
@@ -17,6 +26,10 @@ from kbuild.errors import UsageError
 
 ELF_MAGIC = b"\x7fELF"
 ELFOSABI_CUDA = 0x33
+#: The OS/ABI byte of ABI-version-8 cubins (seen: ptxas 12.9 for sm_100a and sm_120).
+ELFOSABI_CUDA_V2 = 0x41
+#: The first CUDA ELF ABI version that moved the SM number to bits 8–15 of ``e_flags``.
+ELFABIVERSION_CUDA_V2 = 8
 SHT_SYMTAB = 2
 SHT_RELA = 4
 SHT_REL = 9
@@ -57,8 +70,10 @@ class Cubin:
             raise UsageError(f"{origin}: not a cubin (no ELF header); pass a .cubin file compiled for CUDA")
         if data[4] != 2 or data[5] != 1:
             raise UsageError(f"{origin}: not a cubin (expected a 64-bit little-endian ELF)")
-        if data[7] != ELFOSABI_CUDA:
-            raise UsageError(f"{origin}: an ELF file but not a CUDA cubin (OS/ABI 0x{data[7]:02x}, expected 0x33)")
+        if data[7] not in (ELFOSABI_CUDA, ELFOSABI_CUDA_V2):
+            raise UsageError(f"{origin}: an ELF file but not a CUDA cubin (OS/ABI 0x{data[7]:02x}, expected 0x33 "
+                             "or 0x41)")
+        self.abi_version = data[8]
         (self.e_flags,) = struct.unpack_from("<I", data, 48)
         shoff, = struct.unpack_from("<Q", data, 40)
         shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 58)
@@ -83,11 +98,21 @@ class Cubin:
     # --- basic queries -----------------------------------------------------------------------
     @property
     def sm(self) -> int:
-        """The SM number the cubin was built for (``e_flags`` low byte, e.g. 80 or 90)."""
-        low = self.e_flags & 0xFF
-        if low >= 20:
-            return low
-        return (self.e_flags >> 8) & 0xFF
+        """The SM number the cubin was built for (80, 86, 89, 90, ...), by the ELF ABI version's rule."""
+        if self.abi_version >= ELFABIVERSION_CUDA_V2:
+            return (self.e_flags >> 8) & 0xFF
+        return self.e_flags & 0xFF
+
+    @property
+    def arch_specific(self) -> bool:
+        """Built for the arch-specific variant (``sm_90a``: wgmma, TMA, setmaxnreg)."""
+        bit = 0x8 if self.abi_version >= ELFABIVERSION_CUDA_V2 else 0x800
+        return bool(self.e_flags & bit)
+
+    @property
+    def arch(self) -> str:
+        """The target as ptxas named it: ``sm_80``, ``sm_90a``."""
+        return f"sm_{self.sm}{'a' if self.arch_specific else ''}"
 
     def section(self, name: str) -> Section | None:
         return self._by_name.get(name)
@@ -149,14 +174,15 @@ class Cubin:
         text = self.text(kernel)
         offs: list[int] = []
         for sec in self.sections:
-            if sec.type not in (SHT_REL, SHT_RELA) or sec.info != text.index:
-                continue
-            ent = sec.entsize or (24 if sec.type == SHT_RELA else 16)
-            raw = self.section_bytes(sec)
-            for pos in range(0, len(raw) - ent + 1, ent):
-                (r_offset,) = struct.unpack_from("<Q", raw, pos)
-                offs.append(int(r_offset))
+            if sec.type in (SHT_REL, SHT_RELA) and sec.info == text.index:
+                offs.extend(self.relocation_entries(sec))
         return offs
+
+    def relocation_entries(self, sec: Section) -> list[int]:
+        """``r_offset`` of every entry of the relocation section ``sec``."""
+        ent = sec.entsize or (24 if sec.type == SHT_RELA else 16)
+        raw = self.section_bytes(sec)
+        return [int(struct.unpack_from("<Q", raw, pos)[0]) for pos in range(0, len(raw) - ent + 1, ent)]
 
 
 def load(path: str | os.PathLike[str]) -> Cubin:

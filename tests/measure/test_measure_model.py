@@ -80,7 +80,7 @@ def test_cost_model_backend_labels_everything() -> None:
 
 
 def test_control_bit_decoder_on_a_real_cubin(cubins: dict[int, bytes]) -> None:
-    decode = decoder_from_control_bits(lambda i, w: ("?", "global" if control(w).write_barrier < 6 else "fixed"))
+    decode = decoder_from_control_bits(lambda i, w: ("?", "global" if control(w).wbar < 6 else "fixed"))
     instrs = decode(cubins[90])
     sec = text_sections(cubins[90])[0]
     assert len(instrs) == sec.size // 16 > 10
@@ -92,8 +92,8 @@ def test_with_control_roundtrip() -> None:
     word = bytes(range(16))
     c = control(word)
     new = with_control(word, wait_mask=0b101010, reuse=0)
-    assert control(new).wait_mask == 0b101010 and control(new).reuse == 0
-    assert control(new).stall == c.stall and control(new).write_barrier == c.write_barrier
+    assert control(new).wait == 0b101010 and control(new).reuse == 0
+    assert control(new).stall == c.stall and control(new).wbar == c.wbar
     assert new[:13] == word[:13]  # bits below 104 untouched
 
 

@@ -1,56 +1,42 @@
 """The few cubin facts measurement needs: target architecture, ``.text`` sections, digests, control bits.
 
-A deliberately small ELF64 reader (the full reader, decoder and rewriter live in
-:mod:`kbuild.sass`); it lets the worker refuse a cubin for another architecture before loading
-it, lets the evaluation cache key candidates by their ``.text`` bytes, and lets tests and the
-fault-isolation demo patch scheduling control bits (bits 105-125 of each 16-byte instruction word,
-see ``design/SASS.md``).
+Everything is read through kbuild's one cubin reader (:mod:`kbuild.sass.elf`) and its one control-code
+decoder (:mod:`kbuild.sass.control`); this module only adapts them to bytes in, bytes out. It lets the
+worker refuse a cubin for another architecture before loading it, lets the evaluation cache key
+candidates by their ``.text`` bytes, and lets tests and the fault-isolation demo patch scheduling
+control bits (bits 105-125 of each 16-byte instruction word, see ``design/SASS.md``).
 """
 
 from __future__ import annotations
 
 import hashlib
-import struct
-from dataclasses import dataclass
+from collections.abc import Callable
+
+from kbuild.errors import KBuildError
+from kbuild.sass import control as _control
+from kbuild.sass.control import Control
+from kbuild.sass.elf import Cubin, Section
+
+__all__ = ["Control", "CubinFormatError", "Section", "control", "cubin_arch", "cubin_digest", "parse",
+           "patch_text", "sections", "text_bytes", "text_digest", "text_sections", "with_control",
+           "without_reuse", "without_waits"]
 
 
 class CubinFormatError(ValueError):
-    """The bytes are not a 64-bit little-endian ELF cubin."""
+    """The bytes are not a well-formed 64-bit little-endian CUDA ELF cubin."""
 
 
-@dataclass(frozen=True)
-class Section:
-    name: str
-    offset: int
-    size: int
-
-
-def _check(cubin: bytes) -> None:
-    if len(cubin) < 64 or cubin[:4] != b"\x7fELF" or cubin[4] != 2 or cubin[5] != 1:
-        raise CubinFormatError("not a 64-bit little-endian ELF file (a cubin starts with \\x7fELF)")
+def parse(cubin: bytes) -> Cubin:
+    """The cubin through :class:`kbuild.sass.elf.Cubin`; :class:`CubinFormatError` when malformed."""
+    try:
+        return Cubin(cubin, "cubin")
+    except KBuildError as exc:
+        raise CubinFormatError(str(exc)) from None
 
 
 def sections(cubin: bytes) -> list[Section]:
     """All sections with their names, file offsets and sizes."""
-    _check(cubin)
-    shoff, = struct.unpack_from("<Q", cubin, 0x28)
-    shentsize, shnum, shstrndx = struct.unpack_from("<HHH", cubin, 0x3A)
-    if shnum == 0:
-        return []
-    if shoff + shnum * shentsize > len(cubin) or shstrndx >= max(shnum, 1):
-        raise CubinFormatError("section header table lies outside the file")
-    raw = []
-    for i in range(shnum):
-        base = shoff + i * shentsize
-        name_off, _type, _flags, _addr, off, size = struct.unpack_from("<IIQQQQ", cubin, base)
-        raw.append((name_off, off, size))
-    str_off, str_size = raw[shstrndx][1], raw[shstrndx][2]
-    strtab = cubin[str_off:str_off + str_size]
-    out = []
-    for name_off, off, size in raw:
-        end = strtab.find(b"\0", name_off)
-        out.append(Section(strtab[name_off:end].decode("ascii", "replace"), off, size))
-    return out
+    return list(parse(cubin).sections)
 
 
 def text_sections(cubin: bytes) -> list[Section]:
@@ -73,50 +59,32 @@ def cubin_digest(cubin: bytes) -> str:
 
 
 def cubin_arch(cubin: bytes) -> int:
-    """Compute capability the cubin was built for, as major*10+minor (80, 90, ...).
-
-    CUDA ELF ABI versions before 8 keep the SM in the low byte of ``e_flags``; version 8 and
-    later keep it in bits 8-15."""
-    _check(cubin)
-    abi_version = cubin[8]
-    flags, = struct.unpack_from("<I", cubin, 0x30)
-    return (flags >> 8) & 0xFF if abi_version >= 8 else flags & 0xFF
+    """Compute capability the cubin was built for, as major*10+minor (80, 90, ...): :attr:`Cubin.sm`."""
+    return parse(cubin).sm
 
 
 # ----------------------------------------------------------------------------------------------
-# Control bits of one 128-bit instruction word (sm_70 .. sm_90).
-
-
-@dataclass(frozen=True)
-class Control:
-    stall: int
-    yield_: int
-    write_barrier: int
-    read_barrier: int
-    wait_mask: int
-    reuse: int
+# Control bits of one 16-byte instruction word, through kbuild.sass.control.
 
 
 def control(word: bytes) -> Control:
-    v = int.from_bytes(word, "little")
-    return Control(stall=(v >> 105) & 0xF, yield_=(v >> 109) & 1, write_barrier=(v >> 110) & 7,
-                   read_barrier=(v >> 113) & 7, wait_mask=(v >> 116) & 0x3F, reuse=(v >> 122) & 0xF)
+    """The decoded control code of one 16-byte instruction word."""
+    return _control.decode(int.from_bytes(word, "little"))
 
 
 def with_control(word: bytes, *, wait_mask: int | None = None, reuse: int | None = None) -> bytes:
     """The word with its wait mask and/or reuse flags replaced."""
     v = int.from_bytes(word, "little")
     if wait_mask is not None:
-        v = (v & ~(0x3F << 116)) | ((wait_mask & 0x3F) << 116)
+        v = _control.with_wait(v, wait_mask & 0x3F)
     if reuse is not None:
-        v = (v & ~(0xF << 122)) | ((reuse & 0xF) << 122)
+        v = _control.with_reuse(v, reuse & 0xF)
     return v.to_bytes(16, "little")
 
 
-def patch_text(cubin: bytes, fn: object, *, only: str | None = None) -> tuple[bytes, int]:
+def patch_text(cubin: bytes, fn: Callable[[int, bytes], bytes], *, only: str | None = None) -> tuple[bytes, int]:
     """Apply ``fn(index, word) -> word`` to every instruction word of the ``.text`` sections
     (or of ``.text.<only>``); returns the new cubin and the number of words that changed."""
-    assert callable(fn)
     out = bytearray(cubin)
     changed = 0
     for sec in text_sections(cubin):

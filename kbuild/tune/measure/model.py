@@ -131,7 +131,7 @@ def decoder_from_control_bits(classify: Callable[[int, bytes], tuple[str, str]])
                 word = cubin[sec.offset + 16 * i: sec.offset + 16 * i + 16]
                 c = control(word)
                 opcode, latency_class = classify(len(out), word)
-                out.append(Instr(opcode, c.stall, latency_class, c.write_barrier, c.read_barrier, c.wait_mask))
+                out.append(Instr(opcode, c.stall, latency_class, c.wbar, c.rbar, c.wait))
         return out
 
     return decode
@@ -156,8 +156,7 @@ def sass_decoder() -> Decoder:
             words = parsed.section_bytes(parsed.text(kernel))
             for i, ins in enumerate(disassemble(parsed, kernel)):
                 c = control(words[16 * i:16 * i + 16])
-                out.append(Instr(ins.opcode, c.stall, latency_class(ins.opcode, spec), c.write_barrier, c.read_barrier,
-                                 c.wait_mask))
+                out.append(Instr(ins.opcode, c.stall, latency_class(ins.opcode, spec), c.wbar, c.rbar, c.wait))
         return out
 
     return decode
