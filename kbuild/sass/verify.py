@@ -1,9 +1,22 @@
 """The independent verifier: given the original cubin and a rewritten one, decide whether the rewrite
 keeps every dependency, without looking at how the rewrite was made.
 
-It re-derives everything from the original (semantics, blocks, constraints), identifies which original
-instruction sits in each slot of the rewritten text (by the word with stall and reuse bits cleared),
-and checks:
+**Independent of the move code.** It never imports :mod:`kbuild.sass.schedule`: not the legal-move
+mask, not the exact swap check with its stall repairs, not the cubin writer or the nv.info remapping.
+It identifies which original instruction sits in each slot of the rewritten text by the word with
+stall and reuse bits cleared, checks *every* pair of a block rather than neighbours, and re-reads the
+rewritten bytes itself. A bug in how moves are chosen, applied, repaired or written is caught here.
+
+**Shared with the dependency model.** It re-derives the facts about the original with the same
+:func:`kbuild.sass.deps.analyze` the move code uses: the ISA table's semantics of each instruction
+(registers read and written, memory space, pin reasons, variable latency), the basic blocks, the
+DEPBAR-counted scoreboards, the remappable nv.info offsets, and the issue-distance constraints with
+their required cycles; and :func:`kbuild.sass.deps.mem_conflict`. A rule that is missing or wrong
+there (an implicit operand the table does not list, a latency the constraints under-estimate) is
+missing or wrong here too, and the verifier will accept the rewrite. Those gaps are found only by
+running rewrites on the GPU (``benchmarks/gpu_sass_fuzz.py``); see design/SASS.md.
+
+It checks:
 
 1. identical ELF layout; every byte outside ``.text.<kernel>`` and the remapped nv.info offsets equal;
 2. each slot holds an instruction of the same basic block; pinned instructions keep their slot;

@@ -122,3 +122,16 @@ def test_a_new_opcode_fact_is_one_table_entry(monkeypatch):
             "[B-:R-:W-:Y:S02] EXIT"]
     an = build(loop)
     assert an.block_of[P + 2] != an.block_of[P + 1] and (P, P + 3) in an.loops()
+
+
+def test_the_verifier_does_not_import_the_move_code():
+    """verify.py's docstring promises independence from the move code; hold it to that."""
+    tree = ast.parse((ROOT / "kbuild/sass/verify.py").read_text())
+    imported = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom):
+            imported.add((node.module or "").split(".")[-1])
+            imported.update(a.name for a in node.names)
+        elif isinstance(node, ast.Import):
+            imported.update(a.name.split(".")[-1] for a in node.names)
+    assert not imported & {"schedule", "Schedule", "fuzz"}, imported
