@@ -27,9 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kbuild import __version__
+from kbuild import __version__, fsutil
 from kbuild.errors import KernelSourceError, UsageError
-from kbuild.fsutil import write_atomic
 from kbuild.targets import Target
 from kbuild.templates import render
 
@@ -344,10 +343,10 @@ def kernel_sources(settings: Settings) -> list[Path]:
     return sorted(out)
 
 
-def write_files(out_dir: str | os.PathLike[str], files: Mapping[str, bytes]) -> list[Path]:
-    """Write each file atomically (temp file in ``out_dir`` + ``os.replace``); returns the paths."""
-    out = Path(out_dir)
-    return [write_atomic(out / name, files[name]) for name in sorted(files)]
+def write_files(out_dir: str | os.PathLike[str], files: Mapping[str, bytes], *, what: str | None = None) -> list[Path]:
+    """Write the files into ``out_dir``, all or none (:func:`kbuild.fsutil.write_files`); the paths, sorted.
+    With ``what`` (the option and path, ``"--out-dir build/k"``) a failure is a :class:`UsageError`."""
+    return fsutil.write_files(out_dir, files, what=what)
 
 
 __all__ = ["C_TYPES", "EmitError", "EmitKernel", "c_type", "cuda_include_dir", "kernel_sources", "kernels_from_builds",

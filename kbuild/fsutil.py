@@ -2,13 +2,16 @@
 
 The data goes to a temporary file in the destination's directory, which then replaces the
 destination with ``os.replace``. A crash or an error leaves the old file (or none) and no
-temporary file behind.
+temporary file behind. :func:`write_files` does the same for a set of files (all or none), and
+:func:`check_output_dir` checks an output directory given on the command line before any work.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import tempfile
+from collections.abc import Mapping
 from pathlib import Path
 
 
@@ -28,3 +31,80 @@ def write_atomic(path: str | os.PathLike[str], data: bytes | str, *, mode: int =
         Path(tmp).unlink(missing_ok=True)
         raise
     return dest
+
+
+def check_output_dir(path: str | os.PathLike[str], flag: str) -> Path:
+    """``path``, given with the option ``flag`` (``--out-dir``), checked as a place to write files into.
+
+    It must be a directory, or not exist under a directory; and a file must be creatable there. A
+    probe file (``.kbuild-probe-*``) is created and removed at once: permission bits do not stop root,
+    /proc refuses anyway, and a read-only mount only says so when written to. Creates nothing; a
+    :class:`~kbuild.errors.UsageError` (exit 2) naming ``flag`` and ``path`` otherwise."""
+    from kbuild.errors import UsageError
+
+    p = Path(path)
+    if str(path) == "":
+        raise UsageError(f"{flag}: empty path")
+    base = p
+    while not os.path.lexists(base) and base.parent != base:
+        base = base.parent
+    if not base.is_dir():
+        what = "exists and is not a directory" if base == p else f"{base} is not a directory"
+        raise UsageError(f"{flag} {p}: {what}")
+    try:
+        fd, probe = tempfile.mkstemp(prefix=".kbuild-probe-", dir=base)
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as exc:
+        where = "" if base == p else f" (in {base})"
+        raise UsageError(f"{flag} {p}: cannot write there{where}: {exc.strerror or exc}") from None
+    return p
+
+
+def write_files(directory: str | os.PathLike[str], files: Mapping[str, bytes | str], *, mode: int = 0o644,
+                what: str | None = None) -> list[Path]:
+    """Write ``files`` (name → content) into ``directory``, all or nothing: every file goes to a temporary
+    file first, and only when all are written are they renamed into place (a destination that is a
+    directory, the one thing that makes a rename fail, is refused before). On an error no file is
+    replaced, no temporary file is left, and directories this call created are removed again. With
+    ``what`` (e.g. ``"--out-dir build/k"``), an :class:`OSError` becomes a
+    :class:`~kbuild.errors.UsageError` starting with it. Returns the paths, sorted by name."""
+    d = Path(directory)
+    created = []
+    base = d
+    while not os.path.lexists(base) and base.parent != base:
+        created.append(base)
+        base = base.parent
+    temps: list[tuple[str, Path]] = []
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+        for name in sorted(files):  # what would make a rename fail, before anything is written
+            if (d / name).parent != d:
+                raise ValueError(f"{name!r} is not a plain file name")
+            if (d / name).is_dir():
+                raise IsADirectoryError(errno.EISDIR, "is a directory", str(d / name))
+        for name in sorted(files):
+            dest = d / name
+            fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=d)
+            temps.append((tmp, dest))
+            data = files[name]
+            with os.fdopen(fd, "wb") as f:
+                f.write(data.encode("utf-8") if isinstance(data, str) else data)
+            os.chmod(tmp, mode)
+        for tmp, dest in temps:
+            os.replace(tmp, dest)
+    except BaseException as exc:
+        for tmp, _ in temps:
+            Path(tmp).unlink(missing_ok=True)
+        for c in created:  # innermost first
+            try:
+                c.rmdir()
+            except OSError:
+                break
+        if what is not None and isinstance(exc, OSError):
+            from kbuild.errors import UsageError
+
+            name = f" {exc.filename}" if exc.filename else ""
+            raise UsageError(f"{what}: cannot write{name}: {exc.strerror or exc}") from None
+        raise
+    return [dest for _, dest in temps]

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from kbuild.commands.common import add_config_args, settings_from_args, target_list
 from kbuild.console import emit_json, print_table, progress
-from kbuild.fsutil import write_atomic
+from kbuild.fsutil import check_output_dir, write_atomic
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -25,6 +25,8 @@ def run(args: argparse.Namespace) -> int:
     from kbuild.hooks.pipeline import run_pipeline, select_kernels, select_targets
 
     settings = settings_from_args(args)
+    if args.out:
+        check_output_dir(args.out, "--out")  # before any work
     total = len(select_kernels(settings, args.kernel)) * len(select_targets(settings, target_list(args)))
     with progress("compile", total, enabled=not args.no_progress and not args.json) as advance:
         builds = run_pipeline(settings, kernels=args.kernel, targets=target_list(args),

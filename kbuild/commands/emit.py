@@ -94,13 +94,15 @@ def run(args: argparse.Namespace) -> int:
     if not args.out_dir:
         raise UsageError("emit: --out-dir is required")
     from kbuild.emit import render_sources, write_files
+    from kbuild.fsutil import check_output_dir
     from kbuild.hooks.manifest import manifest_bytes
 
+    out_dir = check_output_dir(args.out_dir, "--out-dir")  # before any work
     kernels, manifest = run_builds(settings, args)
     files = render_sources(kernels, prefix=args.prefix, basename=args.basename,
                            config_name=Path(settings.config_file).name)
     files[MANIFEST_FILE] = manifest_bytes(manifest)
-    written = write_files(args.out_dir, files)
+    written = write_files(out_dir, files, what=f"--out-dir {out_dir}")
     if args.json:
         from kbuild.console import emit_json
 

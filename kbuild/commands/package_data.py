@@ -11,7 +11,7 @@ writes ``build/lib/mypkg/_kbuild/`` (``index.json``, ``<sha256>.cubin``, ``__ini
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
+import os
 
 from kbuild.commands.common import add_config_args, settings_from_args, target_list
 from kbuild.console import emit_json, print_table, warn
@@ -31,15 +31,25 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from kbuild.errors import UsageError
+    from kbuild.fsutil import check_output_dir
     from kbuild.hooks.pipeline import run_pipeline
+    from kbuild.runtime.index import DATA_DIR
     from kbuild.runtime.package import write_package_data
 
     settings = settings_from_args(args)
+    out = check_output_dir(args.out, "--out")  # before any work
+    if os.path.lexists(out / DATA_DIR) and not (out / DATA_DIR).is_dir():
+        raise UsageError(f"--out {out}: {out / DATA_DIR} exists and is not a directory")
     if settings.ship != "package-data":
         warn(f"{settings.config_file}: ship = {settings.ship!r}; writing package data anyway")
     builds = run_pipeline(settings, kernels=args.kernel, targets=target_list(args))
-    result = write_package_data(settings, builds, Path(args.out), package=args.package,
-                                include_untuned=args.include_untuned)
+    try:
+        result = write_package_data(settings, builds, out, package=args.package,
+                                    include_untuned=args.include_untuned)
+    except OSError as exc:
+        name = f" {exc.filename}" if exc.filename else ""
+        raise UsageError(f"--out {out}: cannot write{name}: {exc.strerror or exc}") from None
     entries = result.index["entries"]
     if args.json:
         emit_json({"package": result.package, "data_dir": str(result.data_dir),

@@ -111,7 +111,7 @@ def write_package_data(settings: Settings, builds: Sequence[Any], package_dir: s
 
     ``builds`` are :class:`kbuild.hooks.pipeline.KernelBuild` results (each with ``.artefact``);
     ``package`` is the import name ``enable`` is called with (default: the kernels' one top-level
-    package). Stale files in ``_kbuild/`` are removed; the index is written last."""
+    package). The index is written after the cubins, and stale files in ``_kbuild/`` are removed after it."""
     pkg = package or infer_package(settings, builds)
     shipped, skipped = select_shipped(builds, include_untuned=include_untuned)
     index = build_index((index_entry(b) for b in shipped), package=pkg)
@@ -119,13 +119,15 @@ def write_package_data(settings: Settings, builds: Sequence[Any], package_dir: s
     data_dir.mkdir(parents=True, exist_ok=True)
     cubins = {b.artefact.cubin_sha256: b.artefact.cubin for b in shipped}
     wanted = {f"{sha}.cubin" for sha in cubins} | {INDEX_FILE, "__init__.py"}
-    for old in data_dir.iterdir():
-        if old.is_file() and old.name not in wanted:
-            old.unlink()
+    # New cubins first, the index last, stale files only then: an error on the way leaves the old
+    # index with every cubin it names.
     for sha in sorted(cubins):
         write_atomic(data_dir / f"{sha}.cubin", cubins[sha])
     write_atomic(data_dir / "__init__.py", render_init(pkg))
     write_atomic(data_dir / INDEX_FILE, index_bytes(index))
+    for old in data_dir.iterdir():
+        if old.is_file() and old.name not in wanted:
+            old.unlink()
     files = sorted(p for p in data_dir.iterdir() if p.is_file())
     return PackageData(package=pkg, data_dir=data_dir, index=index, files=files, skipped=skipped)
 

@@ -176,3 +176,26 @@ def test_a_damaged_index_is_a_clean_error_and_enable_degrades(jit_settings: Any,
     with caplog.at_level("WARNING", logger="kbuild"):
         assert kbuild.runtime.enable("kbx_jit", data_dir=result.data_dir) is False
     assert f"ignoring the tuned cubins of kbx_jit: {path}: " in caplog.text
+
+
+@pytest.mark.hostile(fault="full disk", outcome="clean error")
+def test_a_failed_rewrite_keeps_the_old_index_and_every_cubin_it_names(jit_settings: Any, tuned_builds: list[Any],
+                                                                       tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    import kbuild.runtime.package as package
+
+    first = write_package_data(jit_settings, tuned_builds[:1], tmp_path / "kbx_jit")
+    real = package.write_atomic
+
+    def full_at_index(path: Any, data: Any, **kw: Any) -> Any:
+        if Path(path).name == INDEX_FILE:
+            raise OSError(28, "No space left on device")
+        return real(path, data, **kw)
+
+    monkeypatch.setattr(package, "write_atomic", full_at_index)
+    with pytest.raises(OSError):
+        write_package_data(jit_settings, tuned_builds[1:], tmp_path / "kbx_jit")
+    index = load_index(first.data_dir / INDEX_FILE)
+    assert index.entries == first.index["entries"]
+    for entry in index.entries.values():
+        assert (first.data_dir / entry["cubin"]).is_file()
