@@ -210,7 +210,7 @@ def bench_tier_hits(make_tier: Callable[[], Tier], label: str, samples: int, raw
 
 def bench_local_hits(work: Path, samples: int, raw: dict[str, Any]) -> dict[str, Any]:
     results = {}
-    store = TieredStore([Tier(LocalBackend(work / "hits"), name="local", trusted=True)])
+    store = TieredStore([Tier(LocalBackend(work / "hits"), name="local")])
     for name, size in SIZES.items():
         art = artefact(f"local-{name}", size)
         store.put(art)
@@ -226,7 +226,7 @@ def bench_local_hits(work: Path, samples: int, raw: dict[str, Any]) -> dict[str,
 
 def bench_big_store(work: Path, entries: int) -> dict[str, Any]:
     backend = LocalBackend(work / "big")
-    tier = Tier(backend, name="local", trusted=True)
+    tier = Tier(backend, name="local")
     t0 = time.perf_counter()
     for i in range(entries):
         tier.put(artefact(f"entry-{i}", 4096 + (i % 64) * 64))

@@ -15,8 +15,9 @@ remote-cache layout that every backend shares:
 
 Writes put the blob first and the record last, so a writer that dies in between leaves an
 unreferenced blob (removed by ``gc``) and never a visible partial entry. Every read re-checks the
-record's key, the metadata digest, the blob's size and sha256 and, for untrusted (remote) tiers
-when a secret is set, the signature.
+record's key, the metadata digest, the blob's size and sha256 and, when a secret is set, the
+signature, in every tier, the local one included: an entry backfilled from a remote before the
+secret was set is no more trustworthy than the remote was.
 
 **Entries are immutable.** Putting a key that is already stored keeps the stored entry (first
 writer wins) and is not an error: two machines that tune the same key at the same time both
@@ -288,21 +289,21 @@ class Store(Protocol):
 class Tier:
     """A verified :class:`Store` over one :class:`Backend`.
 
-    ``trusted`` tiers (the local one) are not required to carry signatures; untrusted ones are
-    when ``secret`` is set. Corrupt entries are deleted only from ``writable`` tiers.
+    When ``secret`` is set, every record must carry its signature. Corrupt entries are deleted
+    only from ``writable`` tiers; wrongly signed ones are skipped on reads (another team's secret
+    is not proof of damage) and evicted by ``verify --fix``.
     """
 
     def __init__(self, backend: Backend, *, name: str | None = None, writable: bool = True,
-                 secret: str | None = None, trusted: bool = False, stats: StoreStats | None = None) -> None:
+                 secret: str | None = None, stats: StoreStats | None = None) -> None:
         self.backend = backend
         self.name = name or backend.location
         self.writable = writable
         self.secret = secret
-        self.trusted = trusted
         self.stats = stats if stats is not None else StoreStats()
 
     def __repr__(self) -> str:
-        return f"Tier({self.name!r}, writable={self.writable}, trusted={self.trusted})"
+        return f"Tier({self.name!r}, writable={self.writable})"
 
     # -- reads
 
@@ -318,7 +319,7 @@ class Tier:
         record: Record | None = None
         try:
             record = parse_record(key, raw)
-            if self.secret is not None and not self.trusted:
+            if self.secret is not None:
                 check_signature(record, self.secret)
             blob = self.backend.get_blob(record.cubin_sha256)
             if blob is None:
@@ -337,7 +338,8 @@ class Tier:
                     self.stats.count(self.name, "misses")
                 return None
         except SignatureError as exc:
-            log.warning("%s: rejected entry %s: %s", self.name, key, exc)
+            log.warning("%s: rejected entry %s: %s; treated as a miss (`kbuild cache verify --fix` evicts it)",
+                        self.name, key, exc)
             self.stats.count(self.name, "rejected")
             if count:
                 self.stats.count(self.name, "misses")
@@ -451,8 +453,8 @@ class Tier:
     def verify(self, *, fix: bool = False, secret: str | None = None) -> tuple[int, list[VerifyProblem]]:
         """Re-check every entry's digests (and signature, when a secret is given).
 
-        Returns (entries checked, problems). With ``fix``, damaged entries are deleted (writable
-        tiers only); unsigned entries of trusted tiers are reported but kept.
+        Returns (entries checked, problems). With ``fix``, damaged entries, and with a secret
+        unsigned or wrongly signed ones, are deleted (writable tiers only).
         """
         secret = secret if secret is not None else self.secret
         checked = 0
@@ -466,7 +468,7 @@ class Tier:
             delete_blob = False
             try:
                 rec = parse_record(key, raw)
-                if secret is not None and (rec.signature is not None or not self.trusted):
+                if secret is not None:
                     check_signature(rec, secret)
                 blob = self.backend.get_blob(rec.cubin_sha256)
                 if blob is None:
@@ -705,9 +707,9 @@ def open_store(settings: Settings, strict: bool = False, *, timeout: float = 5.0
         backend = backend_for_url(remote.url, where=f"{settings.config_file}: remotes[{i}].url", timeout=timeout,
                                   deadline=settings.remote_deadline)
         remotes.append(Tier(backend, name=redact_url(remote.url), writable=remote.writable, secret=secret,
-                            trusted=False, stats=stats))
+                            stats=stats))
     local = LocalBackend(settings.store_path, max_bytes=settings.store_max_bytes)
-    tiers = [Tier(local, name="local", writable=True, secret=secret, trusted=True, stats=stats), *remotes]
+    tiers = [Tier(local, name="local", writable=True, secret=secret, stats=stats), *remotes]
     return TieredStore(tiers, strict=strict, stats=stats, stats_dir=local.path)
 
 

@@ -179,7 +179,7 @@ class Settings:
 
     store_secret: str | None = field(default=None, metadata={"env": "KBUILD_STORE_SECRET", "env_only": True})
     """Shared secret for HMAC-SHA256 signing of metadata records. Environment only (never in pyproject):
-    when set, unsigned or wrongly signed remote records are rejected."""
+    when set, unsigned or wrongly signed records are rejected in every tier, the local one included."""
 
     tune: TuneMode = _setting("auto", env="KBUILD_TUNE")
     """``off``: never tune; ``auto``: tune when a GPU of the target architecture is present, else ship the

@@ -16,7 +16,7 @@ from kbuild.errors import BundleError
 
 
 def filled(path, n=5, secret=None):
-    tier = Tier(LocalBackend(path), secret=secret, trusted=True)
+    tier = Tier(LocalBackend(path), secret=secret)
     arts = [make_artefact(f"b{i}", size=1000 * (i + 1), target="sm_90" if i % 2 else "sm_80") for i in range(n)]
     for a in arts:
         tier.put(a)

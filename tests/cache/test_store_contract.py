@@ -136,7 +136,7 @@ def test_record_without_blob_is_a_miss(case):
 
 def test_poisoning_unsigned_or_wrongly_signed_records_rejected(case, caplog):
     secret = "s3cret"
-    tier = case.tier(secret=secret, trusted=False)
+    tier = case.tier(secret=secret)
     good = make_artefact("signed")
     tier.put(good)
     assert json.loads(case.backend.get_record(good.key))["signature"].startswith("hmac-sha256:")

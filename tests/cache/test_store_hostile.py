@@ -157,3 +157,72 @@ def test_cli_with_a_remote_and_no_secret_prints_one_warning(tmp_path, http_url):
     proc = kbuild("cache", "get", "--config", str(config), "--json", make_key("x"), cwd=tmp_path,
                   env={"KBUILD_STORE_SECRET": "k"})
     assert proc.returncode == 1 and "not authenticated" not in proc.stderr, proc.stderr
+
+
+# ----------------------------------------------------------------------------------------------
+# Item 3: a poisoned entry backfilled before signing was turned on is not shipped afterwards.
+
+def _poison(put, key: str, fake: bytes) -> None:
+    """An attacker with write access to the remote plants an unsigned record for ``key`` and its fake cubin."""
+    from kbuild.cache.store import Artefact
+
+    art = Artefact.create(key=key, cubin=fake, meta={"kernel": "k", "target": "sm_90"})
+    put(f"/cas/{art.cubin_sha256}", art.cubin)
+    put(f"/ac/{key}", art.record(None))
+
+
+def _raw_put(server, prefix: str):
+    import http.client
+
+    def put(path: str, data: bytes) -> None:
+        conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=5)
+        conn.request("PUT", prefix + path, body=data)
+        resp = conn.getresponse()
+        resp.read()
+        conn.close()
+        assert resp.status in (200, 201, 204), resp.status
+
+    return put
+
+
+@pytest.mark.nginx
+@hostile(fault="poisoned entry", outcome="served correct bytes")
+def test_entry_backfilled_from_a_poisoned_remote_is_rejected_once_a_secret_is_set(tmp_path, nginx_server, caplog):
+    import json
+
+    from kbuild.cache import open_store as open_
+
+    url = f"{nginx_server.url}/poisoned-{make_key(str(tmp_path))[:8]}"
+    good = make_artefact("victim")
+    fake = b"\x7fELF" + b"\xcc" * 996  # the attacker's cubin
+    _poison(_raw_put(nginx_server, url[len(nginx_server.url):]), good.key, fake)
+
+    # 1. No secret yet: the poisoned entry is served (nothing can tell) and backfilled into the local tier.
+    with open_(settings(tmp_path / "s", [(url, False)])) as store:
+        assert store.get(good.key).cubin == fake
+        assert store.local.backend.has_record(good.key)
+
+    # 2. The secret is set: neither the local copy nor the remote one is shipped.
+    with caplog.at_level(logging.WARNING):
+        with open_(settings(tmp_path / "s", [(url, False)], secret="k")) as store:
+            assert store.get(good.key) is None
+    assert "local: rejected entry" in caplog.text and "not signed" in caplog.text
+
+    # 3. `kbuild cache verify` reports the unsigned local record; --fix evicts it.
+    env = {"KBUILD_STORE_SECRET": "k"}
+    proc = kbuild("cache", "verify", "--store", str(tmp_path / "s"), "--json", cwd=tmp_path, env=env)
+    doc = json.loads(proc.stdout)
+    assert proc.returncode == 1 and doc["ok"] is False, proc.stderr
+    assert [(p["tier"], p["key"], p["problem"]) for p in doc["problems"]] == [("local", good.key, "record is not signed")]
+    proc = kbuild("cache", "verify", "--store", str(tmp_path / "s"), "--fix", "--json", cwd=tmp_path, env=env)
+    assert proc.returncode == 0 and json.loads(proc.stdout)["problems"][0]["fixed"] is True, proc.stderr
+    proc = kbuild("cache", "verify", "--store", str(tmp_path / "s"), "--json", cwd=tmp_path, env=env)
+    assert proc.returncode == 0 and json.loads(proc.stdout) == {"checked": 0, "ok": True, "problems": [],
+                                                               "file_warnings": 0}, proc.stdout
+
+    # 4. The legitimate build stores the real cubin, signed; that is what is served from then on.
+    with open_(settings(tmp_path / "s", [(url, True)], secret="k")) as store:
+        assert store.get(good.key) is None
+        store.put(good)
+    with open_(settings(tmp_path / "fresh", [(url, False)], secret="k")) as store:
+        assert store.get(good.key) == good  # the remote's planted record was replaced too
