@@ -332,10 +332,126 @@ def analyze_parts(kernel: str, instructions: list[Instruction], words: list[int]
     return an
 
 
+# --- distance constraints ---------------------------------------------------------------------------
+#
+# ptxas's stall counts encode how many cycles each fixed-latency result needs before its consumer may
+# issue. A move must never shorten such a distance below what ptxas had (capped at the latency that
+# can matter). We record, once, every (producer, consumer, required cycles) triple; the move code and
+# the verifier then only compare summed stalls against ``required``.
+#
+# Each basic block is scanned from top to bottom. For every instruction ``c`` the scan collects
+# ``need``: earlier instructions of the block that ``c`` must stay far enough from, each with a cap.
+# The steps, in this order (the order only decides the order of the constraint arrays):
+#
+# 1. ``_pinned_neighbours``: the nearest pinned instruction before ``c``, and, when ``c`` is pinned,
+#    everything since the previous pinned one (seen on the H200: an LDS one cycle after
+#    ``BAR.SYNC.DEFER_BLOCKING`` read stale data);
+# 2. ``_register_hazards``: the last fixed-latency writer of every register ``c`` reads or writes (RAW,
+#    WAW), and every reader without a read barrier of a register ``c`` writes (WAR; seen on the H200);
+# 3. ``_scoreboard_waits``: every setter of a scoreboard ``c`` waits on.
+#
+# Steps 2 and 3 also report whether ``c`` depends on something produced *outside* the block (a register
+# not touched earlier in the block, or a wait with no setter in it); then ``c`` keeps its distance to the
+# block's entry. After the last instruction, ``_block_exit_needs`` lists what must stay far enough from
+# the block's exit: live-out fixed-latency results, readers without a read barrier, pending setters.
+# Nodes < n are instructions; n + 2*b is block b's entry, n + 2*b + 1 its exit.
+
+
+@dataclass
+class _BlockScan:
+    """What the scan of one basic block has seen above the current instruction."""
+
+    start: int
+    last_writer: dict[int, int] = field(default_factory=dict)  # register → instruction
+    readers: dict[int, list[int]] = field(default_factory=dict)  # register → readers since its last write
+    setters: dict[int, list[int]] = field(default_factory=dict)  # scoreboard → setters since its last wait
+    touched: int = 0  # registers read or written so far in the block
+    pinned_seen: list[int] = field(default_factory=list)
+
+    def record(self, c: int, sem: Sem) -> None:
+        """Take instruction ``c`` into the state, after its constraints were collected."""
+        self.touched |= sem.reads | sem.writes
+        for r in _iter_bits(sem.reads):
+            self.readers.setdefault(r, []).append(c)
+        for r in _iter_bits(sem.writes):
+            self.last_writer[r] = c
+            self.readers[r] = []
+        for k in _iter_bits(sem.sets):
+            self.setters.setdefault(k, []).append(c)
+
+
+def _need(need: dict[int, int], p: int, cycles: int) -> None:
+    need[p] = max(need.get(p, 0), cycles)
+
+
+def _pinned_neighbours(scan: _BlockScan, c: int, sem: Sem, need: dict[int, int]) -> None:
+    # Only the nearest pinned instruction on each side needs a constraint: pinned instructions never
+    # move and nothing crosses them, so farther ones are implied.
+    if scan.pinned_seen:
+        need[scan.pinned_seen[-1]] = LONG_CAP
+    if sem.pinned:
+        for q in range(scan.pinned_seen[-1] + 1 if scan.pinned_seen else scan.start, c):
+            need[q] = LONG_CAP
+        scan.pinned_seen.append(c)
+
+
+def _register_hazards(scan: _BlockScan, sems: list[Sem], c: int, need: dict[int, int]) -> bool:
+    """RAW, WAW and WAR distances of ``c``; True when ``c`` touches a register not seen in the block yet."""
+    sem = sems[c]
+    from_outside = bool((sem.reads | sem.writes) & ~scan.touched)
+    for r in _iter_bits(sem.reads):  # RAW: a fixed-latency result must be ready
+        p = scan.last_writer.get(r)
+        if p is not None and sems[p].wbar == control.NO_BARRIER:
+            _need(need, p, sems[p].cap)
+    for r in _iter_bits(sem.writes):
+        p = scan.last_writer.get(r)  # WAW: the earlier result must not land after ours
+        if p is not None and sems[p].wbar == control.NO_BARRIER:
+            _need(need, p, sems[p].cap)
+        for q in scan.readers.get(r, ()):
+            # WAR: seen on the H200, a ULDC.64 issued one cycle after a ULEA that read the same
+            # uniform register clobbered it (softmax, illegal address). Every reader without a read
+            # barrier keeps its distance to the next writer.
+            if sems[q].rbar == control.NO_BARRIER:
+                _need(need, q, max(sems[q].cap, sem.cap))
+    return from_outside
+
+
+def _scoreboard_waits(scan: _BlockScan, c: int, sem: Sem, need: dict[int, int]) -> bool:
+    """Distances from the setters of every scoreboard ``c`` waits on; True when one has no setter in the block."""
+    from_outside = False
+    for k in _iter_bits(sem.wait):
+        ps = scan.setters.get(k)
+        if ps:
+            for p in ps:
+                _need(need, p, FIXED_CAP)
+        else:
+            from_outside = True
+        scan.setters[k] = []
+    return from_outside
+
+
+def _block_exit_needs(scan: _BlockScan, sems: list[Sem]) -> dict[int, int]:
+    """What must keep its distance to the block's exit: live-out fixed-latency results, readers without a
+    read barrier (a later block may overwrite their sources), and setters nobody in the block waited on."""
+    need: dict[int, int] = {}
+    for p in set(scan.last_writer.values()):
+        if sems[p].wbar == control.NO_BARRIER:
+            _need(need, p, sems[p].cap)
+    for rs in scan.readers.values():
+        for q in rs:
+            if sems[q].rbar == control.NO_BARRIER:
+                _need(need, q, sems[q].cap)
+    for ps in scan.setters.values():
+        for p in ps:
+            _need(need, p, FIXED_CAP)
+    return need
+
+
 def _constraints(an: Analysis) -> None:
+    """Fill ``an.cons_p``, ``an.cons_c`` and ``an.cons_req`` (see the comment above)."""
     n, sems = an.n, an.sems
-    stall = np.array([s.stall for s in sems], dtype=np.int64)
-    prefix = np.concatenate([[0], np.cumsum(stall)])
+    prefix = np.concatenate([[0], np.cumsum([s.stall for s in sems], dtype=np.int64)])
+    # a value from another block may come from any fixed-latency producer of the kernel
     fixed_caps = [s.cap for s in sems if s.pinned is None and s.writes and s.wbar == control.NO_BARRIER]
     entry_cap = max([FIXED_CAP, *fixed_caps]) if fixed_caps else FIXED_CAP
     cp: list[int] = []
@@ -343,6 +459,7 @@ def _constraints(an: Analysis) -> None:
     cr: list[int] = []
 
     def add(p: int, c: int, cap: int, dist: int) -> None:
+        """Producer ``p`` stays ``min(dist, cap)`` cycles before consumer ``c`` (nothing when that is 0)."""
         req = min(dist, cap)
         if req > 0:
             cp.append(p)
@@ -351,76 +468,19 @@ def _constraints(an: Analysis) -> None:
 
     for b, (s, e) in enumerate(zip(an.block_start.tolist(), an.block_end.tolist())):
         entry, exit_ = n + 2 * b, n + 2 * b + 1
-        last_writer: dict[int, int] = {}
-        readers: dict[int, list[int]] = {}
-        setters: dict[int, list[int]] = {}
-        touched = 0
-        pinned_seen: list[int] = []
+        scan = _BlockScan(start=s)
         for c in range(s, e):
-            sc = sems[c]
-            consts: dict[int, int] = {}  # producer → cap
-            # Pinned instructions keep their distance to everything around them. Seen on the H200: an
-            # LDS moved to one cycle after BAR.SYNC.DEFER_BLOCKING (originally six) read stale data.
-            # Only the nearest pinned instruction on each side needs a constraint: pinned instructions
-            # never move and nothing crosses them, so farther ones are implied.
-            if pinned_seen:
-                consts[pinned_seen[-1]] = LONG_CAP
-            if sc.pinned:
-                for q in range(pinned_seen[-1] + 1 if pinned_seen else s, c):
-                    consts[q] = LONG_CAP
-                pinned_seen.append(c)
-            need_entry = False
-            regs = sc.reads | sc.writes
-            if regs & ~touched:
-                need_entry = True
-            for r in _iter_bits(sc.reads):
-                p = last_writer.get(r)
-                if p is not None and sems[p].wbar == control.NO_BARRIER:
-                    consts[p] = max(consts.get(p, 0), sems[p].cap)
-            for r in _iter_bits(sc.writes):
-                p = last_writer.get(r)
-                if p is not None and sems[p].wbar == control.NO_BARRIER:
-                    consts[p] = max(consts.get(p, 0), sems[p].cap)
-                for q in readers.get(r, ()):
-                    # WAR: seen on the H200, a ULDC.64 issued one cycle after a ULEA that read the
-                    # same uniform register clobbered it (softmax, illegal address). Every reader
-                    # without a read barrier keeps its distance to the next writer.
-                    if sems[q].rbar == control.NO_BARRIER:
-                        consts[q] = max(consts.get(q, 0), sems[q].cap, sc.cap)
-            for k in _iter_bits(sc.wait):
-                ps = setters.get(k)
-                if ps:
-                    for p in ps:
-                        consts[p] = max(consts.get(p, 0), FIXED_CAP)
-                else:
-                    need_entry = True
-                setters[k] = []
-            for p, cap in consts.items():
+            need: dict[int, int] = {}  # earlier instruction → cap on the cycles it keeps before c
+            _pinned_neighbours(scan, c, sems[c], need)
+            from_outside = _register_hazards(scan, sems, c, need)
+            from_outside |= _scoreboard_waits(scan, c, sems[c], need)
+            for p, cap in need.items():
                 if p != c:
                     add(p, c, cap, int(prefix[c] - prefix[p]))
-            if need_entry:
+            if from_outside:
                 add(entry, c, entry_cap, int(prefix[c] - prefix[s]))
-            touched |= regs
-            for r in _iter_bits(sc.reads):
-                readers.setdefault(r, []).append(c)
-            for r in _iter_bits(sc.writes):
-                last_writer[r] = c
-                readers[r] = []
-            for k in _iter_bits(sc.sets):
-                setters.setdefault(k, []).append(c)
-        # exit constraints: live-out fixed-latency results, long-latency readers, pending setters
-        lastuse: dict[int, int] = {}
-        for p in set(last_writer.values()):
-            if sems[p].wbar == control.NO_BARRIER:
-                lastuse[p] = max(lastuse.get(p, 0), sems[p].cap)
-        for rs in readers.values():
-            for q in rs:
-                if sems[q].rbar == control.NO_BARRIER:
-                    lastuse[q] = max(lastuse.get(q, 0), sems[q].cap)
-        for ps in setters.values():
-            for p in ps:
-                lastuse[p] = max(lastuse.get(p, 0), FIXED_CAP)
-        for p, cap in lastuse.items():
+            scan.record(c, sems[c])
+        for p, cap in _block_exit_needs(scan, sems).items():
             add(p, exit_, cap, int(prefix[e] - prefix[p]))
     an.cons_p = np.array(cp, dtype=np.int64)
     an.cons_c = np.array(cc, dtype=np.int64)

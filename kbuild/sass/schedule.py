@@ -125,33 +125,40 @@ class Schedule:
         mask = np.zeros((n, 2), dtype=bool)
         if n < 2:
             return mask
-        stall_slot = self.stall[self.order]
-        P = self._prefix
-        pp = self._node_pos(an.cons_p)
-        pc = self._node_pos(an.cons_c)
-        slack = P[pc] - P[pp] - an.cons_req
-        # producer moves down past the instruction after it
-        rp = self._real_p
-        nxt = np.minimum(pp + 1, n - 1)
-        deficit = stall_slot[nxt] - slack
-        r = pc - 1
-        max_slot = self._max_stall[self.order]
-        rr = np.clip(r, 0, n - 1)
-        head = np.where(r == pp + 1, max_slot[pp] - stall_slot[pp], max_slot[rr] - stall_slot[rr])
-        bad_down = rp & (deficit > 0) & ((deficit > head) | (pc == pp + 1))
-        # consumer moves up past the instruction before it
-        rc = self._real_c
-        prv = np.maximum(pc - 1, 0)
-        deficit_u = stall_slot[prv] - slack
-        r2 = pc - 2
-        bs = self._block_start_of_slot[np.clip(pc, 0, n - 1)]
-        r2c = np.clip(r2, 0, n - 1)
-        head_u = max_slot[r2c] - stall_slot[r2c]
-        bad_up = rc & (deficit_u > 0) & ((r2 < bs) | (deficit_u > head_u) | (pp == pc - 1))
+        # Every distance constraint in the current schedule: the slots of its producer and consumer
+        # (a block's entry or exit for virtual nodes) and how many cycles it has to spare.
+        stall_at = self.stall[self.order]  # stall of the instruction in each slot
+        headroom_at = self._max_stall[self.order] - stall_at  # how far each slot's stall may still rise
+        issued_before = self._prefix  # cycles issued before each slot (cumulative stalls), n + 1 entries
+        prod_slot = self._node_pos(an.cons_p)
+        cons_slot = self._node_pos(an.cons_c)
+        slack = issued_before[cons_slot] - issued_before[prod_slot] - an.cons_req
+
+        # A producer moving DOWN swaps with the slot after it, whose stall then no longer lies between
+        # producer and consumer. A shortfall is repaired by raising the stall of the slot just before
+        # the consumer (the producer's own stall when it moves into that slot); impossible when the
+        # consumer is the instruction it swaps with, or when the stall would exceed its maximum.
+        short_down = stall_at[np.minimum(prod_slot + 1, n - 1)] - slack
+        repair_slot = np.clip(cons_slot - 1, 0, n - 1)
+        repair_room = np.where(cons_slot - 1 == prod_slot + 1, headroom_at[prod_slot], headroom_at[repair_slot])
+        blocks_down = self._real_p & (short_down > 0) & ((short_down > repair_room) | (cons_slot == prod_slot + 1))
+
+        # A consumer moving UP swaps with the slot before it, whose stall then no longer counts. The
+        # repair raises the stall of the slot just above the consumer's new one; impossible when that
+        # slot is outside the block, when the consumer swaps with its own producer, or past the maximum.
+        short_up = stall_at[np.maximum(cons_slot - 1, 0)] - slack
+        repair_slot_up = cons_slot - 2
+        block_start = self._block_start_of_slot[np.clip(cons_slot, 0, n - 1)]
+        repair_room_up = headroom_at[np.clip(repair_slot_up, 0, n - 1)]
+        blocks_up = self._real_c & (short_up > 0) & (
+            (repair_slot_up < block_start) | (short_up > repair_room_up) | (prod_slot == cons_slot - 1))
+
+        # Per instruction: may it move down / up at all? A swap of slots (t, t + 1) is legal when the
+        # static pair rules allow it, the upper one may move down and the lower one may move up.
         down_bad = np.zeros(n, dtype=bool)
         up_bad = np.zeros(n, dtype=bool)
-        down_bad[an.cons_p[bad_down]] = True
-        up_bad[an.cons_c[bad_up]] = True
+        down_bad[an.cons_p[blocks_down]] = True
+        up_bad[an.cons_c[blocks_up]] = True
         swap_ok = self._static & ~down_bad[self.order[:-1]] & ~up_bad[self.order[1:]]
         mask[1:, UP] = swap_ok
         mask[:-1, DOWN] = swap_ok
