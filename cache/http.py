@@ -188,8 +188,9 @@ class HttpBackend:
     def put_blob(self, digest: str, data: bytes) -> None:
         self._put(f"/cas/{quote(digest)}", data)
 
-    def put_record(self, key: str, data: bytes) -> bool:
-        # HTTP has no atomic "create if absent"; the tier checked for an existing record first.
+    def put_record(self, key: str, data: bytes, replace: bytes | None = None) -> bool:
+        # WebDAV has no atomic "create if absent" or compare-and-set: the tier checked for an existing valid
+        # record first, and an invalid one (``replace``) is overwritten like an absent one.
         self._put(f"/ac/{quote(key)}", data)
         return True
 

@@ -145,8 +145,13 @@ class LocalBackend:
         with self._io("writing cubin " + digest), self.lock:
             self._blobs.add(digest, bytes(data), retry=True)
 
-    def put_record(self, key: str, data: bytes) -> bool:
-        with self._io("writing record " + key), self.lock:
+    def put_record(self, key: str, data: bytes, replace: bytes | None = None) -> bool:
+        with self._io("writing record " + key), self.lock:  # writers hold the lock: compare-and-set
+            if replace is not None:
+                current = self._records.get(key, retry=True)
+                if current is None or bytes(current) == replace:
+                    self._records.set(key, bytes(data), retry=True)
+                    return True
             return bool(self._records.add(key, bytes(data), retry=True))
 
     def delete_record(self, key: str) -> bool:

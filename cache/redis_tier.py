@@ -3,7 +3,8 @@
 ``redis://[user:password@]host[:port][/db][?prefix=kbuild]`` (also ``rediss://`` and
 ``unix://``). Keys: ``<prefix>:cas:<sha256>`` holds the cubin, ``<prefix>:ac:<key>`` the JSON
 record. Records are written with ``SET NX`` after their blob, so the first writer wins
-atomically. Size and eviction are the Redis server's business (``maxmemory`` with an LRU
+atomically; a record that failed verification is replaced by a compare-and-set script (a record
+planted first must not keep the legitimate one out). Size and eviction are the Redis server's business (``maxmemory`` with an LRU
 policy); an evicted blob makes a dangling record, which reads treat as a miss.
 
 ``timeout`` bounds each socket operation and ``deadline`` each whole command: a server that
@@ -31,6 +32,16 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 _PREFIX = re.compile(r"^[A-Za-z0-9_.-]+$")
+
+#: KEYS[1] = record key, ARGV[1] = new record, ARGV[2] = the record the writer found invalid.
+_COMPARE_AND_SET = """
+local current = redis.call('GET', KEYS[1])
+if current == false or current == ARGV[2] then
+    redis.call('SET', KEYS[1], ARGV[1])
+    return 1
+end
+return 0
+"""
 
 
 class RedisBackend:
@@ -64,6 +75,7 @@ class RedisBackend:
                                                retry=Retry(NoBackoff(), 1))
         except ValueError as exc:
             raise StoreUsageError(f"store URL {self.location!r}: {exc}") from None
+        self._replace = self.client.register_script(_COMPARE_AND_SET)
 
     def __repr__(self) -> str:
         return f"RedisBackend({self.location!r})"
@@ -113,8 +125,13 @@ class RedisBackend:
     def put_blob(self, digest: str, data: bytes) -> None:
         self._call("SET cubin", self.client.set, self._cas(digest), bytes(data))
 
-    def put_record(self, key: str, data: bytes) -> bool:
-        return bool(self._call("SET record", self.client.set, self._ac(key), bytes(data), nx=True))
+    def put_record(self, key: str, data: bytes, replace: bytes | None = None) -> bool:
+        if replace is None:
+            return bool(self._call("SET record", self.client.set, self._ac(key), bytes(data), nx=True))
+        # Compare-and-set in one server-side step: write when the key is absent or still holds the invalid
+        # record the tier read, never over a record another writer stored in between.
+        return bool(self._call("SET record (compare-and-set)", self._replace, keys=[self._ac(key)],
+                               args=[bytes(data), bytes(replace)]))
 
     def delete_record(self, key: str) -> bool:
         return bool(self._call("DEL record", self.client.delete, self._ac(key)))

@@ -22,6 +22,9 @@ secret was set is no more trustworthy than the remote was.
 **Entries are immutable.** Putting a key that is already stored keeps the stored entry (first
 writer wins) and is not an error: two machines that tune the same key at the same time both
 succeed. When the cubin differs, the put is counted as a ``conflict`` and logged as a warning.
+A stored record that fails verification (planted, damaged, unsigned or wrongly signed) is no
+entry: a writer replaces it, compare-and-set where the backend can (``put_record(replace=)``),
+so a record planted first cannot keep the legitimate one out.
 
 A :class:`Tier` turns a raw :class:`Backend` (local diskcache, HTTP, Redis) into a verified
 :class:`Store`; :class:`TieredStore` reads tiers in order, backfills faster writable tiers on a
@@ -260,8 +263,10 @@ class Backend(Protocol):
     def has_blob(self, digest: str) -> bool: ...
     def put_blob(self, digest: str, data: bytes) -> None:
         """Store a blob under its sha256 (idempotent: the same digest always means the same bytes)."""
-    def put_record(self, key: str, data: bytes) -> bool:
-        """Store a record after its blob; False when a record for ``key`` already existed."""
+    def put_record(self, key: str, data: bytes, replace: bytes | None = None) -> bool:
+        """Store a record after its blob; False when a record for ``key`` already exists, unless that
+        record is byte for byte ``replace`` (one the tier found invalid), which is replaced: atomically
+        (compare-and-set) where the backend can."""
     def delete_record(self, key: str) -> bool: ...
     def delete_blob(self, digest: str) -> bool: ...
     def record_keys(self) -> Iterator[str]: ...
@@ -291,7 +296,7 @@ class Tier:
 
     When ``secret`` is set, every record must carry its signature. Corrupt entries are deleted
     only from ``writable`` tiers; wrongly signed ones are skipped on reads (another team's secret
-    is not proof of damage) and evicted by ``verify --fix``.
+    is not proof of damage), replaced by writes and evicted by ``verify --fix``.
     """
 
     def __init__(self, backend: Backend, *, name: str | None = None, writable: bool = True,
@@ -310,12 +315,16 @@ class Tier:
     def fetch(self, key: str, *, count: bool = True) -> tuple[Artefact, bytes] | None:
         """The verified artefact and its raw record, or None. Damaged entries are reported and
         deleted (writable tiers); wrongly signed ones are reported and skipped."""
+        return self._lookup(key, count=count)[0]
+
+    def _lookup(self, key: str, *, count: bool = True) -> tuple[tuple[Artefact, bytes] | None, bytes | None]:
+        """(:meth:`fetch`'s answer, the raw record when one is stored but invalid and was left in place)."""
         check_key(key)
         raw = self.backend.get_record(key)
         if raw is None:
             if count:
                 self.stats.count(self.name, "misses")
-            return None
+            return None, None
         record: Record | None = None
         try:
             record = parse_record(key, raw)
@@ -329,32 +338,32 @@ class Tier:
                     self._discard(key)
                 if count:
                     self.stats.count(self.name, "misses")
-                return None
+                return None, raw
             try:
                 check_blob(record, blob)
             except IntegrityError as exc:
                 self._corrupt(key, record, str(exc), blob_bad=True)
                 if count:
                     self.stats.count(self.name, "misses")
-                return None
+                return None, raw
         except SignatureError as exc:
             log.warning("%s: rejected entry %s: %s; treated as a miss (`kbuild cache verify --fix` evicts it)",
                         self.name, key, exc)
             self.stats.count(self.name, "rejected")
             if count:
                 self.stats.count(self.name, "misses")
-            return None
+            return None, raw
         except IntegrityError as exc:
             self._corrupt(key, record, str(exc))
             if count:
                 self.stats.count(self.name, "misses")
-            return None
+            return None, raw
         if count:
             self.stats.count(self.name, "hits")
             self.stats.count(self.name, "bytes_read", len(blob) + len(raw))
         art = Artefact(key=key, cubin=blob, meta=record.meta, cubin_sha256=record.cubin_sha256,
                        meta_sha256=record.meta_sha256)
-        return art, raw
+        return (art, raw), None
 
     def _corrupt(self, key: str, record: Record | None, why: str, *, blob_bad: bool = False) -> None:
         self.stats.count(self.name, "corrupt")
@@ -415,16 +424,19 @@ class Tier:
 
     def store_record(self, art: Artefact, record: bytes) -> bool:
         """Write ``art`` with the given record bytes (blob first, record last). False when the key
-        was already stored (kept as is: entries are immutable)."""
+        was already stored (kept as is: entries are immutable). A stored record that fails
+        verification is replaced (compare-and-set on the bytes that failed)."""
         self._check_writable()
         with self._transaction():
-            existing = self.fetch(art.key, count=False)
+            existing, invalid = self._lookup(art.key, count=False)
             if existing is not None:
                 self._conflict(art, existing[0])
                 return False
             self.backend.put_blob(art.cubin_sha256, art.cubin)
-            if not self.backend.put_record(art.key, record):
+            if not self.backend.put_record(art.key, record, replace=invalid):
                 return False
+            if invalid is not None:
+                log.info("%s: replaced the invalid record of %s", self.name, art.key)
         self.stats.count(self.name, "puts")
         self.stats.count(self.name, "bytes_written", len(art.cubin) + len(record))
         return True

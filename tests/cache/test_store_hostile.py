@@ -226,3 +226,45 @@ def test_entry_backfilled_from_a_poisoned_remote_is_rejected_once_a_secret_is_se
         store.put(good)
     with open_(settings(tmp_path / "fresh", [(url, False)], secret="k")) as store:
         assert store.get(good.key) == good  # the remote's planted record was replaced too
+
+
+# ----------------------------------------------------------------------------------------------
+# Item 5: a record planted first does not keep the signed writer's record out.
+
+@pytest.mark.parametrize("case", [
+    pytest.param("local", marks=hostile(fault="planted record", outcome="served correct bytes")),
+    pytest.param("http", marks=[pytest.mark.nginx, hostile(fault="planted record", outcome="served correct bytes")]),
+    pytest.param("redis", marks=[pytest.mark.redis, hostile(fault="planted redis record", outcome="served correct bytes")]),
+], indirect=True)
+@pytest.mark.parametrize("planted_with", [None, "another secret", "garbage"])
+def test_signed_writer_replaces_a_record_planted_first(case, planted_with):
+    from kbuild.cache.store import Artefact
+
+    secret = "s3cret"
+    good = make_artefact("planted-first")
+    evil = Artefact.create(key=good.key, cubin=b"\x7fELF evil", meta={"kernel": "evil"})
+    case.corrupt_blob(evil.cubin_sha256, evil.cubin)
+    case.plant_record(good.key, b"{not json" if planted_with == "garbage" else evil.record(planted_with))
+    tier = case.tier(secret=secret)
+    assert tier.get(good.key) is None
+    tier.put(good)
+    assert tier.get(good.key) == good
+    assert json_of(case.backend.get_record(good.key))["signature"].startswith("hmac-sha256:")
+
+
+def json_of(raw: bytes | None) -> dict:
+    import json
+
+    assert raw is not None
+    return json.loads(raw)
+
+
+@pytest.mark.parametrize("case", ["local", pytest.param("redis", marks=pytest.mark.redis)], indirect=True)
+def test_compare_and_set_never_overwrites_a_record_stored_in_between(case):
+    good, other = make_artefact("cas-a"), make_artefact("cas-b")
+    first = good.record("k")
+    assert case.backend.put_record(good.key, first)
+    # a writer that read some other (invalid) bytes must not overwrite the valid record stored since
+    assert case.backend.put_record(good.key, other.record("k"), replace=b"what the writer saw") is False
+    assert case.backend.get_record(good.key) == first
+    assert case.backend.put_record(good.key, other.record("k"), replace=first) is True

@@ -71,7 +71,7 @@ def _writer_blocked_before_record(path: str, ready) -> None:
     backend = LocalBackend(path)
     tier = Tier(backend)
 
-    def stall(key: str, data: bytes) -> bool:
+    def stall(key: str, data: bytes, replace: bytes | None = None) -> bool:
         ready.set()
         time.sleep(60)
         raise AssertionError("not killed")

@@ -248,18 +248,20 @@ def test_remote_that_accepts_but_never_answers_times_out_into_a_warning(tmp_path
             assert "timed out" in caplog.text
 
 
-def test_secret_signs_new_records_and_unsigned_local_entries_are_rejected(tmp_path):
+def test_secret_signs_new_records_and_unsigned_local_entries_are_replaced(tmp_path):
     old = make_artefact("old")
     with open_store(settings(tmp_path / "s")) as store:
         store.put(old)
     with open_store(settings(tmp_path / "s", secret="k")) as store:
         assert store.get(old.key) is None  # written before the secret: no proof of where it came from
+        store.put(old)  # the rebuild replaces the unsigned record with a signed one
+        assert store.get(old.key) == old
         new = make_artefact("new")
         store.put(new)
         record = json.loads(store.local.backend.get_record(new.key))
         assert record["signature"].startswith("hmac-sha256:")
         _, problems = store.local.verify(secret="k")
-        assert [(p.key, p.problem) for p in problems] == [(old.key, "record is not signed")]
+        assert problems == []
         _, problems = store.local.verify(secret="wrong")
         assert sorted(p.key for p in problems) == sorted([new.key, old.key])
 
