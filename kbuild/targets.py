@@ -16,7 +16,7 @@ SUPPORTED: dict[int, str] = {
     80: "sm_80",
     86: "sm_80",
     87: "sm_80",
-    89: "sm_80",
+    89: "sm_89",
     90: "sm_90",
     100: "sm_100",
     103: "sm_100",
@@ -43,7 +43,7 @@ class Target:
 
     @property
     def family(self) -> str:
-        """ISA family whose SASS table applies (``sm_80`` covers sm_80/86/87/89)."""
+        """ISA family whose SASS table applies (``sm_80`` covers sm_80/86/87; see :mod:`kbuild.sass.isa`)."""
         return SUPPORTED[self.cc]
 
     def __str__(self) -> str:

@@ -14,7 +14,7 @@ nvdisasm's name for raw instruction blobs, the cycles of each latency class, and
 attribute tables (:class:`NvInfoAttrs`).
 
 **A new architecture is one module**: a file ``sm<NN>.py`` in this package that defines ``SPEC``.
-The registry finds it by name; nothing else in kbuild changes.
+The registry finds it by name; nothing else in kbuild changes (``sm89.py``, Ada, is the example).
 """
 
 from __future__ import annotations
@@ -202,7 +202,7 @@ def _specs() -> dict[int, ArchSpec]:
 
 
 def arch_spec(sm: int) -> ArchSpec:
-    """The spec for ``sm`` (80, 86, 87, 89 → sm_80 family; 90 → sm_90); UsageError otherwise."""
+    """The spec for ``sm`` (80, 86, 87 → sm_80 family; 89 → sm_89; 90 → sm_90); UsageError otherwise."""
     spec = _specs().get(sm)
     if spec is None:
         known = ", ".join(f"sm_{k}" for k in sorted(_specs()))

@@ -138,5 +138,5 @@ NVINFO = NvInfoAttrs(
     branch_targets=frozenset({0x34}),
 )
 
-SPEC = ArchSpec(family="sm_80", sms=(80, 86, 87, 89), table=freeze(TABLE), nvinfo=NVINFO,
+SPEC = ArchSpec(family="sm_80", sms=(80, 86, 87), table=freeze(TABLE), nvinfo=NVINFO,
                 latencies=frozen_map(LATENCIES))
