@@ -110,7 +110,7 @@ def _diff(args: argparse.Namespace) -> int:
     from .verify import Verifier
 
     original, rewritten = _read(args.original), _read(args.rewritten)
-    v = Verifier.from_bytes(original, args.kernel)
+    v = Verifier.from_bytes(original, args.kernel, origin=str(args.original))
     order, problems = v.mapping(rewritten)
     if order is None:
         raise UsageError(f"{args.rewritten}: not a reordering of {args.original}: {'; '.join(problems)}")
@@ -129,7 +129,7 @@ def _verify(args: argparse.Namespace) -> int:
     from .verify import Verifier
 
     original, rewritten = _read(args.original), _read(args.rewritten)
-    v = Verifier.from_bytes(original, args.kernel)
+    v = Verifier.from_bytes(original, args.kernel, origin=str(args.original))
     problems = v.check(rewritten, disassemble_check=not args.no_disassemble)
     if args.json:
         console.emit_json({"kernel": v.an.kernel, "accepted": not problems, "problems": problems})

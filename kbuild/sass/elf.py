@@ -31,9 +31,12 @@ ELFOSABI_CUDA_V2 = 0x41
 #: The first CUDA ELF ABI version that moved the SM number to bits 8–15 of ``e_flags``.
 ELFABIVERSION_CUDA_V2 = 8
 SHT_SYMTAB = 2
+SHT_STRTAB = 3
 SHT_RELA = 4
 SHT_REL = 9
 SHT_NOBITS = 8
+SHDR_SIZE = 64  # Elf64_Shdr
+REL_SIZE, RELA_SIZE = 16, 24  # Elf64_Rel, Elf64_Rela
 
 @dataclass(frozen=True)
 class Section:
@@ -75,25 +78,50 @@ class Cubin:
                              "or 0x41)")
         self.abi_version = data[8]
         (self.e_flags,) = struct.unpack_from("<I", data, 48)
+        self.sections: list[Section] = self._section_table()
+        self._by_name = {s.name: s for s in self.sections}
+
+    def _bad(self, what: str) -> UsageError:
+        return UsageError(f"{self.origin}: malformed cubin: {what}")
+
+    def _section_table(self) -> list[Section]:
+        """Read and check the section table: every malformation is a :class:`UsageError` naming the file."""
+        data = self.data
         shoff, = struct.unpack_from("<Q", data, 40)
         shentsize, shnum, shstrndx = struct.unpack_from("<HHH", data, 58)
-        if shoff == 0 or shentsize != 64 or shoff + shnum * 64 > len(data):
-            raise UsageError(f"{origin}: truncated or malformed cubin (section table out of range)")
+        if shnum == 0:
+            raise self._bad("no section table (e_shnum is 0)")
+        if shentsize != SHDR_SIZE:
+            raise self._bad(f"section headers of {shentsize} bytes (e_shentsize), expected {SHDR_SIZE}")
+        if shoff < 64 or shoff + shnum * SHDR_SIZE > len(data):
+            raise self._bad(f"the section table (e_shoff {shoff:#x}, {shnum} entries) lies outside the "
+                            f"{len(data)}-byte file; truncated?")
+        if shstrndx >= shnum:
+            raise self._bad(f"e_shstrndx {shstrndx} names no section (the file has {shnum})")
         raw = []
         for i in range(shnum):
             name, typ, flags, _addr, off, size, link, info, _align, entsize = struct.unpack_from(
-                "<IIQQQQIIQQ", data, shoff + 64 * i)
+                "<IIQQQQIIQQ", data, shoff + SHDR_SIZE * i)
             if typ != SHT_NOBITS and off + size > len(data):
-                raise UsageError(f"{origin}: truncated cubin (section {i} runs past the end of the file)")
+                raise self._bad(f"section {i} (offset {off:#x}, {size} bytes) runs past the end of the "
+                                f"{len(data)}-byte file; truncated?")
             raw.append((name, typ, flags, off, size, link, info, entsize))
-        strtab_off, strtab_size = raw[shstrndx][3], raw[shstrndx][4]
+        _name, strtab_type, _f, strtab_off, strtab_size, *_rest = raw[shstrndx]
+        if strtab_type != SHT_STRTAB:
+            raise self._bad(f"e_shstrndx {shstrndx} is not a string table (section type {strtab_type})")
         strtab = data[strtab_off:strtab_off + strtab_size]
-        self.sections: list[Section] = []
+        sections = []
         for i, (name, typ, flags, off, size, link, info, entsize) in enumerate(raw):
             end = strtab.find(b"\0", name)
             sname = strtab[name:end if end >= 0 else None].decode("latin-1")
-            self.sections.append(Section(i, sname, typ, flags, off, size, link, info, entsize))
-        self._by_name = {s.name: s for s in self.sections}
+            sec = Section(i, sname, typ, flags, off, size, link, info, entsize)
+            if sname.startswith(".text.") and (typ == SHT_NOBITS or size % 16):
+                raise self._bad(f"{sname} is {'not stored in the file' if typ == SHT_NOBITS else f'{size} bytes'}"
+                                "; instructions are 16 bytes each")
+            if typ in (SHT_REL, SHT_RELA) and _reloc_entry_size(sec) != (RELA_SIZE if typ == SHT_RELA else REL_SIZE):
+                raise self._bad(f"relocation section {sname or i} has {entsize}-byte entries")
+            sections.append(sec)
+        return sections
 
     # --- basic queries -----------------------------------------------------------------------
     @property
@@ -128,8 +156,6 @@ class Cubin:
         if sec is None:
             names = ", ".join(self.kernels()) or "none"
             raise UsageError(f"{self.origin}: no kernel named {kernel!r} in this cubin (kernels: {names})")
-        if sec.size % 16:
-            raise UsageError(f"{self.origin}: .text.{kernel} is {sec.size} bytes, not a multiple of 16")
         return sec
 
     def default_kernel(self, kernel: str | None) -> str:
@@ -180,9 +206,13 @@ class Cubin:
 
     def relocation_entries(self, sec: Section) -> list[int]:
         """``r_offset`` of every entry of the relocation section ``sec``."""
-        ent = sec.entsize or (24 if sec.type == SHT_RELA else 16)
+        ent = _reloc_entry_size(sec)
         raw = self.section_bytes(sec)
         return [int(struct.unpack_from("<Q", raw, pos)[0]) for pos in range(0, len(raw) - ent + 1, ent)]
+
+
+def _reloc_entry_size(sec: Section) -> int:
+    return sec.entsize or (RELA_SIZE if sec.type == SHT_RELA else REL_SIZE)
 
 
 def load(path: str | os.PathLike[str]) -> Cubin:

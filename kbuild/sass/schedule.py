@@ -90,7 +90,7 @@ class Schedule:
         (from :func:`kbuild.sass.disasm.disassemble`) are given."""
         cubin = _load_cubin(source)
         kernel = cubin.default_kernel(kernel)
-        spec = arch_spec(cubin.sm)
+        spec = arch_spec(cubin.sm, cubin.origin)
         ins = instructions if instructions is not None else disassemble(cubin, kernel)
         return cls(cubin, analyze(cubin, kernel, ins, spec))
 

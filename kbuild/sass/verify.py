@@ -122,10 +122,10 @@ class Verifier:
             self.blocks.append((s, ii + s, jj + s))
 
     @classmethod
-    def from_bytes(cls, original: bytes, kernel: str | None = None) -> Verifier:
-        cubin = elf.Cubin(original, "original")
+    def from_bytes(cls, original: bytes, kernel: str | None = None, *, origin: str = "original") -> Verifier:
+        cubin = elf.Cubin(original, origin)
         kernel = cubin.default_kernel(kernel)
-        an = analyze(cubin, kernel, disassemble(cubin, kernel), arch_spec(cubin.sm))
+        an = analyze(cubin, kernel, disassemble(cubin, kernel), arch_spec(cubin.sm, origin))
         return cls(an, cubin)
 
     # ---------------------------------------------------------------------------------------------

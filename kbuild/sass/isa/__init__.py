@@ -201,12 +201,14 @@ def _specs() -> dict[int, ArchSpec]:
     return _REGISTRY
 
 
-def arch_spec(sm: int) -> ArchSpec:
-    """The spec for ``sm`` (80, 86, 87 → sm_80 family; 89 → sm_89; 90 → sm_90); UsageError otherwise."""
+def arch_spec(sm: int, origin: str | None = None) -> ArchSpec:
+    """The spec for ``sm`` (80, 86, 87 → sm_80 family; 89 → sm_89; 90 → sm_90); UsageError otherwise,
+    naming ``origin`` (the cubin's file) when given."""
     spec = _specs().get(sm)
     if spec is None:
         known = ", ".join(f"sm_{k}" for k in sorted(_specs()))
-        raise UsageError(f"no SASS table for sm_{sm}; kbuild can rewrite {known}. Leave this cubin untuned.")
+        where = f"{origin}: " if origin else ""
+        raise UsageError(f"{where}no SASS table for sm_{sm}; kbuild can rewrite {known}. Leave this cubin untuned.")
     return spec
 
 
