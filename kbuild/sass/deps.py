@@ -1,6 +1,9 @@
 """The dependency model of one kernel: what every instruction reads and writes, which ones are pinned,
 the basic blocks, and the issue-distance constraints that ptxas's stall counts encode.
 
+Every opcode fact (operands, widths, implicit operands, memory, pins, control flow, DEPBAR forms, nv.info
+attributes) comes from the architecture's table in :mod:`kbuild.sass.isa`; this module only applies it.
+
 Rules (each has a mutation test in ``tests/sass/test_sass_rules.py``):
 
 * **pinned** — control flow, barriers, fences, async copies, atomics, Hopper async operations, opcodes
