@@ -21,6 +21,7 @@ import dataclasses
 import difflib
 import inspect
 import itertools
+import json
 import math
 import os
 import re
@@ -289,7 +290,7 @@ class _Converter:
             _, val_tp = get_args(tp)
             if not isinstance(value, dict):
                 raise self.error(path, f"expected a table, got {_value_name(value)}")
-            return {str(k): self.convert(v, val_tp, f"{path}.{k}") for k, v in value.items()}
+            return {str(k): self.convert(v, val_tp, _key_path(path, k)) for k, v in value.items()}
         if dataclasses.is_dataclass(tp):
             if not isinstance(value, dict):
                 raise self.error(path, f"expected a table, got {_value_name(value)}")
@@ -327,7 +328,7 @@ class _Converter:
         kwargs: dict[str, Any] = {}
         for raw_key, value in table.items():
             name = str(raw_key).replace("-", "_")
-            sub = f"{path}.{raw_key}" if path else str(raw_key)
+            sub = _key_path(path, raw_key)
             if name in fields and fields[name].metadata.get("env_only"):
                 raise self.error(sub, f"set {fields[name].metadata['env']} in the environment; secrets do not belong in pyproject.toml")
             if name not in fields:
@@ -342,6 +343,17 @@ class _Converter:
             if f.name not in kwargs and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
                 raise self.error(f"{path}.{f.name}" if path else f.name, "required key is missing")
         return cls(**kwargs)
+
+
+def _key_path(path: str, key: Any) -> str:
+    """``path.key`` for messages; a key that is not a bare TOML key is quoted as TOML does (``a."x y"``),
+    with every non-printable character escaped, so that a message stays one line whatever the file holds."""
+    text = str(key)
+    if not re.fullmatch(r"[A-Za-z0-9_-]+", text):
+        quoted = json.dumps(text, ensure_ascii=False)
+        text = "".join(c if c.isprintable() else f"\\u{ord(c):04x}" if ord(c) <= 0xFFFF else f"\\U{ord(c):08x}"
+                       for c in quoted)
+    return f"{path}.{text}" if path else text
 
 
 _HINTS: dict[Any, dict[str, Any]] = {}
@@ -393,8 +405,10 @@ def load_settings(pyproject: str | os.PathLike[str] | None = None, *, environ: M
                                            f"{exc.start}); TOML files must be UTF-8") from None
     try:
         data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
+    except ValueError as exc:  # TOMLDecodeError, and an integer of more than 4300 digits
         raise ConfigError(where, "(file)", f"not valid TOML: {exc}") from None
+    except RecursionError:  # tomllib recurses once per level of nested arrays and inline tables
+        raise ConfigError(where, "(file)", "not valid TOML: arrays or inline tables nested too deeply") from None
     tool = data.get("tool", {})
     if not isinstance(tool, dict):
         raise ConfigError(where, "tool", f"expected a table ([tool]), got {_value_name(tool)}")
@@ -428,7 +442,23 @@ def settings_from_table(table: Mapping[str, Any], *, where: str = "<table>", pro
         if n in names[:i]:
             raise conv.error(f"[tool.kbuild.kernels][{i}].name", f"duplicate kernel name {n!r}")
     settings = dataclasses.replace(base, kernels=parsed, project_dir=project_dir or Path.cwd(), config_file=where)
-    return _apply_environment(settings, environ)
+    settings = _apply_environment(settings, environ)
+    _check_types_on_targets(settings, conv)
+    return settings
+
+
+def _check_types_on_targets(s: Settings, conv: _Converter) -> None:
+    """A parameter type that a target lacks (fp8e4nv before sm_89) is the configuration's error, not Triton's."""
+    from kbuild.targets import parse_target
+
+    targets = [parse_target(t) for t in s.targets]  # each checked where it was read
+    for i, k in enumerate(s.kernels):
+        for pname, ty in k.signature.items():
+            for t in targets:
+                problem = t.type_problem(ty.strip())
+                if problem:
+                    raise conv.error(_key_path(f"[tool.kbuild.kernels][{i}].signature", pname),
+                                     f"{problem} (targets: {', '.join(s.targets)})")
 
 
 def _validate_kernel(k: KernelSettings, conv: _Converter, path: str) -> KernelSettings:
@@ -442,12 +472,15 @@ def _validate_kernel(k: KernelSettings, conv: _Converter, path: str) -> KernelSe
             raise conv.error(f"{path}.{key}", f"expected \"package.module:function\", got {spec!r}")
     for pname, ty in k.signature.items():
         if not pname.isidentifier():
-            raise conv.error(f"{path}.signature.{pname}", "parameter names must be identifiers")
+            raise conv.error(_key_path(f"{path}.signature", pname), "parameter names must be identifiers")
         if not _SIGNATURE_TYPE.match(ty.strip()):
             raise conv.error(
                 f"{path}.signature.{pname}",
                 f"{ty!r} is not a Triton type; expected e.g. \"*fp16\", \"*fp32:16\", \"i32\", \"i64:16\", \"fp32\"",
             )
+    for cname in k.constexprs:
+        if not cname.isidentifier():
+            raise conv.error(_key_path(f"{path}.constexprs", cname), "parameter names must be identifiers")
     both = sorted(set(k.signature) & set(k.constexprs))
     if both:
         raise conv.error(f"{path}.constexprs.{both[0]}", "declared both in signature and constexprs")

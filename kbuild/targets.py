@@ -46,6 +46,16 @@ class Target:
         """ISA family whose SASS table applies (``sm_80`` covers sm_80/86/87; see :mod:`kbuild.sass.isa`)."""
         return SUPPORTED[self.cc]
 
+    def type_problem(self, triton_type: str) -> str | None:
+        """Why a kernel parameter of ``triton_type`` (``"*fp8e4nv"``) cannot be compiled for this target, or None.
+
+        Triton 3.6's NVIDIA backend (``CUDAOptions.supported_fp8_dtypes``) has fp8e4nv from compute
+        capability 8.9 on; fp8e5 and fp8e4b15 everywhere.
+        """
+        if "fp8e4nv" in triton_type and self.cc < 89:
+            return f"{triton_type!r} is not supported on {self.name}: Triton has fp8e4nv from sm_89 on"
+        return None
+
     def __str__(self) -> str:
         return self.name
 

@@ -275,3 +275,16 @@ def test_relative_xdg_cache_home_is_ignored(monkeypatch: pytest.MonkeyPatch, tmp
     assert default_store_path() == tmp_path / "home" / ".cache" / "kbuild"
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     assert default_store_path() == tmp_path / "xdg" / "kbuild"
+
+
+@pytest.mark.hostile(fault="type not on target", outcome="clean error")
+@pytest.mark.parametrize(("targets", "environ"), [('["sm_80", "sm_90"]', {}), ('["sm_90"]', {"KBUILD_TARGETS": "sm_75"})])
+def test_fp8e4nv_needs_sm89(tmp_path: Path, targets: str, environ: dict[str, str]):
+    """Found by the property test: Triton refuses fp8e4nv before sm_89 with a compile error (exit 3) that
+    blames the kernel; it is the configuration's combination of a type and a target."""
+    path = write_pyproject(tmp_path, f"[tool.kbuild]\ntargets = {targets}\n" + KERNEL_TOML.replace('"*fp32:16"', '"*fp8e4nv"'))
+    err = config_error(path, environ)
+    assert err.key == "[tool.kbuild.kernels][0].signature.x"
+    assert "not supported on sm_" in err.detail and "sm_89" in err.detail
+    path = write_pyproject(tmp_path, '[tool.kbuild]\ntargets = ["sm_89", "sm_90"]\n' + KERNEL_TOML.replace('"*fp32:16"', '"*fp8e4nv"'))
+    assert load_settings(path, environ={}).kernels[0].signature == {"x": "*fp8e4nv"}
