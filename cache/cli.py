@@ -242,7 +242,9 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 def cmd_import(args: argparse.Namespace) -> int:
     with _open(args) as store:
-        report = import_bundle(store.local, args.file, secret=store.local.secret)
+        # a bundle bigger than the store's size bound could not stay in it: that bound caps the bundle too
+        report = import_bundle(store.local, args.file, secret=store.local.secret,
+                               max_bytes=_local_backend(store).max_bytes)
     if args.json:
         emit_json(report.as_dict())
     else:

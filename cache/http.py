@@ -36,11 +36,15 @@ from urllib.parse import quote, unquote, urlsplit
 from kbuild.errors import StoreUsageError, TierUnavailableError
 
 from .deadline import Deadline
-from .store import is_digest, redact_url
+from .store import MAX_BLOB_BYTES, MAX_RECORD_BYTES, EntryTooLarge, is_digest, redact_url
 
 log = logging.getLogger(__name__)
 
 _OK_PUT = {200, 201, 204}
+#: The JSON listing of ``/ac/``: about 150 bytes per entry, so a million entries.
+_MAX_LISTING_BYTES = 256 << 20
+#: What is read of any other answer (error pages, PUT and DELETE answers).
+_MAX_OTHER_BYTES = 1 << 16
 
 
 class HttpBackend:
@@ -60,6 +64,8 @@ class HttpBackend:
         self.prefix = parts.path.rstrip("/")
         self.timeout = timeout
         self.deadline = deadline
+        self.max_record_bytes = MAX_RECORD_BYTES
+        self.max_blob_bytes = MAX_BLOB_BYTES
         self.headers: dict[str, str] = {}
         if parts.username is not None:
             token = f"{unquote(parts.username)}:{unquote(parts.password or '')}".encode()
@@ -87,10 +93,12 @@ class HttpBackend:
             conn.close()
         self._local.conn = None
 
-    def request(self, method: str, path: str, body: bytes | None = None) -> tuple[int, bytes]:
+    def request(self, method: str, path: str, body: bytes | None = None, *,
+                limit: int | None = None) -> tuple[int, bytes]:
         """One request (retried once on a kept-alive connection the server closed), finished within
         ``deadline`` seconds in all or :class:`TierUnavailableError`. All kbuild requests are
-        idempotent, so the retry is safe."""
+        idempotent, so the retry is safe. A successful answer's body over ``limit`` bytes raises
+        :class:`EntryTooLarge` after reading at most ``limit`` + 64 KiB of it."""
         url = self.prefix + path
         headers = dict(self.headers)
         if body is not None:
@@ -113,7 +121,10 @@ class HttpBackend:
                 try:
                     conn.request(method, url, body=body, headers=headers)
                     resp = conn.getresponse()
-                    data = resp.read()
+                    if limit is not None and resp.status == 200:
+                        data = self._read_body(resp, method, path, limit)
+                    else:
+                        data = self._read_some(resp)
                     if deadline.expired:
                         raise TimeoutError("deadline")
                     if resp.will_close:
@@ -133,6 +144,37 @@ class HttpBackend:
                     raise TierUnavailableError(f"{self.location}: {method} {path}: {exc}") from None
         raise AssertionError("unreachable")  # pragma: no cover
 
+    def _read_body(self, resp: http.client.HTTPResponse, method: str, path: str, limit: int) -> bytes:
+        """The body, read in pieces so that an oversized one is refused before it is in memory."""
+        if resp.length is not None and resp.length > limit:  # declared too large: read none of it
+            self._drop()
+            raise EntryTooLarge(f"{self.location}: {method} {path}: the answer has {resp.length} bytes, over the "
+                                f"{limit}-byte cap")
+        parts: list[bytes] = []
+        size = 0
+        while chunk := resp.read1(1 << 16):
+            size += len(chunk)
+            if size > limit:
+                self._drop()
+                raise EntryTooLarge(f"{self.location}: {method} {path}: the answer has more than {limit} bytes, "
+                                    "over the cap")
+            parts.append(chunk)
+        resp.read()  # closes the response, so that the connection can serve the next request
+        return b"".join(parts)
+
+    def _read_some(self, resp: http.client.HTTPResponse) -> bytes:
+        """The first 64 KiB of a body kbuild only shows in messages (errors, PUT answers); the connection is
+        dropped when there is more."""
+        data = b""
+        while len(data) <= _MAX_OTHER_BYTES:
+            chunk = resp.read1(_MAX_OTHER_BYTES + 1 - len(data))
+            if not chunk:
+                resp.read()  # the end (a HEAD answer, too): lets the connection serve the next request
+                return data
+            data += chunk
+        self._drop()
+        return data[:_MAX_OTHER_BYTES]
+
     def _late(self, method: str, path: str) -> TierUnavailableError:
         return TierUnavailableError(f"{self.location}: {method} {path}: no complete answer within the "
                                     f"{self.deadline:g} s deadline (remote_deadline, KBUILD_REMOTE_DEADLINE)")
@@ -142,8 +184,8 @@ class HttpBackend:
         return TierUnavailableError(f"{self.location}: {method} {path} answered HTTP {status}"
                                     + (f": {snippet}" if snippet else ""))
 
-    def _get(self, path: str) -> bytes | None:
-        status, data = self.request("GET", path)
+    def _get(self, path: str, limit: int) -> bytes | None:
+        status, data = self.request("GET", path, limit=limit)
         if status == 200:
             return data
         if status == 404:
@@ -174,10 +216,10 @@ class HttpBackend:
     # -- Backend protocol
 
     def get_record(self, key: str) -> bytes | None:
-        return self._get(f"/ac/{quote(key)}")
+        return self._get(f"/ac/{quote(key)}", self.max_record_bytes)
 
     def get_blob(self, digest: str) -> bytes | None:
-        return self._get(f"/cas/{quote(digest)}")
+        return self._get(f"/cas/{quote(digest)}", self.max_blob_bytes)
 
     def has_record(self, key: str) -> bool:
         return self._head(f"/ac/{quote(key)}")
@@ -202,7 +244,10 @@ class HttpBackend:
 
     def record_keys(self) -> Iterator[str]:
         """Keys from the JSON directory listing of ``/ac/`` (nginx ``autoindex_format json``)."""
-        status, data = self.request("GET", "/ac/")
+        try:
+            status, data = self.request("GET", "/ac/", limit=_MAX_LISTING_BYTES)
+        except EntryTooLarge as exc:
+            raise TierUnavailableError(f"{exc}; too large for a listing") from None
         if status == 404:
             return iter(())
         if status != 200:
@@ -210,7 +255,7 @@ class HttpBackend:
         try:
             listing = json.loads(data)
             names = [str(item["name"]) for item in listing if item.get("type", "file") == "file"]
-        except (ValueError, TypeError, KeyError, AttributeError):
+        except (ValueError, TypeError, KeyError, AttributeError, RecursionError):
             raise TierUnavailableError(f"{self.location}: GET /ac/ did not return a JSON listing; listing an HTTP "
                                        "tier needs nginx `autoindex on; autoindex_format json;`") from None
         return iter(sorted(n for n in names if is_digest(n)))

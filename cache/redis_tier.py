@@ -25,7 +25,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from kbuild.errors import StoreUsageError, TierUnavailableError
 
 from .deadline import Deadline
-from .store import is_digest, redact_url
+from .store import MAX_BLOB_BYTES, MAX_RECORD_BYTES, EntryTooLarge, is_digest, redact_url
 
 log = logging.getLogger(__name__)
 
@@ -70,6 +70,8 @@ class RedisBackend:
         clean = urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(rest), parts.fragment))
         self.location = redact_url(url)
         self.deadline = deadline
+        self.max_record_bytes = MAX_RECORD_BYTES
+        self.max_blob_bytes = MAX_BLOB_BYTES
         try:
             self.client = redis.Redis.from_url(clean, socket_timeout=timeout, socket_connect_timeout=timeout,
                                                retry=Retry(NoBackoff(), 1))
@@ -110,11 +112,28 @@ class RedisBackend:
 
     # -- Backend protocol
 
+    def _get(self, what: str, name: str, limit: int) -> bytes | None:
+        """The value of ``name``, never more than ``limit`` + 1 bytes of it over the wire: EXISTS, STRLEN and
+        GETRANGE in one MULTI, so a planted giant value costs a length, not its size in memory."""
+        def read() -> list[Any]:
+            pipe = self.client.pipeline(transaction=True)
+            pipe.exists(name)
+            pipe.strlen(name)
+            pipe.getrange(name, 0, limit)
+            return pipe.execute()  # type: ignore[no-any-return]
+
+        exists, size, value = self._call(what, read)
+        if not exists:
+            return None
+        if size > limit:
+            raise EntryTooLarge(f"{self.location}: {what} {name}: {size} bytes, over the {limit}-byte cap")
+        return bytes(value)
+
     def get_record(self, key: str) -> bytes | None:
-        return self._call("GET record", self.client.get, self._ac(key))  # type: ignore[return-value]
+        return self._get("GET record", self._ac(key), self.max_record_bytes)
 
     def get_blob(self, digest: str) -> bytes | None:
-        return self._call("GET cubin", self.client.get, self._cas(digest))  # type: ignore[return-value]
+        return self._get("GET cubin", self._cas(digest), self.max_blob_bytes)
 
     def has_record(self, key: str) -> bool:
         return bool(self._call("EXISTS", self.client.exists, self._ac(key)))

@@ -62,6 +62,16 @@ RECORD_FORMAT = "kbuild-artefact/1"
 SIGNATURE_PREFIX = "hmac-sha256:"
 _HEX64 = re.compile(r"^[0-9a-f]{64}$")
 
+#: Largest record any tier or bundle may hand us. A record is a small JSON document: the key, two
+#: digests and the metadata the pipeline writes, a few KiB. 1 MiB leaves ample room and bounds what a
+#: hostile remote can make a build read (one answered 1.5 GB and cost 1.9 GB of memory).
+MAX_RECORD_BYTES = 1 << 20
+
+#: Largest cubin stored or accepted. Triton's cubins are KiB to a few MiB and the biggest fat kernels
+#: tens of MiB; 256 MiB is ten times that and still a bounded read. A bigger answer is a damaged or
+#: hostile entry: a miss, never an allocation of whatever size a server claims.
+MAX_BLOB_BYTES = 256 << 20
+
 #: Metadata fields the build pipeline records (the store requires none of them; ``target``
 #: is used by ``export --target`` and ``compile_seconds``/``tune_seconds`` by the statistics).
 META_FIELDS = (
@@ -100,6 +110,10 @@ class SignatureError(Exception):
     """A record is unsigned or wrongly signed while a secret is configured."""
 
 
+class EntryTooLarge(IntegrityError):
+    """A tier answered with a record or cubin over its cap (raised by backends before reading it all)."""
+
+
 @dataclass(frozen=True)
 class Artefact:
     """A cubin with its metadata and digests. Build one with :meth:`create`."""
@@ -131,8 +145,14 @@ class Artefact:
             full["kbuild_version"] = __version__
         try:
             encoded = canonical_json(full)
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, RecursionError) as exc:
             raise StoreUsageError(f"metadata of artefact {key} is not JSON data: {exc}") from None
+        if len(encoded) > MAX_RECORD_BYTES - 4096:  # room for the key, digests and signature
+            raise StoreUsageError(f"metadata of artefact {key} is {len(encoded)} bytes; a record holds at most "
+                                  f"{MAX_RECORD_BYTES} bytes (MAX_RECORD_BYTES)")
+        if len(cubin) > MAX_BLOB_BYTES:
+            raise StoreUsageError(f"cubin of artefact {key} is {len(cubin)} bytes, over the {MAX_BLOB_BYTES}-byte "
+                                  "cap of the store (MAX_BLOB_BYTES)")
         normalised = json.loads(encoded)
         return cls(key=key, cubin=cubin, meta=normalised, cubin_sha256=sha256_hex(cubin),
                    meta_sha256=sha256_hex(encoded))
@@ -257,8 +277,10 @@ class Backend(Protocol):
     location: str
     """Where the data lives, for messages (never with credentials)."""
 
-    def get_record(self, key: str) -> bytes | None: ...
-    def get_blob(self, digest: str) -> bytes | None: ...
+    def get_record(self, key: str) -> bytes | None:
+        """The record, or None; :class:`EntryTooLarge` past :data:`MAX_RECORD_BYTES` (not read whole)."""
+    def get_blob(self, digest: str) -> bytes | None:
+        """The blob, or None; :class:`EntryTooLarge` past :data:`MAX_BLOB_BYTES` (not read whole)."""
     def has_record(self, key: str) -> bool: ...
     def has_blob(self, digest: str) -> bool: ...
     def put_blob(self, digest: str, data: bytes) -> None:
@@ -320,7 +342,13 @@ class Tier:
     def _lookup(self, key: str, *, count: bool = True) -> tuple[tuple[Artefact, bytes] | None, bytes | None]:
         """(:meth:`fetch`'s answer, the raw record when one is stored but invalid and was left in place)."""
         check_key(key)
-        raw = self.backend.get_record(key)
+        try:
+            raw = self.backend.get_record(key)
+        except EntryTooLarge as exc:
+            self._corrupt(key, None, str(exc))
+            if count:
+                self.stats.count(self.name, "misses")
+            return None, None
         if raw is None:
             if count:
                 self.stats.count(self.name, "misses")
@@ -330,7 +358,13 @@ class Tier:
             record = parse_record(key, raw)
             if self.secret is not None:
                 check_signature(record, self.secret)
-            blob = self.backend.get_blob(record.cubin_sha256)
+            try:
+                blob = self.backend.get_blob(record.cubin_sha256)
+            except EntryTooLarge as exc:
+                self._corrupt(key, record, str(exc), blob_bad=True)
+                if count:
+                    self.stats.count(self.name, "misses")
+                return None, raw
             if blob is None:
                 # The blob was evicted (or its writer died): a plain miss; drop the dangling record.
                 log.debug("%s: entry %s has no cubin; dropping the record", self.name, key)
@@ -402,10 +436,10 @@ class Tier:
     def entries(self) -> Iterator[EntryInfo]:
         """Records of every entry (unverified cubins; unparseable records are skipped and logged)."""
         for key in self.keys():
-            raw = self.backend.get_record(key)
-            if raw is None:
-                continue
             try:
+                raw = self.backend.get_record(key)
+                if raw is None:
+                    continue
                 rec = parse_record(key, raw)
             except IntegrityError as exc:
                 log.warning("%s: unreadable record %s: %s", self.name, key, exc)
@@ -472,32 +506,33 @@ class Tier:
         checked = 0
         problems: list[VerifyProblem] = []
         for key in list(self.keys()):
-            raw = self.backend.get_record(key)
-            if raw is None:
-                continue
-            checked += 1
+            rec: Record | None = None
             problem: str | None = None
             delete_blob = False
             try:
+                raw = self.backend.get_record(key)
+                if raw is None:
+                    continue
                 rec = parse_record(key, raw)
                 if secret is not None:
                     check_signature(rec, secret)
-                blob = self.backend.get_blob(rec.cubin_sha256)
-                if blob is None:
-                    problem = "cubin missing (evicted or never written)"
-                else:
-                    try:
+                try:
+                    blob = self.backend.get_blob(rec.cubin_sha256)
+                    if blob is None:
+                        problem = "cubin missing (evicted or never written)"
+                    else:
                         check_blob(rec, blob)
-                    except IntegrityError as exc:
-                        problem, delete_blob = str(exc), True
+                except IntegrityError as exc:
+                    problem, delete_blob = str(exc), True
             except (IntegrityError, SignatureError) as exc:
                 problem = str(exc)
+            checked += 1
             if problem is None:
                 continue
             fixed = False
             if fix and self.writable:
                 self.backend.delete_record(key)
-                if delete_blob:
+                if delete_blob and rec is not None:
                     self.backend.delete_blob(rec.cubin_sha256)
                 fixed = True
             problems.append(VerifyProblem(self.name, key, problem, fixed))

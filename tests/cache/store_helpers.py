@@ -10,6 +10,7 @@ import threading
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from kbuild.cache.store import Artefact
 
@@ -46,6 +47,11 @@ class DripServer:
     port: int
     requests: list[str]
     """The first line of every request (HTTP) or command name (Redis) the server received."""
+    server: Any = None
+
+    @property
+    def sent(self) -> int:
+        return int(self.server.sent)
 
 
 class _DripHandler(socketserver.BaseRequestHandler):
@@ -71,6 +77,33 @@ class _HttpDrip(_DripHandler):
         self.server.requests.append(data.split(b"\r\n", 1)[0].decode())
         with contextlib.suppress(OSError):
             self.drip(b"HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\nContent-Length: 100000\r\n\r\n")
+
+
+class _HttpBloat(_DripHandler):
+    """Answers every GET with ``count`` bytes (declared in Content-Length, or chunked when ``interval`` < 0),
+    as fast as the client takes them; ``sent`` counts what the client took before it hung up."""
+
+    def handle(self) -> None:
+        data = b""
+        while b"\r\n\r\n" not in data:
+            chunk = self.request.recv(65536)
+            if not chunk:
+                return
+            data += chunk
+        srv = self.server
+        srv.requests.append(data.split(b"\r\n", 1)[0].decode())
+        block = b"\0" * (1 << 16)
+        chunked = srv.interval < 0
+        head = (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" if chunked else
+                f"HTTP/1.1 200 OK\r\nContent-Length: {srv.count}\r\n\r\n".encode())
+        with contextlib.suppress(OSError):
+            self.request.sendall(head)
+            left = srv.count
+            while left > 0 and not srv.stopping.is_set():
+                piece = block[:left]
+                self.request.sendall(b"%x\r\n%s\r\n" % (len(piece), piece) if chunked else piece)
+                left -= len(piece)
+                srv.sent += len(piece)
 
 
 class _RedisDrip(_DripHandler):
@@ -128,19 +161,24 @@ class _DripTCPServer(socketserver.ThreadingTCPServer):
         self.count = count
         self.stopping = threading.Event()
         self.requests: list[str] = []
+        self.sent = 0
 
 
 @contextlib.contextmanager
 def drip_server(kind: str, *, interval: float = 0.5, count: int = 60) -> Iterator[DripServer]:
     """A server on loopback that answers every request (``kind`` "http" or "redis") and then sends one byte
-    of the body every ``interval`` seconds, ``count`` bytes at most (30 s by default), never the whole body."""
-    srv = _DripTCPServer(_HttpDrip if kind == "http" else _RedisDrip, interval, count)
+    of the body every ``interval`` seconds, ``count`` bytes at most (30 s by default), never the whole body.
+
+    ``kind`` "bloat" is an HTTP server that answers every GET with ``count`` zero bytes at full speed
+    (chunked when ``interval`` < 0); :attr:`DripServer.sent` says how many the client took."""
+    handler = {"http": _HttpDrip, "redis": _RedisDrip, "bloat": _HttpBloat}[kind]
+    srv = _DripTCPServer(handler, interval, count)
     thread = threading.Thread(target=srv.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
     thread.start()
     port = srv.server_address[1]
-    url = f"http://127.0.0.1:{port}/c" if kind == "http" else f"redis://127.0.0.1:{port}/0"
+    url = f"redis://127.0.0.1:{port}/0" if kind == "redis" else f"http://127.0.0.1:{port}/c"
     try:
-        yield DripServer(url=url, port=port, requests=srv.requests)
+        yield DripServer(url=url, port=port, requests=srv.requests, server=srv)
     finally:
         srv.stopping.set()
         srv.shutdown()

@@ -3,12 +3,15 @@ its fault class and the promised outcome, and runs against real servers on loopb
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import io
 import logging
 import os
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -268,3 +271,196 @@ def test_compare_and_set_never_overwrites_a_record_stored_in_between(case):
     assert case.backend.put_record(good.key, other.record("k"), replace=b"what the writer saw") is False
     assert case.backend.get_record(good.key) == first
     assert case.backend.put_record(good.key, other.record("k"), replace=first) is True
+
+
+# ----------------------------------------------------------------------------------------------
+# Item 7: nothing a tier or a bundle claims is read whole into memory.
+
+@contextlib.contextmanager
+def peak_memory() -> Iterator[list[int]]:
+    """The peak of Python allocations inside the block (tracemalloc), in bytes, as ``box[0]``."""
+    import tracemalloc
+
+    box = [0]
+    tracemalloc.start()
+    try:
+        yield box
+    finally:
+        box[0] = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+
+
+BLOAT = 64 << 20  # what the hostile server offers; the caps allow 1 MiB (records)
+
+
+@hostile(fault="oversized record", outcome="degraded with warning")
+@pytest.mark.parametrize("chunked", [False, True], ids=["declared", "chunked"])
+def test_http_record_over_the_cap_is_refused_without_reading_it(tmp_path, caplog, chunked):
+    from kbuild.cache.http import HttpBackend
+    from kbuild.cache.store import Tier
+
+    with drip_server("bloat", count=BLOAT, interval=-1 if chunked else 0) as srv:
+        tier = Tier(HttpBackend(srv.url), writable=False)
+        with caplog.at_level(logging.WARNING), peak_memory() as peak:
+            assert tier.get(make_key("huge")) is None
+        tier.close()
+    assert "over the" in caplog.text and "cap" in caplog.text
+    assert peak[0] < 8 << 20, f"reading the record peaked at {peak[0] >> 20} MiB"
+    assert srv.sent < BLOAT // 2, f"the client took {srv.sent >> 20} MiB of the {BLOAT >> 20} MiB offered"
+
+
+@pytest.mark.nginx
+@hostile(fault="oversized cubin", outcome="degraded with warning")
+def test_http_cubin_over_the_cap_is_a_miss(tmp_path, nginx_server, caplog):
+    from kbuild.cache.http import HttpBackend
+    from kbuild.cache.store import Tier
+
+    url = f"{nginx_server.url}/big-{make_key(str(tmp_path))[:8]}"
+    art = make_artefact("big-cubin")
+    tier = Tier(HttpBackend(url))
+    tier.put(art)
+    (nginx_server.root / url.rsplit("/", 1)[1] / "cas" / art.cubin_sha256).write_bytes(b"\0" * (3 << 20))
+    tier.backend.max_blob_bytes = 1 << 20  # the 256 MiB production cap, scaled down: same code path
+    with caplog.at_level(logging.WARNING), peak_memory() as peak:
+        assert tier.get(art.key) is None
+    assert "over the 1048576-byte cap" in caplog.text
+    assert peak[0] < 2 << 20
+
+
+@pytest.mark.redis
+@hostile(fault="oversized record", outcome="degraded with warning")
+def test_redis_record_over_the_cap_is_refused_without_reading_it(redis_url, caplog):
+    from kbuild.cache.redis_tier import RedisBackend
+    from kbuild.cache.store import Tier
+
+    backend = RedisBackend(redis_url)
+    key = make_key("huge-redis")
+    backend.client.set(backend._ac(key), b"{" * (16 << 20))
+    tier = Tier(backend)
+    with caplog.at_level(logging.WARNING), peak_memory() as peak:
+        assert tier.get(key) is None
+    assert "over the 1048576-byte cap" in caplog.text
+    assert peak[0] < 8 << 20, f"reading the record peaked at {peak[0] >> 20} MiB"
+    assert not backend.has_record(key)  # a writable tier drops the oversized record, like any corrupt one
+    backend.close()
+
+
+def test_artefacts_over_the_caps_are_refused_when_made(monkeypatch):
+    from kbuild.cache import store as store_mod
+    from kbuild.cache.store import Artefact
+    from kbuild.errors import StoreUsageError
+
+    with pytest.raises(StoreUsageError, match="record holds at most"):
+        Artefact.create(key=make_key("m"), cubin=b"x", meta={"blob": "x" * (1 << 20)})
+    monkeypatch.setattr(store_mod, "MAX_BLOB_BYTES", 1000)
+    with pytest.raises(StoreUsageError, match="cap of the store"):
+        Artefact.create(key=make_key("m"), cubin=b"\0" * 1001, meta={})
+
+
+class _Zeros(io.RawIOBase):
+    """An endless stream of zero bytes that allocates nothing but the caller's buffer."""
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:  # type: ignore[no-untyped-def, override]
+        b[:] = bytes(len(b))
+        return len(b)
+
+
+def _bomb(path: Path, members: int, size: int) -> None:
+    """A .tar.gz of a manifest and ``members`` cubins of ``size`` zero bytes each, named after other bytes:
+    a few hundred KiB on disk."""
+    import gzip
+    import json
+    import tarfile
+
+    manifest = json.dumps({"format": "kbuild-bundle/1", "keys": []}).encode()
+    with open(path, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=1, mtime=0) as gz, \
+            tarfile.open(fileobj=gz, mode="w", format=tarfile.USTAR_FORMAT) as tar:
+        info = tarfile.TarInfo("kbuild-bundle.json")
+        info.size = len(manifest)
+        tar.addfile(info, io.BytesIO(manifest))
+        for i in range(members):
+            info = tarfile.TarInfo(f"cas/{make_key(f'bomb{i}')}")
+            info.size = size
+            tar.addfile(info, io.BufferedReader(_Zeros()))
+
+
+@hostile(fault="bundle bomb", outcome="clean error")
+def test_bundle_bomb_over_the_store_bound_is_refused_before_extracting(tmp_path, monkeypatch):
+    bomb = tmp_path / "bomb.tar.gz"
+    _bomb(bomb, 3, 40 << 20)  # 120 MiB inside
+    assert bomb.stat().st_size < 1 << 20
+    store = tmp_path / "store"
+    monkeypatch.setenv("KBUILD_STORE_MAX_BYTES", str(64 << 20))
+    monkeypatch.chdir(tmp_path)
+    with peak_memory() as peak:
+        code, _out, err = run_cache(["import", "--store", str(store), str(bomb)])
+    assert_clean_error(code, err, names=[str(bomb), "uncompressed"])
+    assert peak[0] < 16 << 20, f"the import peaked at {peak[0] >> 20} MiB"
+    assert stored(store) == ([], 0)
+
+
+@hostile(fault="bundle bomb", outcome="clean error")
+def test_bundle_under_the_bound_is_verified_streaming(tmp_path, monkeypatch):
+    bomb = tmp_path / "bomb.tar.gz"
+    _bomb(bomb, 3, 40 << 20)
+    store = tmp_path / "store"
+    monkeypatch.chdir(tmp_path)
+    with peak_memory() as peak:
+        code, _out, err = run_cache(["import", "--store", str(store), str(bomb)])
+    assert_clean_error(code, err, names=[str(bomb), "sha256"])
+    assert peak[0] < 16 << 20, f"the import peaked at {peak[0] >> 20} MiB"
+    assert stored(store) == ([], 0)
+
+
+@hostile(fault="bundle bomb", outcome="clean error")
+def test_bundle_member_over_its_cap_is_refused(tmp_path):
+    import tarfile
+
+    from kbuild.cache.bundle import import_bundle
+    from kbuild.cache.local import LocalBackend
+    from kbuild.cache.store import Tier
+    from kbuild.errors import BundleError
+
+    path = tmp_path / "big-record.tar"
+    with tarfile.open(path, "w") as tar:
+        info = tarfile.TarInfo(f"ac/{make_key('r')}")
+        info.size = (1 << 20) + 1
+        tar.addfile(info, io.BufferedReader(_Zeros()))
+    with pytest.raises(BundleError, match="over the 1048576-byte cap for a record"):
+        import_bundle(Tier(LocalBackend(tmp_path / "s")), path)
+
+
+def stored(path: Path) -> tuple[list[str], int]:
+    """The keys of the local store at ``path`` and its number of cubins."""
+    from kbuild.cache.local import LocalBackend
+
+    backend = LocalBackend(path)
+    try:
+        return sorted(backend.record_keys()), backend.blob_count()
+    finally:
+        backend.close()
+
+
+def run_cache(argv: list[str]) -> tuple[int, str, str]:
+    """``kbuild cache ...`` in this process (for memory measurements): status, stdout, and the error line."""
+    import argparse
+    import contextlib as cl
+    import io as io_
+
+    from kbuild.cache import cli as cache_cli
+    from kbuild.errors import KBuildError
+
+    parser = argparse.ArgumentParser(prog="kbuild")
+    cache_cli.add_parser(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["cache", *argv])
+    out, err = io_.StringIO(), io_.StringIO()
+    with cl.redirect_stdout(out), cl.redirect_stderr(err):
+        try:
+            code = int(args.func(args) or 0)
+        except KBuildError as exc:
+            code = exc.exit_code
+            print(f"error: {exc}", file=err)
+    return code, out.getvalue(), err.getvalue()
