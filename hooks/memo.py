@@ -71,12 +71,13 @@ def _settings_doc(settings: Any, kernels: Sequence[Any], targets: Sequence[Any])
     import dataclasses
 
     from kbuild.key import tuner_component
+    from kbuild.tune import TUNER_VERSION
 
     return {
         "kernels": [dataclasses.asdict(k) for k in kernels],
         "targets": [t.name for t in targets],
         "tune": settings.tune,
-        "tuner": tuner_component(settings) if settings.tune != "off" else None,
+        "tuner": tuner_component(settings, version=TUNER_VERSION) if settings.tune != "off" else None,
         "python_path": list(settings.python_path),
         "project_dir": str(settings.project_dir),
     }

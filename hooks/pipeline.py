@@ -42,6 +42,7 @@ from kbuild.gpu import has_gpu
 from kbuild.key import KernelKey, compiler_component, kernel_key, tuner_component
 from kbuild.targets import Target, parse_target
 from kbuild.toolchain import ptxas_version, triton_version
+from kbuild.tune import TUNER_VERSION
 
 log = logging.getLogger(__name__)
 
@@ -137,7 +138,7 @@ def resolve(settings: Settings, kernels: Sequence[KernelSettings], targets: Sequ
     """Phase 1: import and check every kernel and compute its keys. Raises before anything is written."""
     builds = []
     toolchain = {"triton_version": triton_version(), "ptxas_version": ptxas_version()}
-    tuner = tuner_component(settings) if settings.tune != "off" else None
+    tuner = tuner_component(settings, version=TUNER_VERSION) if settings.tune != "off" else None
     for spec in kernels:
         fn = load_jit_function(settings, spec)
         ast_source_args(settings, spec, fn)  # validates the declaration against the function

@@ -8,8 +8,9 @@ Components (see ARCHITECTURE.md "The key"):
 * ``compiler``: Triton's version, its parsed backend options (paths reduced to file names),
   the ptxas version and line info (off);
 * ``target``: the exact architecture ptxas builds for (``sm_90a`` is not ``sm_90``);
-* ``tuner``: ``null`` for a baseline, else the tuner version and every
-  :class:`~kbuild.config.Settings`/:class:`~kbuild.config.BudgetSettings` field marked ``key``
+* ``tuner``: ``null`` for a baseline, else the tuner version (passed in by the caller,
+  :data:`kbuild.tune.TUNER_VERSION`: this module sits below the tuner and does not import it) and
+  every :class:`~kbuild.config.Settings`/:class:`~kbuild.config.BudgetSettings` field marked ``key``
   (algorithm, seed, budget).
 
 Left out on purpose: checkout path, time, host name, GPU model and driver (they do not change
@@ -25,7 +26,6 @@ from typing import Any
 
 from kbuild.config import BudgetSettings, KernelSettings, Settings, key_fields
 from kbuild.targets import Target
-from kbuild.tune import TUNER_VERSION
 
 #: Bumped when the layout of the components changes.
 KEY_SCHEMA = 1
@@ -44,8 +44,9 @@ def _declared(obj: Any, cls: type) -> dict[str, Any]:
     return {name: getattr(obj, name) for name in key_fields(cls)}
 
 
-def tuner_component(settings: Settings) -> dict[str, Any]:
-    out: dict[str, Any] = {"version": TUNER_VERSION}
+def tuner_component(settings: Settings, *, version: int) -> dict[str, Any]:
+    """The ``tuner`` component of a tuned key: ``version`` is :data:`kbuild.tune.TUNER_VERSION`."""
+    out: dict[str, Any] = {"version": version}
     out.update(_declared(settings, Settings))
     out["budget"] = _declared(settings.budget, BudgetSettings)
     return out

@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from kbuild.config import settings_from_table
 from kbuild.key import canonical_json, compiler_component, digest, kernel_key, tuner_component
 from kbuild.targets import parse_target
+from kbuild.tune import TUNER_VERSION
 
 scalars = st.one_of(st.integers(-2**40, 2**40), st.booleans(), st.text(max_size=8),
                     st.floats(allow_nan=False, allow_infinity=False))
@@ -49,7 +50,7 @@ def make_key(tbl, project_dir="/a/checkout", **over):
     args = {"spec": s.kernels[0], "target": parse_target("sm_90"), "source_hash": "abc123", "function": "add",
             "compiler": compiler_component(triton_version="3.6.0", ptxas_version="12.8.93",
                                            options={"num_warps": 4, "arch": "sm90"}),
-            "tuner": tuner_component(s)}
+            "tuner": tuner_component(s, version=TUNER_VERSION)}
     args.update(over)
     return kernel_key(**args)
 
@@ -105,10 +106,11 @@ def test_target_tuner_and_toolchain_feed_the_key():
     for env in ({"KBUILD_BUDGET_EVALUATIONS": "10"}, {"KBUILD_SEED": "1"}, {"KBUILD_ALGORITHM": "greedy"},
                 {"KBUILD_BUDGET_SECONDS": "5"}):
         s2 = settings_from_table(BASE, environ=env)
-        assert make_key(BASE, tuner=tuner_component(s2)).hex != make_key(BASE, tuner=tuner_component(s)).hex, env
+        assert (make_key(BASE, tuner=tuner_component(s2, version=TUNER_VERSION)).hex
+                != make_key(BASE, tuner=tuner_component(s, version=TUNER_VERSION)).hex), env
     # Things that do not change machine code stay out of the key.
     s3 = settings_from_table(BASE, environ={"KBUILD_STORE": "/elsewhere", "KBUILD_TUNE": "require"})
-    assert tuner_component(s3) == tuner_component(s)
+    assert tuner_component(s3, version=TUNER_VERSION) == tuner_component(s, version=TUNER_VERSION)
 
 
 def test_sm90_and_sm90a_share_one_exact_target():
@@ -118,3 +120,18 @@ def test_sm90_and_sm90a_share_one_exact_target():
 
 def test_canonical_json_is_compact_and_sorted():
     assert canonical_json({"b": 1, "a": [1, {"d": 2, "c": 3}]}) == '{"a":[1,{"c":3,"d":2}],"b":1}'
+
+
+def test_keys_are_byte_identical_to_the_pinned_ones():
+    """A key is an address in every store that exists: refactoring the code that computes it must not move it.
+    The hex values were computed before ``key.py`` stopped importing the tuner (issue 14); a change that is
+    meant to move keys bumps ``KEY_SCHEMA`` or ``TUNER_VERSION`` and updates them here."""
+    assert TUNER_VERSION == 1
+    assert make_key(BASE).hex == "6ccb887abb3fd7d41d8e2f78a9f700c043364e3d5e40b02a112fdd88329f4f94"
+    assert make_key(BASE, tuner=None).hex == "48f3f4dec074c883d47a98208251dd81bc3495b6531147f42562df9aca078fa3"
+
+
+def test_the_tuner_version_is_data_the_caller_passes():
+    s = settings_from_table(BASE, environ={})
+    assert tuner_component(s, version=7)["version"] == 7
+    assert make_key(BASE, tuner=tuner_component(s, version=TUNER_VERSION + 1)).hex != make_key(BASE).hex

@@ -35,9 +35,11 @@ def make_tuned(settings: Any, build: Any, *, speedup: float = 1.25, marker: byte
     """Turn a baseline build into a "tuned" one with a distinct cubin, as the tuner's store entry would be."""
     from kbuild.cache import Artefact
     from kbuild.key import KernelKey, tuner_component
+    from kbuild.tune import TUNER_VERSION
 
     tuned = dataclasses.replace(settings, tune="auto")
-    build.tuned_key = KernelKey({**build.baseline_key.components, "tuner": tuner_component(tuned)})
+    tuner = tuner_component(tuned, version=TUNER_VERSION)
+    build.tuned_key = KernelKey({**build.baseline_key.components, "tuner": tuner})
     build.tuned = True
     meta = {**build.artefact.meta, "tuned": True, "speedup": speedup, "key": build.tuned_key.hex}
     build.artefact = Artefact.create(key=build.tuned_key.hex, cubin=build.artefact.cubin + marker, meta=meta)

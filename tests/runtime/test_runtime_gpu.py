@@ -36,6 +36,7 @@ def test_shipped_cubin_runs_in_a_plain_jit_launch(jit_settings: Any, baseline_bu
     from kbuild.cache import Artefact
     from kbuild.key import KernelKey, tuner_component
     from kbuild.runtime.package import write_package_data
+    from kbuild.tune import TUNER_VERSION
     from kbuild.tune.measure.cubin import without_reuse
 
     (base,) = [b for b in baseline_builds if b.target.cc == 90]
@@ -43,7 +44,8 @@ def test_shipped_cubin_runs_in_a_plain_jit_launch(jit_settings: Any, baseline_bu
     assert flags > 0 and rewritten != base.artefact.cubin
     build = dataclasses.replace(base)
     build.tuned_key = KernelKey({**base.baseline_key.components,
-                                 "tuner": tuner_component(dataclasses.replace(jit_settings, tune="auto"))})
+                                 "tuner": tuner_component(dataclasses.replace(jit_settings, tune="auto"),
+                                                           version=TUNER_VERSION)})
     build.tuned = True
     build.artefact = Artefact.create(key=build.tuned_key.hex, cubin=rewritten,
                                      meta={**base.artefact.meta, "tuned": True, "speedup": 1.0,
