@@ -37,8 +37,8 @@ from kbuild import __version__
 from kbuild.compile import compile_kernel, compiler_options, load_jit_function, portable_options, source_hash
 from kbuild.compile.triton_aot import ast_source_args
 from kbuild.config import KernelSettings, Settings
+from kbuild.device.probe import has_gpu
 from kbuild.errors import KBuildError, StoreError, UsageError
-from kbuild.gpu import has_gpu
 from kbuild.key import KernelKey, compiler_component, kernel_key, tuner_component
 from kbuild.targets import Target, parse_target
 from kbuild.toolchain import ptxas_version, triton_version
@@ -234,7 +234,7 @@ def tuned_artefact(b: KernelBuild, cubin: bytes, *, accepted: bool, speedup: flo
                    report: dict[str, Any] | None = None, seconds: float = 0.0) -> Any:
     """The artefact of a tuning result for ``b`` (stored under its tuned key)."""
     from kbuild.cache import Artefact
-    from kbuild.gpu import local_gpus
+    from kbuild.device.probe import local_gpus
 
     assert b.tuned_key is not None
     meta = {k: v for k, v in b.artefact.meta.items() if k not in ("key", "key_components", "created", "created_at")}

@@ -63,9 +63,9 @@ def handler(args: argparse.Namespace) -> int:
         raise UsageError("--rounds must be at least 2, --reps and --autotune-reps at least 1")
     names = list(args.kernels) or ([] if args.spec else list(SUITE))
 
-    from kbuild.tune.measure import gpu
+    from kbuild.device.timing import require_gpu
 
-    gpu.require_gpu((90, 80))  # a clear exit 2 before anything else when there is no GPU
+    require_gpu((90, 80))  # a clear exit 2 before anything else when there is no GPU
 
     from kbuild.bench import report as rep
     from kbuild.bench.runner import BenchOptions, run_suite

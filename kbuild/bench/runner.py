@@ -18,8 +18,8 @@ from typing import Any
 
 from kbuild.bench.kernels import SUITE
 from kbuild.bench.spec import BenchSpec, compile_spec, load_spec, validate_inputs
+from kbuild.device import stats, timing
 from kbuild.errors import KBuildError
-from kbuild.tune.measure import gpu, stats
 
 log = logging.getLogger(__name__)
 
@@ -39,14 +39,14 @@ def measure_ceilings(opts: BenchOptions) -> dict[str, Any]:
 
     def copy_ms() -> list[list[float]]:
         n = (8 << 20) if opts.small else (1 << 30)  # bf16 elements: 2 GiB per buffer at full size
-        src = torch.randn(n, device=gpu.DEVICE, dtype=torch.bfloat16)
+        src = torch.randn(n, device=timing.DEVICE, dtype=torch.bfloat16)
         dst = torch.empty_like(src)
-        return gpu.time_interleaved([lambda: dst.copy_(src)], rounds=1, reps=opts.ceiling_reps, flush=None)[0]
+        return timing.time_interleaved([lambda: dst.copy_(src)], rounds=1, reps=opts.ceiling_reps, flush=None)[0]
 
     def matmul_ms(s: int) -> list[list[float]]:
-        a = torch.randn((s, s), device=gpu.DEVICE, dtype=torch.bfloat16)
-        b = torch.randn((s, s), device=gpu.DEVICE, dtype=torch.bfloat16)
-        return gpu.time_interleaved([lambda: torch.matmul(a, b)], rounds=1, reps=opts.ceiling_reps, flush=None,
+        a = torch.randn((s, s), device=timing.DEVICE, dtype=torch.bfloat16)
+        b = torch.randn((s, s), device=timing.DEVICE, dtype=torch.bfloat16)
+        return timing.time_interleaved([lambda: torch.matmul(a, b)], rounds=1, reps=opts.ceiling_reps, flush=None,
                                     warmup=3)[0]
 
     copy_bytes = 2.0 * ((8 << 20) if opts.small else (1 << 30)) * 2
@@ -74,15 +74,15 @@ def _launcher(kernel: Any, grid: tuple[int, int, int], args: list[Any]) -> Calla
     return launch
 
 
-def bench_kernel(spec: BenchSpec, arch: int, flush: gpu.L2Flush, ceilings: dict[str, Any],
+def bench_kernel(spec: BenchSpec, arch: int, flush: timing.L2Flush, ceilings: dict[str, Any],
                  opts: BenchOptions) -> dict[str, Any]:
     """Autotune over the spec's space (configurations checked against the reference, then timed interleaved),
     then an interleaved A/A measurement of the best configuration."""
     import torch
 
     if spec.needs_allocator:
-        gpu.set_scratch_allocator()
-    inputs = spec.make_inputs(0, gpu.DEVICE)
+        timing.set_scratch_allocator()
+    inputs = spec.make_inputs(0, timing.DEVICE)
     validate_inputs(spec, inputs, check_reference=False)
     ref = spec.reference(inputs) if spec.reference is not None else None
     tried: list[dict[str, Any]] = []
@@ -122,7 +122,7 @@ def bench_kernel(spec: BenchSpec, arch: int, flush: gpu.L2Flush, ceilings: dict[
                 "matched the reference", "autotune": tried}
     # Time every working configuration interleaved with the others, so drift cannot favour one of them.
     reps = max(1, opts.autotune_reps // 2)
-    timed = gpu.time_interleaved([_launcher(k, g, a) for _, _, k, g, a in candidates], rounds=2, reps=reps,
+    timed = timing.time_interleaved([_launcher(k, g, a) for _, _, k, g, a in candidates], rounds=2, reps=reps,
                                  flush=flush)
     best: tuple[float, int, Any, Any] | None = None
     for (idx, entry, kernel, grid, args), samples in zip(candidates, timed):
@@ -134,7 +134,7 @@ def bench_kernel(spec: BenchSpec, arch: int, flush: gpu.L2Flush, ceilings: dict[
     assert best is not None
     _, idx, kernel, (grid, args) = best
     fn = _launcher(kernel, grid, args)
-    a, a2 = gpu.time_interleaved([fn, fn], rounds=opts.rounds, reps=opts.reps, flush=flush)
+    a, a2 = timing.time_interleaved([fn, fn], rounds=opts.rounds, reps=opts.reps, flush=flush)
     ms = stats.median(a)
     aa, aa_lo, aa_hi = stats.ratio_ci(a, a2)
     seconds = ms / 1e3
@@ -162,12 +162,12 @@ def run_suite(names: Sequence[str], opts: BenchOptions, *, extra_specs: Sequence
     ``python_path`` on ``sys.path``). ``on_result(report)`` runs after each kernel (partial records)."""
     import torch
 
-    arch = gpu.require_gpu((90, 80))
+    arch = timing.require_gpu((90, 80))
     refs = [(n, SUITE[n]) for n in names] + [(r, r) for r in extra_specs]
     started = time.perf_counter()
-    report: dict[str, Any] = {"device": gpu.device_report(), "options": dataclasses.asdict(opts), "kernels": [],
+    report: dict[str, Any] = {"device": timing.device_report(), "options": dataclasses.asdict(opts), "kernels": [],
                               "skipped": []}
-    flush = gpu.L2Flush()
+    flush = timing.L2Flush()
     report["ceilings"] = measure_ceilings(opts)
     advance(status="ceilings")
     for label, ref in refs:
@@ -190,6 +190,6 @@ def run_suite(names: Sequence[str], opts: BenchOptions, *, extra_specs: Sequence
         if on_result is not None:
             on_result(report)
         advance(status=spec.name)
-    report["device"]["clocks_after"] = gpu.clocks()
+    report["device"]["clocks_after"] = timing.clocks()
     report["elapsed_s"] = round(time.perf_counter() - started, 1)
     return report

@@ -60,7 +60,7 @@ def _budget(args: argparse.Namespace, settings: Any) -> tuple[int, float, int]:
 def _backend(args: argparse.Namespace, target: Any) -> Any:
     if args.backend == "model":
         return None
-    from kbuild.gpu import has_gpu, local_gpus
+    from kbuild.device.probe import has_gpu, local_gpus
 
     if not has_gpu(target.cc):
         have = ", ".join(f"{g.name} ({g.sm})" for g in local_gpus()) or "none"

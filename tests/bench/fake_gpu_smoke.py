@@ -43,10 +43,11 @@ torch.cuda.Event = FakeEvent  # type: ignore[assignment,misc]
 
 from kbuild.bench import runner  # noqa: E402
 from kbuild.bench.cli import main as bench_main  # noqa: E402
-from kbuild.tune.measure import gpu, protocol, session, worker  # noqa: E402
+from kbuild.device import timing  # noqa: E402
+from kbuild.tune.measure import protocol, session, worker  # noqa: E402
 
-gpu.DEVICE = "cpu"
-gpu.L2Flush.MIN_BYTES = 1 << 20
+timing.DEVICE = "cpu"
+timing.L2Flush.MIN_BYTES = 1 << 20
 
 
 def fake_cubin(arch: int) -> bytes:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kbuild.tune.measure import stats
+from kbuild.device import stats
 from kbuild.tune.measure.backend import GPU_BACKEND, CheckResult, KernelRef, LoadInfo, TimeResult
 from kbuild.tune.measure.cache import CachedBackend
 from kbuild.tune.measure.cubin import (

@@ -7,6 +7,10 @@
 * :mod:`.model`: the CPU cost model, same interface, labelled as an estimate;
 * :mod:`.cache`: the evaluation cache keyed by the candidate's ``.text`` digest.
 
+Launching and timing on the GPU, and the statistics of those timings, sit one floor below in
+:mod:`kbuild.device` (``kbuild bench`` uses the same code); the kernels' bench specs come from
+:mod:`kbuild.bench.spec`. Nothing below imports this package.
+
 Importing this package imports neither torch nor triton.
 """
 

@@ -18,9 +18,10 @@ import tempfile
 from collections.abc import Sequence
 from typing import Any
 
+from kbuild.device import stats
 from kbuild.errors import GPUUnavailableError, KBuildError, UsageError
 
-from . import protocol, stats
+from . import protocol
 from .backend import GPU_BACKEND, K_SEARCH, CheckResult, KernelRef, LoadInfo, TimeResult
 from .cubin import CubinFormatError, cubin_arch
 

@@ -11,8 +11,8 @@ import logging
 from typing import Any
 
 from kbuild.bench.spec import BenchSpec, compile_spec, load_spec, validate_inputs
+from kbuild.device import timing
 
-from . import gpu
 from .cubin import CubinFormatError, cubin_arch, cubin_digest
 from .oracle import BaselineProblem, Oracle
 
@@ -52,22 +52,22 @@ class Session:
             raise SessionUsageError(f"baseline cubin is for sm_{base_arch}; {spec_ref} supports "
                                     f"{', '.join(f'sm_{a}' for a in self.spec.archs)}")
         try:
-            self.arch = gpu.require_gpu((base_arch,))
+            self.arch = timing.require_gpu((base_arch,))
         except GPUUnavailableError as exc:
             raise SessionUsageError(str(exc), kind="no-gpu") from None
         if not 0 <= config < len(self.spec.configs):
             raise SessionUsageError(f"config {config} out of range (spec has {len(self.spec.configs)})")
         self.config = self.spec.configs[config]
         if self.spec.needs_allocator:
-            gpu.set_scratch_allocator()
+            timing.set_scratch_allocator()
         self.shell = compile_spec(self.spec, self.config, self.arch)
-        self.baseline = gpu.with_cubin(self.shell, baseline)
+        self.baseline = timing.with_cubin(self.shell, baseline)
         self.baseline_digest = cubin_digest(baseline)
         self.grid = self.spec.grid(self.spec.all_constexprs(self.config))
-        self.flush = gpu.L2Flush()
-        self.timing_inputs = self.spec.make_inputs(1_000_003, gpu.DEVICE)
+        self.flush = timing.L2Flush()
+        self.timing_inputs = self.spec.make_inputs(1_000_003, timing.DEVICE)
         validate_inputs(self.spec, self.timing_inputs, check_reference=False)
-        self.oracle = Oracle(self.spec, self.config, device=gpu.DEVICE, synchronize=torch.cuda.synchronize)
+        self.oracle = Oracle(self.spec, self.config, device=timing.DEVICE, synchronize=torch.cuda.synchronize)
         try:
             self.details = self.oracle.baseline_sanity(self.baseline)
         except BaselineProblem as exc:
@@ -81,7 +81,7 @@ class Session:
             raise CandidateError(f"not a cubin: {exc}") from None
         if arch != self.arch:
             raise CandidateError(f"cubin is for sm_{arch} but this GPU is sm_{self.arch}")
-        return gpu.with_cubin(self.shell, cubin)
+        return timing.with_cubin(self.shell, cubin)
 
     def check(self, cubin: bytes, k: int, seed: int) -> dict[str, Any]:
         cand = self._candidate(cubin)
@@ -98,6 +98,6 @@ class Session:
         def run(kernel: Any) -> Any:
             return lambda: kernel[grid](*args)
 
-        base, other, aa = gpu.time_interleaved([run(self.baseline), run(cand), run(self.baseline)],
+        base, other, aa = timing.time_interleaved([run(self.baseline), run(cand), run(self.baseline)],
                                                rounds=rounds, reps=reps, flush=self.flush)
         return {"baseline": base, "candidate": other, "baseline_aa": aa}

@@ -1,4 +1,6 @@
-"""GPU-side helpers shared by the measurement worker and ``kbuild bench``. Imported only where a GPU is used.
+"""Running and timing kernels on the GPU through torch, for the measurement worker and ``kbuild bench``.
+
+Imported only where a GPU is used (torch is imported inside the functions).
 
 * :func:`require_gpu`: the device's compute capability, or :class:`GPUUnavailableError`;
 * :func:`with_cubin`: a Triton ``CompiledKernel`` that launches other machine code (design/SASS.md);

@@ -1,0 +1,12 @@
+"""kbuild.device: the GPU this process runs on, the floor that ``bench`` and ``tune`` both stand on.
+
+* :mod:`.probe`: which NVIDIA GPUs this machine has, asked of the CUDA driver (no torch; cheap
+  enough for every build on a CPU-only machine);
+* :mod:`.timing`: running kernels through torch: the device check, launching other machine code
+  through a Triton kernel, the L2 flush, interleaved CUDA-event timing, the device report;
+* :mod:`.stats`: medians, ratio of medians and bootstrap intervals over timed rounds.
+
+``kbuild bench`` (:mod:`kbuild.bench.runner`) and the tuner's measurement worker
+(:mod:`kbuild.tune.measure.session`) time kernels with the same code. This package imports
+nothing from kbuild but :mod:`kbuild.errors`, and nothing here imports torch at import time.
+"""
