@@ -41,10 +41,6 @@ class KernelSourceError(ConfigError):
     """A kernel's ``source`` cannot be imported or is not a ``@triton.jit`` function."""
 
 
-class TargetError(UsageError):
-    """An unsupported GPU target string."""
-
-
 class MissingDependencyError(UsageError):
     """A required tool or package (Triton, nvdisasm, ...) is not installed."""
 

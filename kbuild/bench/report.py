@@ -4,19 +4,12 @@ from __future__ import annotations
 
 import io
 import json
-import math
 from pathlib import Path
 from typing import Any
 
 from kbuild.fsutil import write_atomic
 
 COLUMNS = ["kernel", "config", "time ms", "TFLOP/s", "GB/s", "bound", "% ceiling", "A/A spread"]
-
-
-def _fmt(x: Any, digits: int = 3) -> str:
-    if x is None or (isinstance(x, float) and math.isnan(x)):
-        return "-"
-    return f"{x:.{digits}g}" if isinstance(x, float) else str(x)
 
 
 def rows(report: dict[str, Any]) -> list[list[str]]:

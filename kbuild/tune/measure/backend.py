@@ -9,7 +9,6 @@ for JSON; every result names the backend that produced it.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -151,11 +150,3 @@ def evaluate(backend: Backend, candidate: bytes, *, accept: bool = False, rounds
     if not verdict.valid:
         return Evaluation(verdict, None)
     return Evaluation(verdict, backend.time(candidate, rounds=rounds, reps=reps))
-
-
-def worst(results: Sequence[CheckResult]) -> CheckResult:
-    """The first invalid result, else the last one."""
-    for r in results:
-        if not r.valid:
-            return r
-    return results[-1]
