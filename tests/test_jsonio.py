@@ -9,19 +9,12 @@ from pathlib import Path
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from property_helpers import json_values
 
 from kbuild.errors import BundleError, UsageError
 from kbuild.jsonio import DEFAULT_MAX_DEPTH, load_json, read_json_file
 
 DEEP = 100_000
-
-
-def json_values(*, finite: bool = True, unicode: bool = True) -> st.SearchStrategy:
-    floats = st.floats(allow_nan=not finite, allow_infinity=not finite)
-    text = st.text(alphabet=st.characters(exclude_categories=() if not unicode else ("Cs",)), max_size=20)
-    scalars = st.none() | st.booleans() | st.integers() | floats | text
-    return st.recursive(scalars, lambda inner: st.lists(inner, max_size=5) | st.dictionaries(text, inner, max_size=5),
-                        max_leaves=30)
 
 
 def test_valid_documents_load():
