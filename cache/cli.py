@@ -113,6 +113,15 @@ def _local_backend(store: TieredStore) -> LocalBackend:
     return backend
 
 
+def _needs_writes(store: TieredStore, what: str) -> LocalBackend:
+    """The local backend; a clear error when it is read-only (it still serves reads)."""
+    local = _local_backend(store)
+    if local.read_only:
+        raise StoreUsageError(f"store directory {local.path}: the store is read-only; {what} needs write access "
+                              "(reading still works)")
+    return local
+
+
 def _human(n: float) -> str:
     for unit in ("B", "KiB", "MiB", "GiB"):
         if abs(n) < 1024 or unit == "GiB":
@@ -142,9 +151,12 @@ def cmd_ls(args: argparse.Namespace) -> int:
 
 def cmd_stats(args: argparse.Namespace) -> int:
     with _open(args) as store:
-        local = _local_backend(store)
+        local = _needs_writes(store, "--reset") if args.reset else _local_backend(store)
         if args.reset:
-            reset_stats(local.path)
+            try:
+                reset_stats(local.path)
+            except OSError as exc:
+                raise StoreUsageError(f"{local.path}: cannot reset the statistics: {exc.strerror or exc}") from None
         recorded = load_stats(local.path)
         entries = list(store.local.entries())
         volume = local.volume()
@@ -178,13 +190,14 @@ def cmd_gc(args: argparse.Namespace) -> int:
     if args.max_bytes is not None and args.max_bytes < 0:
         raise StoreUsageError(f"--max-bytes must not be negative, got {args.max_bytes}")
     with _open(args) as store:
-        report = _local_backend(store).gc(max_bytes=args.max_bytes)
+        report = _needs_writes(store, "gc").gc(max_bytes=args.max_bytes)
     if args.json:
         emit_json(report.as_dict())
     else:
         info(f"gc: {report.entries} entries kept; removed {report.evicted_blobs} evicted cubins, "
              f"{report.dangling_records} dangling records, {report.orphan_blobs} orphan cubins, "
-             f"{report.unreadable_records} unreadable records; {_human(report.bytes_before)} → "
+             f"{report.unreadable_records} unreadable records, {report.half_written_files} half-written files; "
+             f"{_human(report.bytes_before)} → "
              f"{_human(report.bytes_after)} in {report.seconds:.2f} s")
     return 0
 
@@ -195,6 +208,8 @@ def cmd_verify(args: argparse.Namespace) -> int:
     file_warnings = 0
     with _open(args) as store:
         secret = store.local.secret
+        if args.fix:
+            _needs_writes(store, "verify --fix").make_room()  # on a full disk: free space before fixing
         for tier in _tiers(store, args.all_tiers):
             n, found = tier.verify(fix=args.fix, secret=secret)
             checked += n
@@ -216,6 +231,7 @@ def cmd_rm(args: argparse.Namespace) -> int:
     removed: list[str] = []
     missing: list[str] = []
     with _open(args) as store:
+        _needs_writes(store, "rm")
         tiers = [t for t in _tiers(store, args.all_tiers) if t.writable]
         for key in keys:
             hit = False
@@ -242,6 +258,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 def cmd_import(args: argparse.Namespace) -> int:
     with _open(args) as store:
+        _needs_writes(store, "import")
         # a bundle bigger than the store's size bound could not stay in it: that bound caps the bundle too
         report = import_bundle(store.local, args.file, secret=store.local.secret,
                                max_bytes=_local_backend(store).max_bytes)
@@ -271,6 +288,7 @@ def cmd_put(args: argparse.Namespace) -> int:
             raise StoreUsageError(f"{args.meta}: expected a JSON object of metadata")
     art = Artefact.create(key=args.key, cubin=cubin, meta=meta)
     with _open(args) as store:
+        _needs_writes(store, "put")
         store.put(art)
         found = store.local.fetch(art.key, count=False)
         stored = found[0] if found else None

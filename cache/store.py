@@ -322,10 +322,13 @@ class Tier:
     """
 
     def __init__(self, backend: Backend, *, name: str | None = None, writable: bool = True,
-                 secret: str | None = None, stats: StoreStats | None = None) -> None:
+                 secret: str | None = None, stats: StoreStats | None = None,
+                 read_only_reason: str | None = None) -> None:
         self.backend = backend
         self.name = name or backend.location
         self.writable = writable
+        self.read_only_reason = read_only_reason
+        """Why a tier that should be writable cannot be (a read-only local store): puts skip it with a warning."""
         self.secret = secret
         self.stats = stats if stats is not None else StoreStats()
 
@@ -466,9 +469,16 @@ class Tier:
             if existing is not None:
                 self._conflict(art, existing[0])
                 return False
+            fresh = not self.backend.has_blob(art.cubin_sha256)
             self.backend.put_blob(art.cubin_sha256, art.cubin)
-            if not self.backend.put_record(art.key, record, replace=invalid):
-                return False
+            try:
+                if not self.backend.put_record(art.key, record, replace=invalid):
+                    return False
+            except StoreError:
+                if fresh:  # leave no orphan cubin behind a failed put (a full disk, a remote that went away)
+                    with contextlib.suppress(StoreError):
+                        self.backend.delete_blob(art.cubin_sha256)
+                raise
             if invalid is not None:
                 log.info("%s: replaced the invalid record of %s", self.name, art.key)
         self.stats.count(self.name, "puts")
@@ -531,10 +541,13 @@ class Tier:
                 continue
             fixed = False
             if fix and self.writable:
-                self.backend.delete_record(key)
-                if delete_blob and rec is not None:
-                    self.backend.delete_blob(rec.cubin_sha256)
-                fixed = True
+                try:
+                    self.backend.delete_record(key)
+                    if delete_blob and rec is not None:
+                        self.backend.delete_blob(rec.cubin_sha256)
+                    fixed = True
+                except StoreError as exc:  # a full disk, a remote without DELETE: reported, left for later
+                    log.warning("%s: could not delete the damaged entry %s: %s", self.name, key, exc)
             problems.append(VerifyProblem(self.name, key, problem, fixed))
         return checked, problems
 
@@ -550,7 +563,8 @@ class TieredStore:
 
     Failures of remote tiers (``remote=True`` tiers, i.e. all but the local one) become one
     warning and a miss, and the tier is skipped for the rest of this store's life; with
-    ``strict`` they raise :class:`TierUnavailableError`. Failures of the local tier always raise.
+    ``strict`` they raise :class:`TierUnavailableError`. Failures of the local tier always raise;
+    a local store that is read-only is skipped by puts, with one warning.
     """
 
     def __init__(self, tiers: Sequence[Tier], *, strict: bool = False, stats: StoreStats | None = None,
@@ -565,6 +579,7 @@ class TieredStore:
         self.stats_dir = stats_dir
         self._first_is_local = local
         self._down: set[int] = set()
+        self._warned_read_only = False
 
     def __enter__(self) -> TieredStore:
         return self
@@ -642,7 +657,12 @@ class TieredStore:
             except StoreError as exc:
                 self._failed(i, exc, "put")
         if not wrote:
-            raise StoreError("no writable store tier is available; the artefact was not stored")
+            reason = next((t.read_only_reason for _, t in self._live() if t.read_only_reason), None)
+            if reason is None:
+                raise StoreError("no writable store tier is available; the artefact was not stored")
+            if not self._warned_read_only:  # a read-only store still serves its hits; say once what is lost
+                self._warned_read_only = True
+                log.warning("%s: new artefacts are not stored (%s was the first); the build goes on", reason, art.key)
 
     def contains(self, key: str) -> bool:
         check_key(key)
@@ -756,8 +776,11 @@ def open_store(settings: Settings, strict: bool = False, *, timeout: float = 5.0
         remotes.append(Tier(backend, name=redact_url(remote.url), writable=remote.writable, secret=secret,
                             stats=stats))
     local = LocalBackend(settings.store_path, max_bytes=settings.store_max_bytes)
-    tiers = [Tier(local, name="local", writable=True, secret=secret, stats=stats), *remotes]
-    return TieredStore(tiers, strict=strict, stats=stats, stats_dir=local.path)
+    reason = f"the local store {local.path} is read-only" if local.read_only else None
+    tiers = [Tier(local, name="local", writable=not local.read_only, secret=secret, stats=stats,
+                  read_only_reason=reason), *remotes]
+    # statistics are a write too: a store opened for reading only (read-only, full disk) keeps none
+    return TieredStore(tiers, strict=strict, stats=stats, stats_dir=local.path if local.degraded is None else None)
 
 
 _WARNED_UNAUTHENTICATED: set[tuple[str, ...]] = set()

@@ -464,3 +464,272 @@ def run_cache(argv: list[str]) -> tuple[int, str, str]:
             code = exc.exit_code
             print(f"error: {exc}", file=err)
     return code, out.getvalue(), err.getvalue()
+
+
+# ----------------------------------------------------------------------------------------------
+# Item 6: a full disk, killed writers and a read-only store.
+
+@pytest.fixture
+def tmpfs(tmp_path):
+    """``mount(name, size)``: a tmpfs of ``size`` at ``tmp_path/name`` (a real full disk, a real read-only
+    mount), unmounted afterwards; the test is skipped, with the reason, where mounting is not permitted."""
+    import shutil
+
+    mounted: list[Path] = []
+
+    def mount(name: str, size: str) -> Path:
+        path = tmp_path / name
+        path.mkdir()
+        if os.geteuid() != 0 or shutil.which("mount") is None:
+            pytest.skip("mounting a tmpfs needs root and mount(8); CI runs these tests as root")
+        proc = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+                              capture_output=True, text=True)
+        if proc.returncode != 0:
+            pytest.skip(f"mounting a tmpfs is not permitted here: {proc.stderr.strip()}")
+        mounted.append(path)
+        return path
+
+    yield mount
+    for path in reversed(mounted):
+        subprocess.run(["umount", "-l", str(path)], check=False)
+
+
+def _fill(store: Path, size: int = 150_000) -> list:
+    """Put cubins into the store at ``store`` until the disk is full; the artefacts that made it. The put
+    that failed must leave no file behind."""
+    from kbuild.cache.local import LocalBackend
+    from kbuild.cache.store import Tier
+    from kbuild.errors import StoreFullError
+
+    backend = LocalBackend(store)
+    tier = Tier(backend)
+    stored = []
+    with pytest.raises(StoreFullError):
+        for i in range(100):
+            art = make_artefact(f"fill{i}", size=size)
+            tier.put(art)
+            stored.append(art)
+    assert sum(1 for _ in (store / "blobs").rglob("*.val")) == len(stored)  # the failed put removed its file
+    assert backend.blob_count() == len(stored)  # and left no orphan cubin
+    backend.close()
+    filler = store.parent / "filler"
+    with contextlib.suppress(OSError), open(filler, "ab") as f:  # whatever room is left
+        while True:
+            f.write(b"\0" * 4096)
+            f.flush()
+    return stored
+
+
+@pytest.fixture
+def full_store(tmpfs) -> tuple[Path, list]:
+    disk = tmpfs("disk", "2m")
+    store = disk / "store"
+    stored = _fill(store)
+    assert len(stored) >= 3 and os.statvfs(disk).f_bavail == 0
+    return store, stored
+
+
+@hostile(fault="full disk", outcome="served correct bytes")
+@pytest.mark.parametrize("verb", ["get", "ls", "stats", "verify"])
+def test_full_disk_still_serves_reads(tmp_path, full_store, verb):
+    import json
+
+    store, stored = full_store
+    args = {"get": ["get", stored[0].key, "-o", str(tmp_path / "out.cubin")], "ls": ["ls"], "stats": ["stats"],
+            "verify": ["verify"]}[verb]
+    proc = kbuild("cache", *args, "--store", str(store), "--json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "Traceback" not in proc.stderr
+    doc = json.loads(proc.stdout)
+    if verb == "get":
+        assert (tmp_path / "out.cubin").read_bytes() == stored[0].cubin
+    elif verb == "ls":
+        assert {e["key"] for e in doc["entries"]} == {a.key for a in stored}
+    elif verb == "stats":
+        assert doc["entries"] == len(stored)
+    else:
+        assert doc["ok"] is True and doc["checked"] == len(stored)
+
+
+@hostile(fault="full disk", outcome="clean error")
+def test_full_disk_put_is_a_clean_error_that_leaves_nothing(tmp_path, full_store):
+    store, stored = full_store
+    art = make_artefact("one-more", size=150_000)
+    (tmp_path / "c").write_bytes(art.cubin)
+    proc = kbuild("cache", "put", "--store", str(store), "--key", art.key, "--cubin", str(tmp_path / "c"), cwd=tmp_path)
+    assert_clean_error(proc.returncode, proc.stderr, names=[str(store), "full"])
+    assert stored_files(store) == (len(stored), len(stored))
+
+
+@hostile(fault="full disk", outcome="degraded with warning")
+def test_full_disk_cleanup_works_and_frees_room(tmp_path, full_store):
+    import json
+
+    store, stored = full_store
+    proc = kbuild("cache", "gc", "--store", str(store), "--json", cwd=tmp_path)  # nothing to free: says so
+    assert proc.returncode == 0 and "still full" in proc.stderr, proc.stderr
+    proc = kbuild("cache", "verify", "--store", str(store), "--fix", "--json", cwd=tmp_path)
+    assert proc.returncode == 0 and json.loads(proc.stdout)["ok"] is True, proc.stderr
+    proc = kbuild("cache", "gc", "--store", str(store), "--max-bytes", "400000", "--json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["bytes_after"] <= 400_000 + 200_000 and doc["entries"] < len(stored)
+    art = make_artefact("after-gc", size=150_000)
+    (tmp_path / "c").write_bytes(art.cubin)
+    proc = kbuild("cache", "put", "--store", str(store), "--key", art.key, "--cubin", str(tmp_path / "c"), cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    proc = kbuild("cache", "verify", "--store", str(store), "--json", cwd=tmp_path)
+    doc = json.loads(proc.stdout)
+    assert proc.returncode == 0 and doc["ok"] is True and doc["file_warnings"] == 0, proc.stdout
+
+
+@hostile(fault="full disk", outcome="clean error")
+def test_put_whose_record_fails_removes_its_new_cubin(tmp_path, monkeypatch):
+    from kbuild.cache.local import LocalBackend
+    from kbuild.cache.store import Tier
+    from kbuild.errors import StoreFullError
+
+    backend = LocalBackend(tmp_path / "s")
+    tier = Tier(backend)
+    shared = make_artefact("shared", size=100_000)  # a value file, not a row of the database
+    tier.put(shared)
+
+    def full(*args, **kwargs):
+        raise StoreFullError("writing record: disk full")
+
+    monkeypatch.setattr(backend, "put_record", full)
+    art = make_artefact("orphan", size=100_000)
+    with pytest.raises(StoreFullError):
+        tier.put(art)
+    assert not backend.has_blob(art.cubin_sha256)  # the new cubin went with the failed put
+    from kbuild.cache.store import Artefact
+
+    same_cubin = Artefact.create(key=make_key("other"), cubin=shared.cubin, meta={})
+    with pytest.raises(StoreFullError):
+        tier.put(same_cubin)
+    assert backend.has_blob(shared.cubin_sha256)  # a cubin that was there before stays
+    monkeypatch.undo()
+    assert tier.get(shared.key) == shared and stored_files(tmp_path / "s") == (1, 1)
+
+
+def stored_files(store: Path) -> tuple[int, int]:
+    """(records, cubin value files on disk) of the store at ``store``."""
+    keys, _ = stored(store)
+    return len(keys), sum(1 for _ in (store / "blobs").rglob("*.val"))
+
+
+def _killed_mid_blob(path: str, ready) -> None:
+    """A put of a 20 MB cubin that stalls halfway through writing its value file (and is killed there)."""
+    import diskcache.core
+
+    from kbuild.cache.local import LocalBackend
+    from kbuild.cache.store import Tier
+
+    def stall(self, full_path, iterator, mode, encoding=None):
+        data = b"".join(iterator)
+        os.makedirs(os.path.dirname(full_path), exist_ok=True)
+        with open(full_path, mode) as f:
+            f.write(data[: len(data) // 2])
+            f.flush()
+        ready.set()
+        time.sleep(60)
+        raise AssertionError("not killed")
+
+    diskcache.core.Disk._write = stall
+    Tier(LocalBackend(path)).put(make_artefact(f"killed-{os.getpid()}", size=20_000_000))
+
+
+@hostile(fault="killed put", outcome="degraded with warning")
+def test_gc_removes_half_written_cubins_of_killed_puts(tmp_path):
+    import json
+    import multiprocessing
+    import signal
+
+    store = tmp_path / "s"
+    kept = make_artefact("kept", size=100_000)
+    from kbuild.cache.local import LocalBackend
+    from kbuild.cache.store import Tier
+
+    Tier(LocalBackend(store)).put(kept)
+    ctx = multiprocessing.get_context("fork")
+    for _ in range(3):
+        ready = ctx.Event()
+        proc = ctx.Process(target=_killed_mid_blob, args=(str(store), ready))
+        proc.start()
+        assert ready.wait(30)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.join(10)
+    assert stored_files(store) == (1, 4)  # three half-written 10 MB files that no entry names
+    proc = kbuild("cache", "verify", "--store", str(store), "--json", cwd=tmp_path)
+    assert json.loads(proc.stdout)["file_warnings"] == 3 and "half-written" in proc.stderr, proc.stderr
+    proc = kbuild("cache", "gc", "--store", str(store), "--json", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["half_written_files"] == 3
+    assert stored_files(store) == (1, 1)
+    assert not [d for d in (store / "blobs").rglob("*") if d.is_dir() and not any(d.iterdir())]  # no empty dirs
+    for fix in (["--fix"], [], []):  # no warnings left behind, now or on later runs
+        proc = kbuild("cache", "verify", "--store", str(store), "--json", *fix, cwd=tmp_path)
+        doc = json.loads(proc.stdout)
+        assert proc.returncode == 0 and doc["ok"] is True and doc["file_warnings"] == 0, proc.stderr
+    assert Tier(LocalBackend(store)).get(kept.key) == kept
+
+
+@pytest.fixture
+def read_only_store(tmpfs) -> tuple[Path, list]:
+    disk = tmpfs("ro", "8m")
+    store = disk / "store"
+    from kbuild.cache.local import LocalBackend
+    from kbuild.cache.store import Tier
+
+    backend = LocalBackend(store)
+    arts = [make_artefact(f"ro{i}", size=50_000) for i in range(3)]
+    for a in arts:
+        Tier(backend).put(a)
+    backend.close()
+    proc = subprocess.run(["mount", "-o", "remount,ro", str(disk)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        pytest.skip(f"remounting read-only is not permitted here: {proc.stderr.strip()}")
+    return store, arts
+
+
+@hostile(fault="read-only store", outcome="served correct bytes")
+@pytest.mark.parametrize("verb", ["get", "ls", "stats", "verify"])
+def test_read_only_store_serves_reads(tmp_path, read_only_store, verb):
+    import json
+
+    store, arts = read_only_store
+    args = {"get": ["get", arts[1].key, "-o", str(tmp_path / "out.cubin")], "ls": ["ls"], "stats": ["stats"],
+            "verify": ["verify"]}[verb]
+    proc = kbuild("cache", *args, "--store", str(store), "--json", cwd=tmp_path)
+    assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr
+    doc = json.loads(proc.stdout)
+    if verb == "get":
+        assert (tmp_path / "out.cubin").read_bytes() == arts[1].cubin
+    elif verb == "ls":
+        assert doc["count"] == len(arts)
+    elif verb == "stats":
+        assert doc["entries"] == len(arts)
+    else:
+        assert doc["ok"] is True and doc["checked"] == len(arts)
+
+
+@hostile(fault="read-only store", outcome="clean error")
+@pytest.mark.parametrize("verb", ["put", "gc", "rm", "verify --fix"])
+def test_read_only_store_refuses_writes_clearly(tmp_path, read_only_store, verb):
+    store, arts = read_only_store
+    art = make_artefact("new", size=1000)
+    (tmp_path / "c").write_bytes(art.cubin)
+    args = {"put": ["put", "--key", art.key, "--cubin", str(tmp_path / "c")], "gc": ["gc"],
+            "rm": ["rm", arts[0].key], "verify --fix": ["verify", "--fix"]}[verb]
+    proc = kbuild("cache", *args, "--store", str(store), cwd=tmp_path)
+    assert_clean_error(proc.returncode, proc.stderr, names=[str(store), "read-only"])
+
+
+@hostile(fault="read-only store", outcome="degraded with warning")
+def test_build_on_a_read_only_store_serves_hits_and_warns_once_about_misses(tmp_path, read_only_store, caplog):
+    store, arts = read_only_store
+    with caplog.at_level(logging.WARNING), open_store(settings(store)) as s:
+        assert s.get(arts[2].key) == arts[2]
+        s.put(make_artefact("miss-1"))
+        s.put(make_artefact("miss-2"))
+    assert caplog.text.count("is read-only") == 1, caplog.text
