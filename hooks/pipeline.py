@@ -38,19 +38,13 @@ from kbuild.compile import compile_kernel, compiler_options, load_jit_function, 
 from kbuild.compile.triton_aot import ast_source_args
 from kbuild.config import KernelSettings, Settings
 from kbuild.device.probe import has_gpu
-from kbuild.errors import KBuildError, StoreError, UsageError
+from kbuild.errors import KBuildError, StoreError, UntunedError, UsageError
 from kbuild.key import KernelKey, compiler_component, kernel_key, tuner_component
 from kbuild.targets import Target, parse_target
 from kbuild.toolchain import ptxas_version, triton_version
 from kbuild.tune import TUNER_VERSION
 
 log = logging.getLogger(__name__)
-
-
-class UntunedError(UsageError):
-    """``tune = "require"`` and some kernel × target would ship untuned (each one listed)."""
-
-    exit_code = 5
 
 
 @dataclass

@@ -3,24 +3,62 @@
 Each class says what happened; the message adds the likely cause and the next step. The CLI
 prints ``error: <message>`` and exits with the class's ``exit_code``; tracebacks only with
 ``--debug`` (or ``KBUILD_DEBUG=1``). Library code raises these and never calls ``sys.exit``.
+
+The exit statuses, one per condition (:class:`ExitCode`; each is introduced by one class below and
+inherited by its subclasses):
+
+====  ===============  ==========================================================================
+code  name             condition
+====  ===============  ==========================================================================
+0     OK               success
+1     FAILED           an error without a more specific code (:class:`KBuildError`); a command's
+                       negative answer: ``kbuild cache get`` missed, ``kbuild cache verify`` left
+                       problems, a kernel of ``kbuild bench`` failed, ``kbuild sass fuzz`` found one
+2     USAGE            bad input: configuration, arguments, files, a store the user must fix, no
+                       GPU of the needed architecture (:class:`UsageError`)
+3     TOOL             Triton or an external tool (ptxas, nvdisasm, cmake) failed
+                       (:class:`ToolchainError`)
+4     STORE            the artefact store cannot be read or written, a remote tier is down under
+                       ``--strict`` (:class:`StoreError`)
+5     UNTUNED          ``tune = "require"`` and a kernel × target would ship untuned
+                       (:class:`UntunedError`)
+6     WHEEL_DIFFERS    ``kbuild verify-wheel``: the rebuilt wheel differs (an answer, no exception)
+7     REJECTED         the SASS verifier rejected a rewritten cubin (:class:`VerificationError`)
+8     MEASUREMENT      the GPU measurement worker cannot measure at all (:class:`MeasureError`)
+====  ===============  ==========================================================================
 """
 
 from __future__ import annotations
 
+import enum
 import shlex
 from collections.abc import Sequence
+
+
+class ExitCode(enum.IntEnum):
+    """The process status of every kbuild command: the table in this module's docstring."""
+
+    OK = 0
+    FAILED = 1
+    USAGE = 2
+    TOOL = 3
+    STORE = 4
+    UNTUNED = 5
+    WHEEL_DIFFERS = 6
+    REJECTED = 7
+    MEASUREMENT = 8
 
 
 class KBuildError(Exception):
     """Base class. ``exit_code`` is the process status the CLI exits with."""
 
-    exit_code = 1
+    exit_code: ExitCode = ExitCode.FAILED
 
 
 class UsageError(KBuildError):
     """Bad input from the user: configuration, arguments, files. Exit status 2."""
 
-    exit_code = 2
+    exit_code = ExitCode.USAGE
 
 
 class ConfigError(UsageError):
@@ -45,10 +83,14 @@ class MissingDependencyError(UsageError):
     """A required tool or package (Triton, nvdisasm, ...) is not installed."""
 
 
-class ToolError(KBuildError):
-    """An external tool (ptxas, nvdisasm, cmake) failed. Shows the command, status, output and a repro line."""
+class ToolchainError(KBuildError):
+    """Compiling failed: Triton (:class:`CompileError`) or an external tool (:class:`ToolError`). Exit status 3."""
 
-    exit_code = 3
+    exit_code = ExitCode.TOOL
+
+
+class ToolError(ToolchainError):
+    """An external tool (ptxas, nvdisasm, cmake) failed. Shows the command, status, output and a repro line."""
 
     def __init__(self, what: str, cmd: Sequence[str], returncode: int, output: str) -> None:
         self.cmd = list(cmd)
@@ -61,27 +103,49 @@ class ToolError(KBuildError):
         )
 
 
-class CompileError(KBuildError):
+class CompileError(ToolchainError):
     """Triton failed to compile a kernel (the kernel's code, not kbuild's configuration)."""
-
-    exit_code = 3
 
 
 class StoreError(KBuildError):
     """The artefact store cannot be read or written (unreadable path, full disk, remote down under --strict)."""
 
-    exit_code = 4
+    exit_code = ExitCode.STORE
 
 
 class GPUUnavailableError(UsageError):
     """A command needs a GPU of a given architecture that this machine does not have."""
 
 
+class UntunedError(UsageError):
+    """``tune = "require"`` and some kernel × target would ship untuned (each one listed). Exit status 5."""
+
+    exit_code = ExitCode.UNTUNED
+
+
+class VerificationError(KBuildError):
+    """A rewritten cubin breaks a dependency of the original (or is not a rewrite of it). Exit status 7."""
+
+    exit_code = ExitCode.REJECTED
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = problems
+        shown = "\n".join(f"  - {p}" for p in problems[:20])
+        more = f"\n  ... and {len(problems) - 20} more" if len(problems) > 20 else ""
+        super().__init__(f"rewritten cubin rejected by the verifier ({len(problems)} problem(s)):\n{shown}{more}")
+
+
+class MeasureError(KBuildError):
+    """The measurement worker cannot measure at all (its baseline fails, it cannot start). Exit status 8."""
+
+    exit_code = ExitCode.MEASUREMENT
+
+
 # --- the artefact store (kbuild.cache) -------------------------------------------------------------
 class StoreUsageError(StoreError, UsageError):
     """A store problem the user can fix (bad URL, unusable directory, full disk, bad file). Exit status 2."""
 
-    exit_code = 2
+    exit_code = ExitCode.USAGE
 
 
 class StoreFullError(StoreUsageError):

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from kbuild.bench.kernels import SUITE
-from kbuild.errors import UsageError
+from kbuild.errors import ExitCode, UsageError
 
 
 def add_parser(subparsers: Any) -> argparse.ArgumentParser:
@@ -92,7 +92,7 @@ def handler(args: argparse.Namespace) -> int:
     console.info(rep.ceiling_line(result))
     console.print_table(f"kbuild bench ({result['elapsed_s']} s)", rep.COLUMNS, rep.rows(result))
     console.info(f"wrote {out / 'bench.json'}" + (f", {out / 'bench.png'}" if chart else "") + f", {out / 'bench.md'}")
-    return 1 if any("error" in k for k in result["kernels"]) else 0
+    return ExitCode.FAILED if any("error" in k for k in result["kernels"]) else ExitCode.OK
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from kbuild import console
-from kbuild.errors import UsageError
+from kbuild.errors import ExitCode, UsageError
 
 from . import control, elf
 
@@ -34,7 +34,8 @@ def add_parser(subparsers: Any) -> None:
     sp.add_argument("rewritten", type=Path)
     common(sp, cubin=False)
     sp.set_defaults(func=_diff)
-    sp = sub.add_parser("verify", help="check a rewritten cubin against its original (exit 5 if rejected)")
+    sp = sub.add_parser("verify", help="check a rewritten cubin against its original "
+                                       f"(exit {ExitCode.REJECTED:d} if rejected)")
     sp.add_argument("original", type=Path)
     sp.add_argument("rewritten", type=Path)
     sp.add_argument("--no-disassemble", action="store_true", help="skip the nvdisasm text comparison")
@@ -139,7 +140,7 @@ def _verify(args: argparse.Namespace) -> int:
             console.console.print(f"  - {p}", markup=False)
     else:
         console.info(f"accepted: {args.rewritten} keeps every dependency of {v.an.kernel}")
-    return 0 if not problems else 5
+    return ExitCode.OK if not problems else ExitCode.REJECTED
 
 
 def _fuzz(args: argparse.Namespace) -> int:

@@ -38,7 +38,7 @@ from collections import defaultdict, deque
 
 import numpy as np
 
-from kbuild.errors import KBuildError
+from kbuild.errors import KBuildError, VerificationError
 
 from . import control, elf
 from .deps import Analysis, analyze, mem_conflict
@@ -49,18 +49,6 @@ from .operands import NREGS
 _KEY_MASK = ~(control.STALL_MASK | control.REUSE_MASK)
 _HI_KEY = np.uint64(~(control.HI_STALL_MASK | control.HI_REUSE_MASK) & 0xFFFFFFFFFFFFFFFF)
 _REUSE_TEXT = re.compile(r"\.reuse\b")
-
-
-class VerificationError(KBuildError):
-    """A rewritten cubin breaks a dependency of the original (or is not a rewrite of it)."""
-
-    exit_code = 5
-
-    def __init__(self, problems: list[str]) -> None:
-        self.problems = problems
-        shown = "\n".join(f"  - {p}" for p in problems[:20])
-        more = f"\n  ... and {len(problems) - 20} more" if len(problems) > 20 else ""
-        super().__init__(f"rewritten cubin rejected by the verifier ({len(problems)} problem(s)):\n{shown}{more}")
 
 
 def _bits_matrix(values: list[int]) -> np.ndarray:

@@ -62,7 +62,7 @@ def test_show_and_diff_and_verify(capsys, tmp_path):
     data[a:a + 16], data[b:b + 16] = data[b:b + 16], data[a:a + 16]
     bad.write_bytes(bytes(data))
     rc, out, _ = run(capsys, "verify", SOFTMAX, bad, "--json", "--no-disassemble")
-    assert rc == 5 and json.loads(out)["accepted"] is False
+    assert rc == 7 and json.loads(out)["accepted"] is False  # ExitCode.REJECTED
 
 
 def test_not_a_cubin(capsys, tmp_path):

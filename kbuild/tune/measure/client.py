@@ -19,19 +19,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from kbuild.device import stats
-from kbuild.errors import GPUUnavailableError, KBuildError, UsageError
+from kbuild.errors import GPUUnavailableError, MeasureError, UsageError
 
 from . import protocol
 from .backend import GPU_BACKEND, K_SEARCH, CheckResult, KernelRef, LoadInfo, TimeResult
 from .cubin import CubinFormatError, cubin_arch
 
 log = logging.getLogger(__name__)
-
-
-class MeasureError(KBuildError):
-    """The measurement worker cannot measure at all (its baseline fails, it cannot start)."""
-
-    exit_code = 5
 
 
 class WorkerFailure(Exception):
