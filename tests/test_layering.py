@@ -10,12 +10,12 @@ from __future__ import annotations
 import ast
 import subprocess
 import sys
-import tomllib
 from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
 
 import pytest
+import tomllib
 
 ROOT = Path(__file__).resolve().parents[1]
 
