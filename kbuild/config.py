@@ -7,11 +7,17 @@ under the field) that the schema and ``kbuild config`` show. Field metadata says
 * ``key``: whether the value changes the shipped machine code, so that :mod:`kbuild.key`
   collects those fields itself instead of keeping its own list.
 
-Sources are applied in order: defaults, then ``pyproject.toml``'s ``[tool.kbuild]``, then the
-environment. A wrong type or an unknown key raises :class:`kbuild.errors.ConfigError` naming
-the file and the dotted key, and suggests the closest valid key.
+Sources, each beating the ones before it: defaults, ``pyproject.toml``'s ``[tool.kbuild]``, PEP 517
+config settings (``pip wheel -C kbuild.locked=true``), the environment (``KBUILD_LOCKED=1``), and last
+the command-line flags that exist (``kbuild emit --locked``; :func:`apply_flags`). A field marked
+``env_only`` (a secret, a path on this machine, a switch of one process) comes from the environment
+alone. Strings become booleans by one rule, :func:`parse_bool`. A wrong type or an unknown key raises
+:class:`kbuild.errors.ConfigError` naming the file (or variable, or config setting) and the dotted
+key, and suggests the closest valid key.
 
-Nothing else in kbuild touches ``os.environ``; code that needs a variable asks :func:`env_value`.
+Nothing else in kbuild touches ``os.environ``: code that runs without a project (the CLI before it
+reads one, the external tools, the run-time hook) asks :func:`env_setting` for one field; other
+programs' variables (Triton's) are read with :func:`env_value`.
 """
 
 from __future__ import annotations
@@ -149,6 +155,13 @@ class RemoteSettings:
     """Whether this machine may write to the tier (trusted prewarm machines only)."""
 
 
+#: Why an ``env_only`` field is refused in ``pyproject.toml`` (the error says so).
+_SECRET = "secrets do not belong in pyproject.toml"
+_ONE_PROCESS = "it is a switch of one run, not of the project (or pass --debug)"
+_THIS_MACHINE = "a path on one machine does not belong in the project's pyproject.toml"
+_WHERE_IT_RUNS = "the run-time hook reads it where the package runs, which has no pyproject.toml"
+
+
 @dataclass(frozen=True)
 class Settings:
     """``[tool.kbuild]``: what to compile, where to store it and how to tune it."""
@@ -178,7 +191,8 @@ class Settings:
     """Most seconds one request to a remote tier may take in all: connecting, the headers and the whole
     body. Past it the tier counts as down for the rest of the run (a warning; an error under ``--strict``)."""
 
-    store_secret: str | None = field(default=None, metadata={"env": "KBUILD_STORE_SECRET", "env_only": True})
+    store_secret: str | None = field(default=None, metadata={"env": "KBUILD_STORE_SECRET", "env_only": _SECRET,
+                                                             "secret": True})
     """Shared secret for HMAC-SHA256 signing of metadata records. Environment only (never in pyproject):
     when set, unsigned or wrongly signed records are rejected in every tier, the local one included."""
 
@@ -194,6 +208,32 @@ class Settings:
 
     seed: int = _setting(0, env="KBUILD_SEED", key=True)
     """Seed of the tuning search."""
+
+    locked: bool = _setting(False, env="KBUILD_LOCKED")
+    """Build with exactly the artefacts pinned in ``kbuild.lock`` (next to ``pyproject.toml``): nothing is
+    compiled or tuned, and one error lists every missing or stale pin. Also ``-C kbuild.locked=true`` and
+    ``kbuild emit --locked``."""
+
+    strict: bool = _setting(False, env="KBUILD_STRICT")
+    """Fail the build when a remote store tier is unavailable, instead of a warning and a miss. Also
+    ``-C kbuild.strict=true`` and ``kbuild emit --strict``."""
+
+    debug: bool = field(default=False, metadata={"env": "KBUILD_DEBUG", "env_only": _ONE_PROCESS})
+    """Show tracebacks and debug logging (``kbuild --debug``). Environment only."""
+
+    ptxas: Path | None = field(default=None, metadata={"env": "KBUILD_PTXAS", "env_only": _THIS_MACHINE})
+    """The ``ptxas`` to run instead of the one bundled with Triton (its version is part of every key).
+    Environment only; a relative path is taken from the current directory."""
+
+    nvdisasm: Path | None = field(default=None, metadata={"env": "KBUILD_NVDISASM", "env_only": _THIS_MACHINE})
+    """The ``nvdisasm`` to run instead of the one bundled with Triton. Environment only."""
+
+    cuobjdump: Path | None = field(default=None, metadata={"env": "KBUILD_CUOBJDUMP", "env_only": _THIS_MACHINE})
+    """The ``cuobjdump`` to run instead of the one bundled with Triton. Environment only."""
+
+    runtime: bool = field(default=True, metadata={"env": "KBUILD_RUNTIME", "env_only": _WHERE_IT_RUNS})
+    """Whether :mod:`kbuild.runtime` substitutes the tuned cubins an installed package ships for the ones
+    Triton compiles (``KBUILD_RUNTIME=off``: Triton's own run). Environment only, read where the package runs."""
 
     python_path: list[str] = field(default_factory=lambda: [".", "src"])
     """Directories (relative to ``pyproject.toml``) put on ``sys.path`` to import kernel sources."""
@@ -237,9 +277,44 @@ def env_value(name: str, environ: Mapping[str, str] | None = None) -> str | None
     return value if value not in (None, "") else None
 
 
+#: The one string-to-bool rule (:func:`parse_bool`): the environment, config settings, every boolean.
+TRUE_WORDS = ("1", "true", "yes", "on")
+FALSE_WORDS = ("0", "false", "no", "off")
+
+
+def parse_bool(raw: str) -> bool | None:
+    """``1``/``true``/``yes``/``on`` → True, ``0``/``false``/``no``/``off`` → False, in any case and with blanks
+    around ignored; None for anything else, which the caller reports naming its variable or key."""
+    word = raw.strip().lower()
+    return True if word in TRUE_WORDS else False if word in FALSE_WORDS else None
+
+
+def _bool_message(raw: str) -> str:
+    return f"expected a boolean ({', '.join(TRUE_WORDS)} or {', '.join(FALSE_WORDS)}, any case), got {raw!r}"
+
+
 def env_flag(name: str, environ: Mapping[str, str] | None = None) -> bool:
+    """A boolean variable by :func:`parse_bool`: False when unset or empty, a :class:`ConfigError` naming the
+    variable when it is neither true nor false."""
     value = env_value(name, environ)
-    return value is not None and value.lower() not in ("0", "false", "no", "off")
+    if value is None:
+        return False
+    flag = parse_bool(value)
+    if flag is None:
+        raise ConfigError(f"environment variable {name}", name, _bool_message(value))
+    return flag
+
+
+def env_setting(name: str, environ: Mapping[str, str] | None = None) -> Any:
+    """The field ``name`` of :class:`Settings` from the environment alone, converted and checked by the model's
+    rules (its default when the variable is unset or empty): for code that runs without a project, such as the
+    CLI before it reads one (``debug``), the external tools (``ptxas``, ``nvdisasm``, ``cuobjdump``) and the
+    run-time hook (``runtime``). A bad value is a :class:`ConfigError` naming the variable."""
+    f = Settings.__dataclass_fields__[name]
+    found, value = _env_field(f, _hints(Settings)[name], environ)
+    if found:
+        return value
+    return f.default if f.default_factory is dataclasses.MISSING else f.default_factory()
 
 
 # ----------------------------------------------------------------------------------------------
@@ -330,7 +405,8 @@ class _Converter:
             name = str(raw_key).replace("-", "_")
             sub = _key_path(path, raw_key)
             if name in fields and fields[name].metadata.get("env_only"):
-                raise self.error(sub, f"set {fields[name].metadata['env']} in the environment; secrets do not belong in pyproject.toml")
+                raise self.error(sub, f"set {fields[name].metadata['env']} in the environment; "
+                                      f"{fields[name].metadata['env_only']}")
             if name not in fields:
                 hint = difflib.get_close_matches(name, list(fields), n=1)
                 extra = f"; did you mean {hint[0]!r}?" if hint else f"; valid keys: {', '.join(fields)}"
@@ -386,13 +462,34 @@ def _value_name(value: Any) -> str:
 # Loading.
 
 def load_settings(pyproject: str | os.PathLike[str] | None = None, *, environ: Mapping[str, str] | None = None,
-                  require_table: bool = True) -> Settings:
-    """Read ``[tool.kbuild]`` from ``pyproject`` (default ``./pyproject.toml``) and apply ``KBUILD_*``.
+                  require_table: bool = True, config_settings: Mapping[str, Any] | None = None,
+                  document: Mapping[str, Any] | None = None) -> Settings:
+    """Read ``[tool.kbuild]`` from ``pyproject`` (default ``./pyproject.toml``), then apply the PEP 517
+    ``config_settings`` (``kbuild.*`` keys) and ``KBUILD_*``. ``document``: the file, already read with
+    :func:`read_pyproject` (a build backend reads it once).
 
     Raises :class:`ConfigError` (exit status 2) for a missing file, bad TOML, a missing table when
     ``require_table``, an unknown key, a wrong type, or an invalid kernel declaration.
     """
     path = Path(pyproject) if pyproject is not None else Path("pyproject.toml")
+    where = str(path)
+    data = read_pyproject(path) if document is None else document
+    tool = data.get("tool", {})
+    if not isinstance(tool, dict):
+        raise ConfigError(where, "tool", f"expected a table ([tool]), got {_value_name(tool)}")
+    table = tool.get("kbuild")
+    if table is None:
+        if require_table:
+            raise ConfigError(where, "[tool.kbuild]", "table is missing; declare your kernels there (see the README)")
+        table = {}
+    return settings_from_table(table, where=where, project_dir=path.resolve().parent, environ=environ,
+                               config_settings=config_settings)
+
+
+def read_pyproject(pyproject: str | os.PathLike[str]) -> dict[str, Any]:
+    """The parsed TOML file: kbuild's one reader of ``pyproject.toml``. A :class:`ConfigError` naming the file
+    when it is missing, unreadable, not UTF-8 or not TOML."""
+    path = Path(pyproject)
     where = str(path)
     try:
         text = path.read_text(encoding="utf-8")
@@ -409,19 +506,12 @@ def load_settings(pyproject: str | os.PathLike[str] | None = None, *, environ: M
         raise ConfigError(where, "(file)", f"not valid TOML: {exc}") from None
     except RecursionError:  # tomllib recurses once per level of nested arrays and inline tables
         raise ConfigError(where, "(file)", "not valid TOML: arrays or inline tables nested too deeply") from None
-    tool = data.get("tool", {})
-    if not isinstance(tool, dict):
-        raise ConfigError(where, "tool", f"expected a table ([tool]), got {_value_name(tool)}")
-    table = tool.get("kbuild")
-    if table is None:
-        if require_table:
-            raise ConfigError(where, "[tool.kbuild]", "table is missing; declare your kernels there (see the README)")
-        table = {}
-    return settings_from_table(table, where=where, project_dir=path.resolve().parent, environ=environ)
+    return data
 
 
 def settings_from_table(table: Mapping[str, Any], *, where: str = "<table>", project_dir: Path | None = None,
-                        environ: Mapping[str, str] | None = None) -> Settings:
+                        environ: Mapping[str, str] | None = None,
+                        config_settings: Mapping[str, Any] | None = None) -> Settings:
     conv = _Converter(where)
     if not isinstance(table, dict):
         raise conv.error("[tool.kbuild]", f"expected a table, got {_value_name(table)}")
@@ -442,7 +532,7 @@ def settings_from_table(table: Mapping[str, Any], *, where: str = "<table>", pro
         if n in names[:i]:
             raise conv.error(f"[tool.kbuild.kernels][{i}].name", f"duplicate kernel name {n!r}")
     settings = dataclasses.replace(base, kernels=parsed, project_dir=project_dir or Path.cwd(), config_file=where)
-    settings = _apply_environment(settings, environ)
+    settings = _apply_environment(_apply_config_settings(settings, config_settings), environ)
     _check_types_on_targets(settings, conv)
     return settings
 
@@ -504,24 +594,105 @@ def _apply_environment(s: Settings, environ: Mapping[str, str] | None) -> Settin
                 if new is not value:
                     changes[f.name] = new
                 continue
-            var = f.metadata.get("env")
-            if not var:
-                continue
-            raw = env_value(var, environ)
-            if f.metadata.get("env_only") and (os.environ if environ is None else environ).get(var, "x").strip() == "":
-                # a secret that is set but empty (a CI secret missing on forks) must not turn signing off silently
-                raise ConfigError(f"environment variable {var}", var, "is set but empty; set it to the shared secret, "
-                                  "or unset it to work without signed records")
-            if raw is None:
-                continue
-            conv = _Converter(f"environment variable {var}")
-            changes[f.name] = conv.convert(_parse_env(raw, hints[f.name]), hints[f.name], var)
-            check = f.metadata.get("check")
-            if check is not None:
-                check(changes[f.name], conv, var)
+            found, new_value = _env_field(f, hints[f.name], environ)
+            if found:
+                changes[f.name] = new_value
         return dataclasses.replace(obj, **changes) if changes else obj
 
     return overlay(s, "")
+
+
+def _env_field(f: dataclasses.Field[Any], tp: Any, environ: Mapping[str, str] | None) -> tuple[bool, Any]:
+    """(whether its variable is set, the converted and checked value) for one field with ``env`` metadata."""
+    var = f.metadata.get("env")
+    if not var:
+        return False, None
+    raw = env_value(var, environ)
+    if f.metadata.get("secret") and (os.environ if environ is None else environ).get(var, "x").strip() == "":
+        # a secret that is set but empty (a CI secret missing on forks) must not turn signing off silently
+        raise ConfigError(f"environment variable {var}", var, "is set but empty; set it to the shared secret, "
+                          "or unset it to work without signed records")
+    if raw is None:
+        return False, None
+    conv = _Converter(f"environment variable {var}")
+    value = _from_string(raw, tp, conv, var)
+    check = f.metadata.get("check")
+    if check is not None:
+        check(value, conv, var)
+    return True, value
+
+
+def _from_string(raw: str, tp: Any, conv: _Converter, key: str) -> Any:
+    """A value given as a string (a variable, a config setting) converted to the field's type ``tp``."""
+    if tp is bool:
+        flag = parse_bool(raw)
+        if flag is None:
+            raise conv.error(key, _bool_message(raw))
+        return flag
+    return conv.convert(_parse_env(raw, tp), tp, key)
+
+
+#: The prefix of kbuild's PEP 517 config settings: ``-C kbuild.locked=true``, ``-C kbuild.budget.seconds=60``.
+CONFIG_SETTINGS_PREFIX = "kbuild."
+
+
+def _config_setting_fields(cls: Any, above: tuple[str, ...] = ()) -> dict[str, tuple[tuple[str, ...], Any, Any]]:
+    """``kbuild.<dotted name>`` → (field path, field, type) of every field a config setting may give."""
+    out: dict[str, tuple[tuple[str, ...], Any, Any]] = {}
+    hints = _hints(cls)
+    for f in dataclasses.fields(cls):
+        tp = hints[f.name]
+        if f.metadata.get("internal"):
+            continue
+        if dataclasses.is_dataclass(tp):
+            out.update(_config_setting_fields(tp, (*above, f.name)))
+        else:
+            out[CONFIG_SETTINGS_PREFIX + ".".join((*above, f.name))] = ((*above, f.name), f, tp)
+    return out
+
+
+def _apply_config_settings(s: Settings, config_settings: Mapping[str, Any] | None) -> Settings:
+    """Overlay the PEP 517 config settings under ``kbuild.`` (dashes or underscores). Values are strings read as
+    the environment's are; of a repeated key (a list) a list setting takes every value, any other the last. An
+    empty value counts as unset. Keys of other tools are left alone; an unknown ``kbuild.`` key is an error
+    suggesting the closest one."""
+    given = {str(k): v for k, v in (config_settings or {}).items() if str(k).startswith(CONFIG_SETTINGS_PREFIX)}
+    if not given:
+        return s
+    conv = _Converter("config-settings")
+    known = _config_setting_fields(Settings)
+    for key, value in given.items():
+        entry = known.get(key.replace("-", "_"))
+        if entry is None:
+            hint = difflib.get_close_matches(key.replace("-", "_"), list(known), n=1)
+            raise conv.error(key, "unknown setting" + (f"; did you mean {hint[0]!r}?" if hint else ""))
+        path, f, tp = entry
+        if f.metadata.get("env_only"):
+            raise conv.error(key, f"environment only: set {f.metadata['env']} instead")
+        if get_origin(tp) is list and dataclasses.is_dataclass(get_args(tp)[0]):
+            raise conv.error(key, "tables cannot be given as config settings; declare them in pyproject.toml")
+        values = [str(v) for v in value] if isinstance(value, (list, tuple)) else [str(value)]
+        raw = ",".join(values) if get_origin(tp) is list else (values[-1] if values else "")
+        if raw == "":
+            continue
+        new = _from_string(raw, tp, conv, key)
+        check = f.metadata.get("check")
+        if check is not None:
+            check(new, conv, key)
+        s = _replace_at(s, path, new)
+    return s
+
+
+def _replace_at(obj: Any, path: tuple[str, ...], value: Any) -> Any:
+    head, *rest = path
+    return dataclasses.replace(obj, **{head: _replace_at(getattr(obj, head), tuple(rest), value) if rest else value})
+
+
+def apply_flags(settings: Settings, **flags: Any) -> Settings:
+    """The last source, command-line flags: every flag that was given (not None) replaces its setting, whatever
+    the environment and ``pyproject.toml`` say (``kbuild emit --locked`` → ``apply_flags(s, locked=True)``)."""
+    given = {name: value for name, value in flags.items() if value is not None}
+    return dataclasses.replace(settings, **given) if given else settings
 
 
 def _parse_env(raw: str, tp: Any) -> Any:
@@ -543,7 +714,8 @@ def _parse_env(raw: str, tp: Any) -> Any:
         except ValueError:
             return raw
     if tp is bool:
-        return raw.lower() in ("1", "true", "yes", "on")
+        flag = parse_bool(raw)
+        return raw if flag is None else flag
     return raw
 
 
@@ -595,6 +767,8 @@ def json_schema() -> dict[str, Any]:
                     entry["description"] = docs[f.name]
                 if f.metadata.get("env"):
                     entry["x-env"] = f.metadata["env"]
+                if f.metadata.get("env_only"):
+                    entry["x-env-only"] = True
                 if f.metadata.get("key"):
                     entry["x-in-key"] = True
                 entry.update(f.metadata.get("schema") or {})
