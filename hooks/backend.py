@@ -15,9 +15,10 @@ list and Triton's include directory), so the CMake build copies them and runs no
 under setuptools the plugin (:mod:`kbuild.hooks.setuptools_plugin`) picks it
 up in-process.
 
-Options, as ``--config-settings`` (``pip wheel -C kbuild.locked=true``) or environment variables:
-``kbuild.locked`` (``KBUILD_LOCKED``), ``kbuild.strict`` (``KBUILD_STRICT``) and
-``kbuild.targets`` (``KBUILD_TARGETS``, comma-separated).
+Options: every ``[tool.kbuild]`` setting can also be given as a config setting ``kbuild.<key>``
+(``pip wheel -C kbuild.locked=true -C kbuild.targets=sm_90``), which the environment
+(``KBUILD_LOCKED=1``) overrides in turn (:mod:`kbuild.config` reads them all). A target list given
+this way builds part of the project: under ``locked`` the pins of other targets are not stale.
 """
 
 from __future__ import annotations
@@ -32,62 +33,37 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-# Only the standard library at import time: frontends import this module for every hook.
+# Only the standard library at import time: frontends import this module for every hook (kbuild.config,
+# read in the hooks, imports nothing else either).
 ConfigSettings = Mapping[str, Any] | None
-
-
-def env_flag(name: str) -> bool:
-    from kbuild.config import env_flag as flag
-
-    return flag(name)
 
 #: The real backends and what to ask for when they are not installed yet.
 _SKBUILD = ("scikit_build_core.build", "scikit-build-core>=1.0")
 _SETUPTOOLS = ("setuptools.build_meta", "setuptools>=64")
 
 
-def _pyproject() -> dict[str, Any]:
-    if sys.version_info >= (3, 11):
-        import tomllib
-    else:  # pragma: no cover
-        import tomli as tomllib
-    try:
-        with open("pyproject.toml", "rb") as f:
-            return tomllib.load(f)
-    except FileNotFoundError:
-        return {}
+def _project() -> dict[str, Any]:
+    """./pyproject.toml through kbuild's one reader (:func:`kbuild.config.read_pyproject`); empty without one."""
+    from kbuild.config import read_pyproject
+
+    path = Path("pyproject.toml")
+    return read_pyproject(path) if path.is_file() else {}
 
 
-def _backend_spec() -> tuple[str, str]:
-    tool = _pyproject().get("tool", {})
-    if "scikit-build" in tool or Path("CMakeLists.txt").is_file():
+def _tool(project: Mapping[str, Any]) -> Mapping[str, Any]:
+    tool = project.get("tool", {})
+    return tool if isinstance(tool, dict) else {}
+
+
+def _backend_spec(project: Mapping[str, Any] | None = None) -> tuple[str, str]:
+    if "scikit-build" in _tool(_project() if project is None else project) or Path("CMakeLists.txt").is_file():
         return _SKBUILD
     return _SETUPTOOLS
 
 
-def _backend() -> ModuleType:
-    name, _ = _backend_spec()
+def _backend(project: Mapping[str, Any] | None = None) -> ModuleType:
+    name, _ = _backend_spec(project)
     return importlib.import_module(name)
-
-
-def _has_kbuild_table() -> bool:
-    return "kbuild" in _pyproject().get("tool", {})
-
-
-def _flag(config_settings: ConfigSettings, name: str) -> bool:
-    value = (config_settings or {}).get(f"kbuild.{name}")
-    if value is None:
-        return env_flag(f"KBUILD_{name.upper()}")
-    if isinstance(value, list):
-        value = value[-1]
-    return str(value).strip().lower() not in ("", "0", "false", "no", "off")
-
-
-def _targets(config_settings: ConfigSettings) -> list[str] | None:
-    value = (config_settings or {}).get("kbuild.targets")
-    if isinstance(value, list):
-        value = ",".join(value)
-    return [t.strip() for t in str(value).split(",") if t.strip()] if value else None
 
 
 def _theirs(config_settings: ConfigSettings) -> dict[str, Any] | None:
@@ -102,81 +78,90 @@ def _say(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
 
-def plan(config_settings: ConfigSettings, out_dir: Path) -> Path | None:
-    """Run the pipeline for ./pyproject.toml and write the manifest into ``out_dir``.
+def _debug() -> bool:
+    """``KBUILD_DEBUG``: tracebacks instead of one error line. A bad value is itself the error being reported."""
+    from kbuild.config import env_setting
+    from kbuild.errors import ConfigError
 
-    Returns the manifest's path, or None when the project has no ``[tool.kbuild]`` table.
-    Raises the pipeline's errors (bad input, ``require``, ``--locked``, ``--strict``).
-    """
-    if not _has_kbuild_table():
-        _say("kbuild: no [tool.kbuild] table in pyproject.toml; building without kernels")
-        return None
-    from kbuild.cache import TierUnavailableError, open_store
-    from kbuild.config import load_settings
-    from kbuild.emit import cuda_include_dir, kernel_sources, kernels_from_builds, render_sources, write_files
-
-    from .manifest import build_manifest, manifest_bytes
-    from .pipeline import run_pipeline, strict_store_error
-
-    settings = load_settings("pyproject.toml")
-    lock = settings.project_dir / "kbuild.lock" if _flag(config_settings, "locked") else None
     try:
-        with open_store(settings, strict=_flag(config_settings, "strict")) as store:
-            builds = run_pipeline(settings, store, targets=_targets(config_settings), locked=lock, memo=True,
-                                   tune_on_miss=True)
-    except TierUnavailableError as exc:
-        raise strict_store_error(settings, exc) from None
-    tuned = sum(1 for b in builds if b.improved)
-    _say(f"kbuild: {len(builds)} kernel × target ({tuned} tuned) from store {settings.store_path}"
-         + (" (locked)" if lock else ""))
-    for b in builds:
-        if not b.improved:
-            _say(f"kbuild: {b.spec.name} {b.target.name}: {b.status}")
-
-    # Render the sources now, as kbuild_add_kernels would with its default PREFIX and BASENAME:
-    # an all-hit build then runs no Python under CMake. (Other options re-emit from the manifest.)
-    files = render_sources(kernels_from_builds(builds), config_name=Path(settings.config_file).name)
-    files["kbuild.json"] = manifest_bytes(build_manifest(builds, tune=settings.tune))
-    write_files(out_dir, files)
-    (out_dir / "depends.txt").write_text("".join(f"{p}\n" for p in kernel_sources(settings)))
-    (out_dir / "include_dir.txt").write_text(f"{cuda_include_dir()}\n")
-    return out_dir / "kbuild.json"
+        return bool(env_setting("debug"))
+    except ConfigError:
+        return False
 
 
 @contextlib.contextmanager
-def _planned(config_settings: ConfigSettings) -> Iterator[dict[str, Any]]:
-    """Run :func:`plan` and yield the config settings for the real backend."""
+def _reported() -> Iterator[None]:
+    """kbuild's errors as one ``error: ...`` line and the error's exit status (a traceback under KBUILD_DEBUG)."""
+    from kbuild.errors import KBuildError
+
+    try:
+        yield
+    except KBuildError as exc:
+        if _debug():
+            raise
+        _say(f"error: {exc}")
+        raise SystemExit(exc.exit_code) from None
+
+
+def plan(config_settings: ConfigSettings, out_dir: Path, *, project: Mapping[str, Any] | None = None) -> Path | None:
+    """Plan the build of ./pyproject.toml (:func:`kbuild.hooks.pipeline.plan`) and write its files into ``out_dir``:
+    the manifest, the C sources rendered as ``kbuild_add_kernels`` would with its defaults, the kernels' source
+    files (``depends.txt``) and Triton's include directory (``include_dir.txt``).
+
+    Returns the manifest's path, or None when the project has no ``[tool.kbuild]`` table. ``project``: the
+    file, already read. Raises the pipeline's errors (bad input, ``require``, ``locked``, ``strict``).
+    """
+    project = _project() if project is None else project
+    if "kbuild" not in _tool(project):
+        _say("kbuild: no [tool.kbuild] table in pyproject.toml; building without kernels")
+        return None
+    from kbuild.config import load_settings
+    from kbuild.emit import cuda_include_dir, kernel_sources, write_files
+
+    from . import pipeline
+    from .manifest import MANIFEST_NAME
+
+    settings = load_settings("pyproject.toml", config_settings=config_settings, document=project)
+    part = list(settings.targets) if (config_settings or {}).get("kbuild.targets") else None
+    result = pipeline.plan(settings, targets=part)
+    tuned = sum(1 for b in result.builds if b.improved)
+    _say(f"kbuild: {len(result.builds)} kernel × target ({tuned} tuned) from store {settings.store_path}"
+         + (" (locked)" if result.locked else ""))
+    for line in result.status_lines():
+        _say(line)
+    # The sources rendered now, as kbuild_add_kernels would with its default PREFIX and BASENAME: an all-hit
+    # build then runs no Python under CMake. (Other options re-emit from the manifest.)
+    files = result.files()
+    files["depends.txt"] = "".join(f"{p}\n" for p in kernel_sources(settings)).encode()
+    files["include_dir.txt"] = f"{cuda_include_dir()}\n".encode()
+    write_files(out_dir, files, what=f"kbuild's build directory {out_dir}")
+    return out_dir / MANIFEST_NAME
+
+
+@contextlib.contextmanager
+def _planned(config_settings: ConfigSettings) -> Iterator[tuple[ModuleType, dict[str, Any]]]:
+    """Run :func:`plan`; yield the real backend and the config settings for it, with the plan handed over."""
     tmp = Path(tempfile.mkdtemp(prefix="kbuild-plan-"))
     try:
-        try:
-            manifest = plan(config_settings, tmp)
-        except Exception as exc:
-            from kbuild.errors import KBuildError
-
-            if isinstance(exc, KBuildError) and not env_flag("KBUILD_DEBUG"):
-                _say(f"error: {exc}")
-                raise SystemExit(exc.exit_code) from None
-            raise
+        with _reported():
+            project = _project()
+            manifest = plan(config_settings, tmp, project=project)
         settings = _theirs(config_settings) or {}
-        if manifest is not None:
-            if _backend_spec() == _SKBUILD:
-                settings["cmake.define.KBUILD_MANIFEST"] = str(manifest)
-                settings["cmake.define.KBUILD_PRERENDERED"] = str(manifest.parent)
-                depends = (manifest.parent / "depends.txt").read_text().split("\n")
-                settings["cmake.define.KBUILD_DEPENDS"] = ";".join(d for d in depends if d)
-                settings["cmake.define.KBuild_CUDA_INCLUDE_DIR"] = \
-                    (manifest.parent / "include_dir.txt").read_text().strip()
-            else:
-                from . import setuptools_plugin
+        backend = _backend(project)
+        if manifest is None:
+            yield backend, settings
+        elif _backend_spec(project) == _SKBUILD:
+            settings["cmake.define.KBUILD_MANIFEST"] = str(manifest)
+            settings["cmake.define.KBUILD_PRERENDERED"] = str(manifest.parent)
+            depends = (manifest.parent / "depends.txt").read_text().split("\n")
+            settings["cmake.define.KBUILD_DEPENDS"] = ";".join(d for d in depends if d)
+            settings["cmake.define.KBuild_CUDA_INCLUDE_DIR"] = (manifest.parent / "include_dir.txt").read_text().strip()
+            yield backend, settings
+        else:
+            from .setuptools_plugin import planned_manifest
 
-                setuptools_plugin.PLANNED_MANIFEST = manifest
-        try:
-            yield settings
-        finally:
-            if manifest is not None and _backend_spec() != _SKBUILD:
-                from . import setuptools_plugin
-
-                setuptools_plugin.PLANNED_MANIFEST = None
+            with planned_manifest(manifest):  # setuptools runs in this process: its build_ext emits this plan
+                yield backend, settings
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -185,7 +170,8 @@ def _planned(config_settings: ConfigSettings) -> Iterator[dict[str, Any]]:
 # The PEP 517 / PEP 660 hooks.
 
 def get_requires_for_build_wheel(config_settings: ConfigSettings = None) -> list[str]:
-    name, requirement = _backend_spec()
+    with _reported():
+        name, requirement = _backend_spec()
     try:
         backend = importlib.import_module(name)
     except ImportError:
@@ -195,7 +181,8 @@ def get_requires_for_build_wheel(config_settings: ConfigSettings = None) -> list
 
 
 def get_requires_for_build_editable(config_settings: ConfigSettings = None) -> list[str]:
-    name, requirement = _backend_spec()
+    with _reported():
+        name, requirement = _backend_spec()
     try:
         backend = importlib.import_module(name)
     except ImportError:
@@ -205,7 +192,8 @@ def get_requires_for_build_editable(config_settings: ConfigSettings = None) -> l
 
 
 def get_requires_for_build_sdist(config_settings: ConfigSettings = None) -> list[str]:
-    name, requirement = _backend_spec()
+    with _reported():
+        name, requirement = _backend_spec()
     try:
         backend = importlib.import_module(name)
     except ImportError:
@@ -215,27 +203,33 @@ def get_requires_for_build_sdist(config_settings: ConfigSettings = None) -> list
 
 
 def prepare_metadata_for_build_wheel(metadata_directory: str, config_settings: ConfigSettings = None) -> str:
-    return str(_backend().prepare_metadata_for_build_wheel(metadata_directory, _theirs(config_settings)))
+    with _reported():
+        backend = _backend()
+    return str(backend.prepare_metadata_for_build_wheel(metadata_directory, _theirs(config_settings)))
 
 
 def build_wheel(wheel_directory: str, config_settings: ConfigSettings = None,
                 metadata_directory: str | None = None) -> str:
-    with _planned(config_settings) as settings:
-        return str(_backend().build_wheel(wheel_directory, settings, metadata_directory))
+    with _planned(config_settings) as (backend, settings):
+        return str(backend.build_wheel(wheel_directory, settings, metadata_directory))
 
 
 def build_editable(wheel_directory: str, config_settings: ConfigSettings = None,
                    metadata_directory: str | None = None) -> str:
-    with _planned(config_settings) as settings:
-        return str(_backend().build_editable(wheel_directory, settings, metadata_directory))
+    with _planned(config_settings) as (backend, settings):
+        return str(backend.build_editable(wheel_directory, settings, metadata_directory))
 
 
 def prepare_metadata_for_build_editable(metadata_directory: str, config_settings: ConfigSettings = None) -> str:
-    return str(_backend().prepare_metadata_for_build_editable(metadata_directory, _theirs(config_settings)))
+    with _reported():
+        backend = _backend()
+    return str(backend.prepare_metadata_for_build_editable(metadata_directory, _theirs(config_settings)))
 
 
 def build_sdist(sdist_directory: str, config_settings: ConfigSettings = None) -> str:
-    return str(_backend().build_sdist(sdist_directory, _theirs(config_settings)))
+    with _reported():
+        backend = _backend()
+    return str(backend.build_sdist(sdist_directory, _theirs(config_settings)))
 
 
 __all__ = [

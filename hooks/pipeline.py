@@ -1,36 +1,46 @@
 """The kernel pipeline: specs → compile → key → store → (tune) → result per kernel × target.
 
-Run in three phases so that bad input never leaves anything in the store:
+Each phase is a function, run in this order by :func:`run_pipeline`, so that bad input never leaves
+anything in the store:
 
-1. **resolve**: import every kernel, check its declaration against the function, compute its
-   keys (cheap; no compilation). Any error stops here.
-2. **lookup / compile**: a tuned entry is looked up first (unless ``tune = "off"``), then the
-   baseline; misses are compiled. A compile error stops here, still before any write.
-3. **put**: the new baseline artefacts go into the writable store tiers.
-
-Phase 4 tunes on a miss: for each kernel × target without a tuned entry, when ``tune`` is not
-``off``, a GPU of that architecture is here and the kernel has a ``bench`` spec, the tuner
-(:func:`kbuild.tune.api.tune`, measuring in an isolated worker) searches within the budget and
-its result is put under the tuned key right away (so an interrupted build keeps what finished).
-The result is the tuned cubin when the acceptance rule took it, else the baseline with the
-reason ("baseline kept"): either way the search is not repeated. Otherwise the baseline ships
-and the status line says why.
+1. **specs and keys** (:func:`specs_and_keys`): import every kernel, check its declaration against
+   the function, compute its keys (cheap; no compilation), or take the keys from the memo of an
+   earlier build. Any error stops here.
+2. **store** (:func:`look_up_tuned`): a stored tuning result ships as is (unless ``tune = "off"``).
+   Memo keys whose baselines the store lacks are resolved in full now.
+3. **require** (:func:`require_tuned`): under ``tune = "require"``, fail before anything is compiled
+   or written, listing every kernel × target that would ship untuned.
+4. **compile** (:func:`compile_baselines`): the rest get their stored baseline, or one compiled
+   now. A compile error stops here, still before any write; then the new baselines are put into
+   the writable store tiers.
+5. **tune** (:func:`tune_missing`): for each kernel × target without a tuning result, when ``tune``
+   is not ``off``, a GPU of that architecture is here and the kernel has a ``bench`` spec, the tuner
+   (:func:`kbuild.tune.api.tune`, measuring in an isolated worker) searches within the budget and
+   its result is put under the tuned key right away (so an interrupted build keeps what finished).
+   The result is the tuned cubin when the acceptance rule took it, else the baseline with the
+   reason ("baseline kept"): either way the search is not repeated. Otherwise the baseline ships
+   and the status line says why.
 
 Modes (``tune`` in the settings): ``off`` never looks for tuned entries; ``auto`` ships the
-baseline where no tuned entry exists and says why; ``require`` fails, before anything is
-compiled or written, listing every kernel × target that would ship untuned.
+baseline where no tuned entry exists and says why; ``require`` fails as above.
 
 ``locked=PATH`` (``--locked``): use exactly the artefacts pinned in ``kbuild.lock``; nothing is
 compiled, and one error lists every missing or stale entry (:func:`kbuild.cache.check_lock`).
+
+**The build entry point** is :func:`plan`: the PEP 517 backend, the setuptools plugin and ``kbuild
+emit`` all call it, and get a :class:`BuildPlan` (the results, the kernels to emit, the manifest);
+:func:`replay` makes the same object from a manifest an earlier step planned.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from kbuild import __version__
@@ -242,90 +252,108 @@ def tuned_artefact(b: KernelBuild, cubin: bytes, *, accepted: bool, speedup: flo
     return Artefact.create(key=b.tuned_key.hex, cubin=cubin if accepted else b.artefact.cubin, meta=meta)
 
 
-def run_pipeline(settings: Settings, store: Any = None, *, kernels: Sequence[str] | None = None,
-                 targets: Sequence[str] | None = None,
-                 on_step: Callable[[KernelBuild], None] | None = None,
-                 locked: str | os.PathLike[str] | None = None, memo: bool = False,
-                 tune_on_miss: bool = False, tuner: Tuner | None = None) -> list[KernelBuild]:
-    """Resolve, look up, compile and store every kernel × target. Returns the builds in order.
+# ---------------------------------------------------------------------------------------------
+# The phases, in the order run_pipeline runs them.
 
-    ``store`` defaults to the settings' tiered store, opened only after every kernel resolved, so
-    bad input does not even create an empty store directory.
+def specs_and_keys(settings: Settings, kernels: Sequence[KernelSettings], targets: Sequence[Target], *,
+                   memo: bool) -> tuple[list[KernelBuild], bool]:
+    """Phases specs and key: every kernel × target with its keys, and whether they came from the memo.
 
-    ``memo``: take the keys from the memo of an earlier resolve when its fingerprint holds
-    (:mod:`kbuild.hooks.memo`; the build hooks use it so that all-hit builds import no Triton).
-    Should any artefact be missing from the store, the pipeline starts over with a full resolve
-    before compiling anything.
-
-    ``tune_on_miss``: this run ships what it finds (the build hooks set it; ``kbuild compile`` and
-    ``kbuild tune`` do not): run phase 4, and under ``tune = "require"`` fail before compiling
-    when some kernel × target has no tuning result and cannot get one here. ``tuner`` replaces :func:`gpu_tuner` (tests; other measurement setups).
+    With ``memo``, the keys of an earlier full resolve are taken when its fingerprint holds (no Triton
+    import); otherwise every kernel is imported and checked, and the memo is written for the next build.
     """
-    from kbuild.cache import Artefact, open_store
+    if memo:
+        builds = resolve_memoized(settings, kernels, targets)
+        if builds is not None:
+            return builds, True
+        return _resolve_and_remember(settings, kernels, targets), False
+    return resolve(settings, kernels, targets), False
 
-    kspecs, tlist = select_kernels(settings, kernels), select_targets(settings, targets)
-    builds = resolve_memoized(settings, kspecs, tlist) if memo else None
-    from_memo = builds is not None
-    if builds is None:
-        builds = _resolve_and_remember(settings, kspecs, tlist) if memo else resolve(settings, kspecs, tlist)
-    if store is None:
-        store = open_store(settings)
-    if locked is not None:
-        return _from_lock(builds, store, locked, on_step, subset=bool(kernels or targets))
-    # Phase 2a: look up tuned entries first; under "require" every one must exist.
+
+def look_up_tuned(builds: Sequence[KernelBuild], store: Any) -> None:
+    """Phase store, first half: each build whose tuned entry is stored ships it."""
     for b in builds:
         found = store.get(b.tuned_key.hex) if b.tuned_key is not None else None
         if found is not None:
             b.artefact, b.hit, b.tuned = found, True, True
             b.status = _tuned_status(found)
-    if settings.tune == "require" and tune_on_miss:
-        missing = [b for b in builds if not b.tuned and not can_tune(settings, b)]
-        if missing:
-            lines = "\n".join(f"  - {b.spec.name} / {b.target.name}: {untuned_reason(settings, b.target)}"
-                              for b in missing)
-            raise UntunedError(f"{settings.config_file}: tune = \"require\": {len(missing)} kernel × target "
-                               f"would ship untuned:\n{lines}\n  next step: prewarm the store on a GPU machine of "
-                               "each target, or set tune = \"auto\"")
-    # Phase 2b: baselines for the rest, compiled on a miss. Nothing is written yet.
-    if from_memo and any(not b.tuned and not store.contains(b.baseline_key.hex) for b in builds):
-        log.debug("memo keys miss the store; resolving in full")
-        return run_pipeline(settings, store, kernels=kernels, targets=targets, on_step=on_step, locked=locked,
-                            memo=False, tune_on_miss=tune_on_miss, tuner=tuner)
+
+
+def baselines_stored(builds: Sequence[KernelBuild], store: Any) -> bool:
+    """Whether the store holds the baseline of every build that has no tuned entry (a memo build can go on)."""
+    return all(b.tuned or store.contains(b.baseline_key.hex) for b in builds)
+
+
+def require_tuned(settings: Settings, builds: Sequence[KernelBuild]) -> None:
+    """``tune = "require"``: fail, before anything is compiled or written, listing every kernel × target
+    that has no tuning result and cannot get one on this machine."""
+    if settings.tune != "require":
+        return
+    missing = [b for b in builds if not b.tuned and not can_tune(settings, b)]
+    if missing:
+        lines = "\n".join(f"  - {b.spec.name} / {b.target.name}: {untuned_reason(settings, b.target)}"
+                          for b in missing)
+        raise UntunedError(f"{settings.config_file}: tune = \"require\": {len(missing)} kernel × target "
+                           f"would ship untuned:\n{lines}\n  next step: prewarm the store on a GPU machine of "
+                           "each target, or set tune = \"auto\"")
+
+
+def compile_baselines(settings: Settings, builds: Sequence[KernelBuild], store: Any,
+                      on_step: Callable[[KernelBuild], None] | None = None) -> list[Any]:
+    """Phases store (second half) and compile: each build without a tuned entry gets its stored baseline, or
+    one compiled now; ``on_step`` hears of each build in turn. Returns the new artefacts; nothing is written
+    yet."""
     new: list[Any] = []
     for b in builds:
         if not b.tuned:
-            found = store.get(b.baseline_key.hex)
-            if found is None and b.fn is None:  # a memo build whose entry vanished: nothing compiles from a memo
-                return run_pipeline(settings, store, kernels=kernels, targets=targets, on_step=on_step,
-                                    locked=locked, memo=False, tune_on_miss=tune_on_miss, tuner=tuner)
-            if found is not None:
-                b.artefact, b.hit = found, True
-            else:
-                started = time.time()
-                ck = compile_kernel(settings, b.spec, b.target, fn=b.fn)
-                meta = dict(ck.metadata)
-                meta.update({
-                    "key": b.baseline_key.hex,
-                    "key_components": b.baseline_key.components,
-                    "tuned": False,
-                    "compile_seconds": round(ck.compile_seconds, 3),
-                    "kbuild_version": __version__,
-                    "created": round(started, 3),
-                })
-                b.artefact = Artefact.create(key=b.baseline_key.hex, cubin=ck.cubin, meta=meta)
-                new.append(b.artefact)
-            b.status = untuned_reason(settings, b.target)
-        if on_step is not None and not (not b.tuned and tune_on_miss and can_tune(settings, b)):
+            _find_or_compile(settings, b, store, new)
+        if on_step is not None:
             on_step(b)
-    for art in new:  # phase 3: only after everything compiled
-        store.put(art)
-    # Phase 4: tune on a miss where possible; each result is stored as soon as it exists.
+    return new
+
+
+def _find_or_compile(settings: Settings, b: KernelBuild, store: Any, new: list[Any]) -> None:
+    found = store.get(b.baseline_key.hex)
+    if found is None and b.fn is None:  # a memo build whose entry vanished since the check: import it now
+        (fresh,) = resolve(settings, [b.spec], [b.target])
+        b.fn, b.baseline_key, b.tuned_key = fresh.fn, fresh.baseline_key, fresh.tuned_key
+        found = store.get(b.baseline_key.hex)
+    if found is not None:
+        b.artefact, b.hit = found, True
+    else:
+        b.artefact = _compile_baseline(settings, b)
+        new.append(b.artefact)
+    b.status = untuned_reason(settings, b.target)
+
+
+def _compile_baseline(settings: Settings, b: KernelBuild) -> Any:
+    from kbuild.cache import Artefact
+
+    started = time.time()
+    ck = compile_kernel(settings, b.spec, b.target, fn=b.fn)
+    meta = dict(ck.metadata)
+    meta.update({
+        "key": b.baseline_key.hex,
+        "key_components": b.baseline_key.components,
+        "tuned": False,
+        "compile_seconds": round(ck.compile_seconds, 3),
+        "kbuild_version": __version__,
+        "created": round(started, 3),
+    })
+    return Artefact.create(key=b.baseline_key.hex, cubin=ck.cubin, meta=meta)
+
+
+def tune_missing(settings: Settings, builds: Sequence[KernelBuild], store: Any, tuner: Tuner,
+                 on_step: Callable[[KernelBuild], None] | None) -> None:
+    """Phase tune: each build without a tuning result that can be tuned here is; each result is stored at once
+    (an interrupted build keeps what finished). A failure ships the baseline under ``auto`` (nothing is
+    stored, so the next build tries again) and stops the build under ``require``."""
     for b in builds:
-        if b.tuned or not tune_on_miss or not can_tune(settings, b):
+        if b.tuned or not can_tune(settings, b):
             continue
         try:
-            art = (tuner or gpu_tuner)(settings, b)
-        except KBuildError as exc:  # the baseline ships; nothing is stored, so the next build tries again
+            art = tuner(settings, b)
+        except KBuildError as exc:
             if settings.tune == "require":
                 raise
             log.warning("tuning %s for %s failed; shipping the baseline: %s", b.spec.name, b.target.name, exc)
@@ -338,6 +366,55 @@ def run_pipeline(settings: Settings, store: Any = None, *, kernels: Sequence[str
         b.status = _tuned_status(art)
         if on_step is not None:
             on_step(b)
+
+
+def run_pipeline(settings: Settings, store: Any = None, *, kernels: Sequence[str] | None = None,
+                 targets: Sequence[str] | None = None,
+                 on_step: Callable[[KernelBuild], None] | None = None,
+                 locked: str | os.PathLike[str] | None = None, memo: bool = False,
+                 tune_on_miss: bool = False, tuner: Tuner | None = None,
+                 strict: bool | None = None) -> list[KernelBuild]:
+    """Resolve, look up, compile and store every kernel × target. Returns the builds in order.
+
+    ``store`` defaults to the settings' tiered store, opened only after every kernel resolved, so
+    bad input does not even create an empty store directory; ``strict`` (default: ``settings.strict``)
+    is how it treats a remote tier that is down.
+
+    ``memo``: take the keys from the memo of an earlier resolve when its fingerprint holds
+    (:mod:`kbuild.hooks.memo`; the build hooks use it so that all-hit builds import no Triton).
+    Should any baseline be missing from the store, the kernels are resolved in full before anything
+    is compiled.
+
+    ``tune_on_miss``: this run ships what it finds (the build hooks set it; ``kbuild compile`` and
+    ``kbuild tune`` do not): run the tune phase, and under ``tune = "require"`` fail before compiling
+    when some kernel × target has no tuning result and cannot get one here. ``tuner`` replaces
+    :func:`gpu_tuner` (tests; other measurement setups).
+    """
+    from kbuild.cache import open_store
+
+    kspecs, tlist = select_kernels(settings, kernels), select_targets(settings, targets)
+    builds, from_memo = specs_and_keys(settings, kspecs, tlist, memo=memo)
+    if store is None:
+        store = open_store(settings, strict=settings.strict if strict is None else strict)
+    if locked is not None:
+        return _from_lock(builds, store, locked, on_step, subset=bool(kernels or targets))
+    look_up_tuned(builds, store)
+    if from_memo and not baselines_stored(builds, store):
+        log.debug("memo keys miss the store; resolving in full")
+        builds = _resolve_and_remember(settings, kspecs, tlist)
+        look_up_tuned(builds, store)
+    if tune_on_miss:
+        require_tuned(settings, builds)
+
+    def report(b: KernelBuild) -> None:  # a build the tune phase takes is reported by it
+        if on_step is not None and (b.tuned or not (tune_on_miss and can_tune(settings, b))):
+            on_step(b)
+
+    new = compile_baselines(settings, builds, store, report)
+    for art in new:  # only after everything compiled
+        store.put(art)
+    if tune_on_miss:
+        tune_missing(settings, builds, store, tuner or gpu_tuner, on_step)
     return builds
 
 
@@ -373,3 +450,81 @@ def _from_lock(builds: list[KernelBuild], store: Any, lock: str | os.PathLike[st
         if on_step is not None:
             on_step(b)
     return builds
+
+
+# ---------------------------------------------------------------------------------------------
+# The build entry point: the PEP 517 backend, the setuptools plugin and ``kbuild emit`` all plan here.
+
+@dataclass
+class BuildPlan:
+    """What a build ships: each kernel × target's result, the kernels to emit and the wheel manifest."""
+
+    settings: Settings
+    kernels: list[Any]
+    """The :class:`kbuild.emit.EmitKernel` list, for :func:`kbuild.emit.render_sources`."""
+    manifest: dict[str, Any]
+    """The wheel manifest (:mod:`kbuild.hooks.manifest`)."""
+    builds: list[KernelBuild] = field(default_factory=list)
+    """The pipeline's results; empty for a plan replayed from a manifest."""
+    locked: bool = False
+
+    def status_lines(self) -> list[str]:
+        """One line per kernel × target that ships no accepted tuning result, saying why."""
+        return [f"kbuild: {b.spec.name} {b.target.name}: {b.status}" for b in self.builds if not b.improved]
+
+    def files(self, *, prefix: str = "kbuild_", basename: str = "kbuild_kernels") -> dict[str, bytes]:
+        """The C sources and ``kbuild.json``, by file name (:func:`kbuild.emit.write_files` writes them)."""
+        from kbuild.emit import render_sources
+
+        from .manifest import MANIFEST_NAME, manifest_bytes
+
+        files = render_sources(self.kernels, prefix=prefix, basename=basename,
+                               config_name=Path(self.settings.config_file).name)
+        files[MANIFEST_NAME] = manifest_bytes(self.manifest)
+        return files
+
+
+def plan(settings: Settings, store: Any = None, *, targets: Sequence[str] | None = None,
+         lock_file: str | os.PathLike[str] | None = None, tuner: Tuner | None = None,
+         on_step: Callable[[KernelBuild], None] | None = None) -> BuildPlan:
+    """Plan a build: the pipeline as a build runs it (memo, tune on a miss) and what it ships.
+
+    ``settings.locked`` (or a ``lock_file``) builds exactly the artefacts pinned in the lock file;
+    ``settings.strict`` makes a remote tier that is down an error naming it. ``store`` defaults to the
+    settings' store, opened and closed here. ``targets`` builds part of the project (as ``kbuild emit
+    --targets``): under ``locked`` the pins of other targets are then not stale.
+    """
+    from kbuild.cache import TierUnavailableError, open_store
+    from kbuild.emit import kernels_from_builds
+
+    from .manifest import build_manifest
+
+    lock = Path(lock_file) if lock_file is not None else (
+        settings.project_dir / "kbuild.lock" if settings.locked else None)
+    try:
+        with contextlib.ExitStack() as stack:
+            if store is None:
+                store = stack.enter_context(open_store(settings, strict=settings.strict))
+            builds = run_pipeline(settings, store, targets=targets, locked=lock, memo=True, tune_on_miss=True,
+                                  tuner=tuner, on_step=on_step)
+    except TierUnavailableError as exc:
+        raise strict_store_error(settings, exc) from None
+    return BuildPlan(settings=settings, kernels=kernels_from_builds(builds),
+                     manifest=build_manifest(builds, tune=settings.tune), builds=builds, locked=lock is not None)
+
+
+def replay(settings: Settings, manifest: dict[str, Any], *, where: str, store: Any = None) -> BuildPlan:
+    """The plan a manifest already made (the backend's, handed to the CMake or setuptools step): exactly the
+    artefacts it names, from the store; one error lists every one the store lacks."""
+    from kbuild.cache import TierUnavailableError, open_store
+
+    from .manifest import manifest_kernels
+
+    try:
+        with contextlib.ExitStack() as stack:
+            if store is None:
+                store = stack.enter_context(open_store(settings, strict=settings.strict))
+            kernels = manifest_kernels(manifest, store, where=where)
+    except TierUnavailableError as exc:
+        raise strict_store_error(settings, exc) from None
+    return BuildPlan(settings=settings, kernels=kernels, manifest=manifest)

@@ -10,8 +10,9 @@ Two ways in:
 * **Explicit** — ``cmdclass={"build_ext": kbuild_build_ext(BuildExtension, extensions=["pkg._ext"])}``
   in ``setup()``, to pick the extensions or the C prefix.
 
-Before the extensions compile, the wrapped command runs the pipeline (or, under kbuild's PEP 517
-backend, takes the manifest the backend already made), writes ``kbuild_kernels.c/.h`` into
+Before the extensions compile, the wrapped command plans the build (:func:`kbuild.hooks.pipeline.plan`;
+under kbuild's PEP 517 backend it replays the plan the backend already made, handed over with
+:func:`planned_manifest`), writes ``kbuild_kernels.c/.h`` into
 ``build_temp/kbuild`` and adds them to the extensions, with Triton's ``cuda.h`` on the include path
 and ``-ldl -pthread``. The manifest goes into the egg-info directory, which the wheel turns into
 ``.dist-info/kbuild.json``.
@@ -19,25 +20,38 @@ and ``-ldl -pthread``. The manifest goes into the egg-info directory, which the 
 
 from __future__ import annotations
 
+import contextlib
 import sys
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
-from kbuild.config import env_flag
+#: The manifest the PEP 517 backend planned for the build running in this process (:func:`planned_manifest`).
+_PLANNED: ContextVar[Path | None] = ContextVar("kbuild_planned_manifest", default=None)
 
-#: Set by :mod:`kbuild.hooks.backend` for the build in progress: emit exactly this manifest.
-PLANNED_MANIFEST: Path | None = None
+
+@contextlib.contextmanager
+def planned_manifest(manifest: Path) -> Iterator[None]:
+    """Within the block, the wrapped ``build_ext`` emits exactly the artefacts ``manifest`` names instead of
+    planning again: :mod:`kbuild.hooks.backend` hands over its plan this way, for setuptools runs the project's
+    build in the backend's own process and takes no other input from it."""
+    token = _PLANNED.set(manifest)
+    try:
+        yield
+    finally:
+        _PLANNED.reset(token)
 
 
 def _has_kbuild_table(pyproject: Path) -> bool:
-    from kbuild.config import tomllib
+    from kbuild.config import read_pyproject
+    from kbuild.errors import ConfigError
 
     try:
-        with open(pyproject, "rb") as f:
-            return "kbuild" in tomllib.load(f).get("tool", {})
-    except (OSError, ValueError):
+        tool = read_pyproject(pyproject).get("tool", {})
+    except ConfigError:  # setuptools reports a broken pyproject.toml itself
         return False
+    return isinstance(tool, dict) and "kbuild" in tool
 
 
 def _say(message: str) -> None:
@@ -56,42 +70,24 @@ def _add_args(current: Any, extra: Sequence[str], key: str = "cxx") -> Any:
 
 def emit_for_build(*, config: str | Path = "pyproject.toml", out_dir: str | Path, prefix: str = "kbuild_",
                    manifest_path: Path | None = None) -> tuple[Path, Path, dict[str, Any]]:
-    """Run the pipeline (or read ``manifest_path``) and write the sources; (C file, include dir, manifest)."""
-    from kbuild.cache import TierUnavailableError, open_store
+    """Plan the build (or replay ``manifest_path``, a plan already made) and write the sources into ``out_dir``;
+    (C file, include dir, manifest)."""
     from kbuild.config import load_settings
-    from kbuild.emit import render_sources, write_files
+    from kbuild.emit import write_files
 
-    from .manifest import manifest_bytes
-    from .pipeline import strict_store_error
+    from .manifest import read_manifest
+    from .pipeline import plan, replay
 
     settings = load_settings(config)
-    try:
-        with open_store(settings, strict=env_flag("KBUILD_STRICT")) as store:
-            kernels, manifest = _kernels(settings, store, manifest_path)
-    except TierUnavailableError as exc:
-        raise strict_store_error(settings, exc) from None
-    files = render_sources(kernels, prefix=prefix, config_name=Path(settings.config_file).name)
-    files["kbuild.json"] = manifest_bytes(manifest)
-    out = Path(out_dir)
-    write_files(out, files)
-    return out / "kbuild_kernels.c", out, manifest
-
-
-def _kernels(settings: Any, store: Any, manifest_path: Path | None) -> tuple[list[Any], dict[str, Any]]:
-    from kbuild.emit import kernels_from_builds
-
-    from .manifest import build_manifest, manifest_kernels, read_manifest
-    from .pipeline import run_pipeline
-
     if manifest_path is not None:
-        manifest = read_manifest(manifest_path)
-        return manifest_kernels(manifest, store, where=str(manifest_path)), manifest
-    lock = settings.project_dir / "kbuild.lock" if env_flag("KBUILD_LOCKED") else None
-    builds = run_pipeline(settings, store, locked=lock, memo=True, tune_on_miss=True)
-    for b in builds:
-        if not b.improved:
-            _say(f"kbuild: {b.spec.name} {b.target.name}: {b.status}")
-    return kernels_from_builds(builds), build_manifest(builds, tune=settings.tune)
+        result = replay(settings, read_manifest(manifest_path), where=str(manifest_path))
+    else:
+        result = plan(settings)
+        for line in result.status_lines():
+            _say(line)
+    out = Path(out_dir)
+    write_files(out, result.files(prefix=prefix), what=f"build_ext's kbuild directory {out}")
+    return out / "kbuild_kernels.c", out, result.manifest
 
 
 def kbuild_build_ext(base: type | None = None, *, extensions: Sequence[str] | None = None,
@@ -122,7 +118,7 @@ def kbuild_build_ext(base: type | None = None, *, extensions: Sequence[str] | No
                 return
             try:
                 c_file, inc, _ = emit_for_build(config=config, out_dir=Path(self.build_temp).resolve() / "kbuild", prefix=prefix,
-                                                manifest_path=PLANNED_MANIFEST)
+                                                manifest_path=_PLANNED.get())
             except KBuildError as exc:
                 _say(f"error: {exc}")
                 raise SystemExit(exc.exit_code) from None
@@ -166,4 +162,4 @@ def finalize_distribution_options(dist: Any) -> None:
     dist.cmdclass["build_ext"] = kbuild_build_ext(base)
 
 
-__all__ = ["PLANNED_MANIFEST", "emit_for_build", "finalize_distribution_options", "kbuild_build_ext"]
+__all__ = ["emit_for_build", "finalize_distribution_options", "kbuild_build_ext", "planned_manifest"]

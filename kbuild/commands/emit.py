@@ -14,13 +14,15 @@ from __future__ import annotations
 
 import argparse
 import sys
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from kbuild.commands.common import add_config_args, settings_from_args, target_list
-from kbuild.config import Settings, env_flag
+from kbuild.config import Settings, apply_flags
 from kbuild.emit import cuda_include_dir, kernel_sources
 from kbuild.errors import UsageError
+
+if TYPE_CHECKING:
+    from kbuild.hooks.pipeline import BuildPlan
 
 #: Output file of the manifest, next to the C sources.
 MANIFEST_FILE = "kbuild.json"
@@ -49,42 +51,27 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
     p.set_defaults(func=run)
 
 
-def lock_path(settings: Settings, args: argparse.Namespace) -> Path | None:
-    locked = args.locked if args.locked is not None else env_flag("KBUILD_LOCKED")
-    if args.lock_file:
-        return Path(args.lock_file)
-    return settings.project_dir / "kbuild.lock" if locked else None
+def run_builds(settings: Settings, args: argparse.Namespace) -> BuildPlan:
+    """The build's plan (:func:`kbuild.hooks.pipeline.plan`), or, with ``--from-manifest`` and not locked, the
+    plan that manifest holds."""
+    from kbuild.hooks.manifest import read_manifest
+    from kbuild.hooks.pipeline import plan, replay
 
-
-def run_builds(settings: Settings, args: argparse.Namespace) -> tuple[list[Any], dict[str, Any]]:
-    """The pipeline (or the manifest's artefacts), as (emit kernels, manifest)."""
-    from kbuild.cache import TierUnavailableError, open_store
-    from kbuild.emit import kernels_from_builds
-    from kbuild.hooks.manifest import build_manifest, manifest_kernels, read_manifest
-    from kbuild.hooks.pipeline import run_pipeline, strict_store_error
-
-    strict = args.strict if args.strict is not None else env_flag("KBUILD_STRICT")
-    # The manifest is read (and checked) before the store is opened: a bad one changes nothing.
-    manifest = read_manifest(args.from_manifest) if args.from_manifest and lock_path(settings, args) is None else None
-    try:
-        with open_store(settings, strict=strict) as store:
-            if manifest is not None:
-                return manifest_kernels(manifest, store, where=args.from_manifest), manifest
-            builds = run_pipeline(settings, store, targets=target_list(args), locked=lock_path(settings, args),
-                                  memo=True, tune_on_miss=True)
-    except TierUnavailableError as exc:
-        raise strict_store_error(settings, exc) from None
-    for b in builds:
-        if not b.improved:
-            print(f"kbuild: {b.spec.name} {b.target.name}: {b.status}", file=sys.stderr)
-    return kernels_from_builds(builds), build_manifest(builds, tune=settings.tune)
+    if args.from_manifest and not (settings.locked or args.lock_file):
+        # read (and checked) before the store is opened: a bad manifest changes nothing
+        return replay(settings, read_manifest(args.from_manifest), where=args.from_manifest)
+    result = plan(settings, targets=target_list(args), lock_file=args.lock_file or None)
+    for line in result.status_lines():
+        print(line, file=sys.stderr)
+    return result
 
 
 def run(args: argparse.Namespace) -> int:
     if args.print_include_dir and not args.list_sources:
         print(cuda_include_dir())
         return 0
-    settings = settings_from_args(args)
+    # --locked and --strict beat KBUILD_LOCKED / KBUILD_STRICT and the pyproject
+    settings = apply_flags(settings_from_args(args), locked=args.locked, strict=args.strict)
     if args.list_sources:
         if not settings.kernels:
             raise UsageError(f"{settings.config_file}: [tool.kbuild.kernels]: no kernels declared")
@@ -93,20 +80,17 @@ def run(args: argparse.Namespace) -> int:
         return 0
     if not args.out_dir:
         raise UsageError("emit: --out-dir is required")
-    from kbuild.emit import render_sources, write_files
+    from kbuild.emit import write_files
     from kbuild.fsutil import check_output_dir
-    from kbuild.hooks.manifest import manifest_bytes
 
     out_dir = check_output_dir(args.out_dir, "--out-dir")  # before any work
-    kernels, manifest = run_builds(settings, args)
-    files = render_sources(kernels, prefix=args.prefix, basename=args.basename,
-                           config_name=Path(settings.config_file).name)
-    files[MANIFEST_FILE] = manifest_bytes(manifest)
-    written = write_files(out_dir, files, what=f"--out-dir {out_dir}")
+    result = run_builds(settings, args)
+    written = write_files(out_dir, result.files(prefix=args.prefix, basename=args.basename),
+                          what=f"--out-dir {out_dir}")
     if args.json:
         from kbuild.console import emit_json
 
-        emit_json({"files": [str(p) for p in written], "manifest": manifest})
+        emit_json({"files": [str(p) for p in written], "manifest": result.manifest})
     return 0
 
 
