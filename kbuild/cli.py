@@ -22,7 +22,7 @@ import traceback
 from collections.abc import Sequence
 
 from kbuild import __version__
-from kbuild.config import env_flag
+from kbuild.config import env_setting
 from kbuild.errors import KBuildError
 
 #: Modules that contribute subcommands, in the order they appear in ``--help``.
@@ -61,7 +61,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    debug = args.debug or env_flag("KBUILD_DEBUG")
+    try:
+        debug = args.debug or bool(env_setting("debug"))  # --debug, else KBUILD_DEBUG
+    except KBuildError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
     logging.basicConfig(level=logging.DEBUG if debug else logging.WARNING, format="%(name)s: %(message)s")
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)

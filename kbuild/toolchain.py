@@ -1,7 +1,8 @@
 """The external tools kbuild runs (ptxas, nvdisasm, cuobjdump) and the Triton/ptxas versions.
 
 Triton's wheel bundles the CUDA binaries under ``triton/backends/nvidia/bin``; that is where
-kbuild looks, unless ``KBUILD_<TOOL>`` (e.g. ``KBUILD_NVDISASM``) names another binary. Every
+kbuild looks, unless ``KBUILD_<TOOL>`` (e.g. ``KBUILD_NVDISASM``; the settings' ``ptxas``, ``nvdisasm`` and
+``cuobjdump``) names another binary. Every
 call goes through :func:`run_tool`, which turns a failure into :class:`kbuild.errors.ToolError`
 with the command, its output and a repro line.
 """
@@ -15,7 +16,7 @@ import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
-from kbuild.config import env_value
+from kbuild.config import env_setting
 from kbuild.errors import MissingDependencyError, ToolError
 
 
@@ -40,12 +41,11 @@ def triton_version() -> str:
 
 def tool_path(name: str) -> Path:
     """Absolute path of ``ptxas``, ``nvdisasm`` or ``cuobjdump``."""
-    override = env_value(f"KBUILD_{name.upper()}")
-    if override:
-        p = Path(override)
-        if not p.exists():
+    override = env_setting(name)  # the setting of the same name (KBUILD_PTXAS, ...), a Path or None
+    if override is not None:
+        if not override.exists():
             raise MissingDependencyError(f"KBUILD_{name.upper()}={override}: no such file")
-        return p
+        return Path(override)
     bundled = triton_dir() / "backends" / "nvidia" / "bin" / name
     if bundled.exists():
         return bundled

@@ -19,7 +19,8 @@ first launch. At that point the ``CompiledKernel`` holds its cubin in ``.kernel`
 Any mismatch, any unsupported argument, any error: nothing is changed and Triton's own cubin runs.
 A digest mismatch is logged as a warning (the package data is damaged); every other refusal and
 every substitution is logged once at debug level on the ``kbuild.runtime`` logger.
-``KBUILD_RUNTIME=off`` (or 0/false/no) disables :func:`enable` and the hook itself.
+``KBUILD_RUNTIME=off`` (or 0/false/no; the settings' ``runtime`` field) disables :func:`enable` and the hook
+itself; a value that is neither true nor false disables them too, with one warning naming the variable.
 
 A hook already installed by someone else is kept and called after this one.
 """
@@ -36,21 +37,32 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from kbuild.config import env_value
+from kbuild.config import env_setting
+from kbuild.errors import ConfigError
 from kbuild.key import canonical_json
 from kbuild.runtime.index import CHECK_FIELDS, DATA_DIR, INDEX_FILE, Index, load_index
 
 log = logging.getLogger("kbuild.runtime")
 
-#: Environment variable that turns the run-time substitution off (``off``, ``0``, ``false``, ``no``).
+#: Environment variable that turns the run-time substitution off (``off``, ``0``, ``false``, ``no``): the
+#: settings' ``runtime`` field (:mod:`kbuild.config`).
 RUNTIME_ENV = "KBUILD_RUNTIME"
 
 _MAX_EVENTS = 1000
 
 
 def runtime_disabled() -> bool:
-    value = env_value(RUNTIME_ENV)
-    return value is not None and value.strip().lower() in ("off", "0", "false", "no", "disabled")
+    """Whether ``KBUILD_RUNTIME`` turns the substitution off. A bad value (neither true nor false) does too, with a
+    warning once: Triton's own cubins are always correct, and the hook never fails a package's import."""
+    try:
+        return not env_setting("runtime")
+    except ConfigError as exc:
+        with _state.lock:
+            once = (RUNTIME_ENV, str(exc))
+            if once not in _state.logged:
+                _state.logged.add(once)
+                log.warning("%s; tuned cubins are not substituted", exc)
+        return True
 
 
 @dataclass(frozen=True)

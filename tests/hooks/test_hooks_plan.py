@@ -122,7 +122,7 @@ def test_the_environment_beats_config_settings(project: Path, tmp_path: Path, mo
     monkeypatch.setenv("KBUILD_LOCKED", "0")
     assert backend.plan({"kbuild.locked": "true"}, tmp_path / "a") is not None
     monkeypatch.delenv("KBUILD_LOCKED")
-    with pytest.raises(UsageError, match="kbuild.lock"):
+    with pytest.raises(UsageError, match=r"kbuild\.lock"):
         backend.plan({"kbuild.locked": "true"}, tmp_path / "b")
     assert not (tmp_path / "b").exists()
 
@@ -201,3 +201,43 @@ def test_the_setuptools_command_reports_a_write_error_as_one_line(project: Path,
     with pytest.raises(SystemExit) as exit_:
         cmd._kbuild_add_kernels()
     assert_clean_error(int(exit_.value.code or 0), capsys.readouterr().err, names=[str(blocker / "kbuild")])
+
+
+# ---------------------------------------------------------------------------------------------
+# The phases.
+
+class VanishingStore:
+    """A store whose first ``get`` of one key misses although ``contains`` said yes (an entry evicted between the
+    two, by another build sharing the store)."""
+
+    def __init__(self, store: Any, key: str) -> None:
+        self.store, self.key, self.gets, self.puts = store, key, 0, []
+
+    def contains(self, key: str) -> bool:
+        return key == self.key or self.store.contains(key)
+
+    def get(self, key: str) -> Any:
+        if key == self.key:
+            self.gets += 1
+            if self.gets == 1:
+                return None
+        return self.store.get(key)
+
+    def put(self, art: Any) -> None:
+        self.puts.append(art.key)
+        self.store.put(art)
+
+
+def test_a_memo_build_whose_entry_vanishes_is_imported_on_its_own(project: Path):
+    from kbuild.cache import open_store
+    from kbuild.config import load_settings
+
+    settings = load_settings("pyproject.toml")
+    with open_store(settings) as real:
+        first = pipeline.run_pipeline(settings, real, memo=True)  # a full resolve that writes the memo
+        forget_example_modules()
+        store = VanishingStore(real, first[0].baseline_key.hex)
+        again = pipeline.run_pipeline(settings, store, memo=True)
+    assert store.gets == 2 and store.puts == []  # looked up again after the import; nothing compiled
+    assert [b.as_json() for b in again] == [b.as_json() for b in first]
+    assert again[0].fn is not None and again[1].fn is None  # only the vanished one was imported
