@@ -23,7 +23,7 @@ from collections.abc import Sequence
 
 from kbuild import __version__
 from kbuild.config import env_setting
-from kbuild.errors import KBuildError
+from kbuild.errors import ExitCode, KBuildError
 
 #: Modules that contribute subcommands, in the order they appear in ``--help``.
 COMMAND_MODULES = [
@@ -48,13 +48,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--debug", action="store_true", help="show tracebacks and debug logging")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for name in COMMAND_MODULES:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as exc:
-            if exc.name and (name == exc.name or name.startswith(exc.name + ".")):  # area not built yet
-                continue
-            raise
-        module.add_parser(sub)
+        # Every verb ships with kbuild: a module that does not import is a packaging error, and it
+        # must say so rather than make a verb silently vanish from --help.
+        importlib.import_module(name).add_parser(sub)
     return parser
 
 
@@ -69,7 +65,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=logging.DEBUG if debug else logging.WARNING, format="%(name)s: %(message)s")
     if not getattr(args, "func", None):
         parser.print_help(sys.stderr)
-        return 2
+        return ExitCode.USAGE
     try:
         return int(args.func(args) or 0)
     except KBuildError as exc:
@@ -79,4 +75,4 @@ def main(argv: Sequence[str] | None = None) -> int:
         return exc.exit_code
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
-        return 130
+        return 130  # 128 + SIGINT, as shells report it

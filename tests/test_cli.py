@@ -190,3 +190,21 @@ def test_hostile_config_exits_2_and_writes_nothing(example_project: Path, tmp_pa
     cfg, _, code, _, err = hostile_compile(example_project, tmp_path, capsys, monkeypatch, old, new, env)
     assert_clean_error(code, err, names=[key] if key.startswith("KBUILD_") else [str(cfg), key])
     assert err.count("\n") == 1, err
+
+
+def test_a_verb_that_does_not_import_is_not_silently_dropped(monkeypatch):
+    """A packaging error (a verb module missing from the wheel) must surface, not hide the verb."""
+    import kbuild.cli as cli
+
+    monkeypatch.setattr(cli, "COMMAND_MODULES", [*cli.COMMAND_MODULES, "kbuild.commands.not_packaged"])
+    with pytest.raises(ModuleNotFoundError, match="not_packaged"):
+        cli.build_parser()
+
+
+def test_every_verb_is_in_the_help():
+    import kbuild.cli as cli
+
+    help_text = cli.build_parser().format_help()
+    for verb in ("compile", "explain", "tune", "prewarm", "emit", "inspect", "verify-wheel", "lock", "package-data",
+                 "cache", "sass", "bench"):
+        assert verb in help_text, verb
