@@ -42,7 +42,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from kbuild.errors import BundleError
+from kbuild.errors import BundleError, StoreUsageError
 
 from .store import (
     MAX_BLOB_BYTES,
@@ -54,6 +54,7 @@ from .store import (
     Tier,
     check_blob,
     check_signature,
+    parse_json,
     parse_record,
     sha256_hex,
 )
@@ -114,7 +115,12 @@ def export_bundle(tier: Tier, path: str | os.PathLike[str], *, target: str | Non
         records[key] = raw
         digests[art.cubin_sha256] = art.size
     manifest = json.dumps({"format": BUNDLE_FORMAT, "keys": sorted(records)}, indent=1, sort_keys=True).encode()
-    fd, tmp = tempfile.mkstemp(prefix=".bundle-", dir=path.parent)
+    if path.is_dir():
+        raise StoreUsageError(f"{path}: is a directory; give a file name for the bundle")
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".bundle-", dir=path.parent)
+    except OSError as exc:
+        raise StoreUsageError(f"{path}: cannot write the bundle: {exc.strerror or exc}") from None
     try:
         with os.fdopen(fd, "wb") as raw_file:
             stream: Any = raw_file
@@ -135,9 +141,11 @@ def export_bundle(tier: Tier, path: str | os.PathLike[str], *, target: str | Non
             if gz is not None:
                 gz.close()
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as exc:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
+        if isinstance(exc, OSError):
+            raise StoreUsageError(f"{path}: cannot write the bundle: {exc.strerror or exc}") from None
         raise
     return BundleReport(path=str(path), entries=len(records), blobs=len(digests),
                         bytes=path.stat().st_size)
@@ -248,7 +256,7 @@ def _verify(path: Path, secret: str | None) -> _Verified:
     if manifest_raw is None:
         raise BundleError(f"{where}: not a kbuild bundle ({MANIFEST} is missing)")
     try:
-        manifest = json.loads(manifest_raw)
+        manifest = parse_json(manifest_raw)
         if not isinstance(manifest, dict) or manifest.get("format") != BUNDLE_FORMAT:
             raise ValueError(f"format is not {BUNDLE_FORMAT}")
         keys = manifest["keys"]

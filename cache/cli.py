@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
+import os
 import sys
 from collections import Counter
 from pathlib import Path
@@ -23,7 +23,7 @@ from kbuild.fsutil import write_atomic
 from .bundle import export_bundle, import_bundle
 from .local import LocalBackend
 from .stats import load_stats, reset_stats
-from .store import Artefact, Tier, TieredStore, check_key, open_store
+from .store import Artefact, Tier, TieredStore, check_key, open_store, parse_json
 
 
 def add_parser(subparsers: Any) -> None:
@@ -246,7 +246,23 @@ def cmd_rm(args: argparse.Namespace) -> int:
     return 0 if not missing else 1
 
 
+def _output_file(path: str, what: str) -> Path:
+    """``path`` as a file kbuild may write: its directory must exist (kbuild creates none) and be writable,
+    and it must not be a directory; a clear error naming it otherwise, before anything is opened."""
+    out = Path(path)
+    parent = out.parent if str(out.parent) else Path(".")
+    if out.is_dir():
+        raise StoreUsageError(f"{path}: is a directory; give a file name for the {what}")
+    if not parent.is_dir():
+        raise StoreUsageError(f"{path}: the directory {parent} does not exist (kbuild does not create it); "
+                              f"create it or write the {what} elsewhere")
+    if not os.access(parent, os.W_OK):
+        raise StoreUsageError(f"{path}: the directory {parent} is not writable")
+    return out
+
+
 def cmd_export(args: argparse.Namespace) -> int:
+    _output_file(args.file, "bundle")
     with _open(args) as store:
         report = export_bundle(store.local, args.file, target=args.target)
     if args.json:
@@ -281,7 +297,7 @@ def cmd_put(args: argparse.Namespace) -> int:
     meta: Any = {}
     if args.meta:
         try:
-            meta = json.loads(_read_file(args.meta, "metadata"))
+            meta = parse_json(_read_file(args.meta, "metadata"))
         except ValueError as exc:
             raise StoreUsageError(f"{args.meta}: not JSON: {exc}") from None
         if not isinstance(meta, dict):
@@ -306,6 +322,8 @@ def cmd_put(args: argparse.Namespace) -> int:
 
 def cmd_get(args: argparse.Namespace) -> int:
     key = check_key(args.key)
+    if args.output:
+        _output_file(args.output, "cubin")
     with _open(args) as store:
         art = store.get(key)
     if art is None:

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import base64
 import http.client
-import json
 import logging
 import socket
 import ssl
@@ -36,7 +35,15 @@ from urllib.parse import quote, unquote, urlsplit
 from kbuild.errors import StoreUsageError, TierUnavailableError
 
 from .deadline import Deadline
-from .store import MAX_BLOB_BYTES, MAX_RECORD_BYTES, EntryTooLarge, is_digest, redact_url
+from .store import (
+    MAX_BLOB_BYTES,
+    MAX_RECORD_BYTES,
+    EntryTooLarge,
+    check_host,
+    is_digest,
+    parse_json,
+    redact_url,
+)
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +61,7 @@ class HttpBackend:
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise StoreUsageError(f"store URL {redact_url(url)!r}: expected http(s)://host[:port][/prefix]")
+        check_host(url, parts.hostname)
         self.location = redact_url(url)  # exactly as configured, so messages can be matched to remotes[i]
         self.scheme = parts.scheme
         self.host = parts.hostname
@@ -253,9 +261,9 @@ class HttpBackend:
         if status != 200:
             raise self._unexpected("GET", "/ac/", status, data)
         try:
-            listing = json.loads(data)
+            listing = parse_json(data)
             names = [str(item["name"]) for item in listing if item.get("type", "file") == "file"]
-        except (ValueError, TypeError, KeyError, AttributeError, RecursionError):
+        except (ValueError, TypeError, KeyError, AttributeError):
             raise TierUnavailableError(f"{self.location}: GET /ac/ did not return a JSON listing; listing an HTTP "
                                        "tier needs nginx `autoindex on; autoindex_format json;`") from None
         return iter(sorted(n for n in names if is_digest(n)))

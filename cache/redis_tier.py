@@ -25,7 +25,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from kbuild.errors import StoreUsageError, TierUnavailableError
 
 from .deadline import Deadline
-from .store import MAX_BLOB_BYTES, MAX_RECORD_BYTES, EntryTooLarge, is_digest, redact_url
+from .store import MAX_BLOB_BYTES, MAX_RECORD_BYTES, EntryTooLarge, check_host, is_digest, redact_url
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +56,8 @@ class RedisBackend:
             raise StoreUsageError(f"store URL {redact_url(url)!r} needs redis-py: pip install 'kbuild[remote]'") from None
         self._redis = redis
         parts = urlsplit(url)
+        if parts.scheme != "unix":
+            check_host(url, parts.hostname or "localhost")  # redis-py's default host
         query = parse_qsl(parts.query, keep_blank_values=True)
         prefix = "kbuild"
         rest = []

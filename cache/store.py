@@ -37,6 +37,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import hmac
+import ipaddress
 import json
 import logging
 import re
@@ -72,6 +73,11 @@ MAX_RECORD_BYTES = 1 << 20
 #: hostile entry: a miss, never an allocation of whatever size a server claims.
 MAX_BLOB_BYTES = 256 << 20
 
+#: Deepest nesting of arrays and objects accepted in any JSON kbuild reads (records, metadata,
+#: manifests). The pipeline's metadata nests a few levels; Python's parser and encoder recurse once
+#: per level, so without a bound a hostile document ends in a RecursionError instead of a message.
+MAX_JSON_DEPTH = 64
+
 #: Metadata fields the build pipeline records (the store requires none of them; ``target``
 #: is used by ``export --target`` and ``compile_seconds``/``tune_seconds`` by the statistics).
 META_FIELDS = (
@@ -100,6 +106,23 @@ def canonical_json(value: Any) -> bytes:
 
 def sha256_hex(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+def parse_json(data: bytes | str, *, max_depth: int = MAX_JSON_DEPTH) -> Any:
+    """``json.loads`` that raises :class:`ValueError` (never :class:`RecursionError`) for a document nested
+    deeper than ``max_depth``, as for any other malformed one."""
+    try:
+        value = json.loads(data)
+    except RecursionError:
+        raise ValueError(f"nested more than {max_depth} levels deep") from None
+    stack = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, (dict, list)):
+            if depth > max_depth:
+                raise ValueError(f"nested more than {max_depth} levels deep")
+            stack.extend((child, depth + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return value
 
 
 class IntegrityError(Exception):
@@ -145,6 +168,7 @@ class Artefact:
             full["kbuild_version"] = __version__
         try:
             encoded = canonical_json(full)
+            parse_json(encoded)  # what every reader will do with it
         except (TypeError, ValueError, RecursionError) as exc:
             raise StoreUsageError(f"metadata of artefact {key} is not JSON data: {exc}") from None
         if len(encoded) > MAX_RECORD_BYTES - 4096:  # room for the key, digests and signature
@@ -198,8 +222,8 @@ class Record:
 def parse_record(key: str, raw: bytes) -> Record:
     """Parse and check a record's shape, key and metadata digest; :class:`IntegrityError` otherwise."""
     try:
-        body = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
+        body = parse_json(raw)
+    except ValueError as exc:  # UnicodeDecodeError included
         raise IntegrityError(f"record is not JSON ({exc})") from None
     if not isinstance(body, dict) or body.get("format") != RECORD_FORMAT:
         raise IntegrityError("record has an unknown format")
@@ -734,18 +758,55 @@ def redact_url(url: str) -> str:
     return urlunsplit((parts.scheme, host, parts.path, parts.query, parts.fragment))
 
 
+_LABEL = re.compile(r"^[A-Za-z0-9_-]{1,63}$")
+
+
+def check_host(url: str, host: str | None) -> None:
+    """:class:`StoreUsageError` unless ``host`` (of ``url``) is an IP address or a name a resolver can look
+    up: IDNA-encodable, labels of 1 to 63 letters, digits, ``-`` or ``_``, ``xn--`` labels valid Punycode."""
+    def bad(why: str) -> StoreUsageError:
+        return StoreUsageError(f"store URL {redact_url(url)!r}: host {host!r} {why}")
+
+    if not host:
+        raise bad("is missing")
+    try:
+        ipaddress.ip_address(host)
+        return
+    except ValueError:
+        pass
+    try:
+        name = host.encode("idna").decode("ascii").rstrip(".")
+    except UnicodeError as exc:
+        raise bad(f"is not a valid host name ({exc.__context__ or exc})") from None
+    if len(name) > 253:
+        raise bad("is longer than 253 characters")
+    for label in name.split("."):
+        if not _LABEL.match(label):
+            raise bad(f"has the label {label!r}: a label is 1 to 63 letters, digits, '-' or '_'")
+        if label.lower().startswith("xn--"):
+            try:
+                unicode = label[4:].encode("ascii").decode("punycode")
+            except UnicodeError:
+                unicode = ""
+            if not unicode or unicode.isascii() or not all(c.isalnum() or c == "-" for c in unicode):
+                raise bad(f"has the label {label!r}, which is not valid IDNA (Punycode)")
+
+
 def backend_for_url(url: str, *, where: str = "remotes", timeout: float = 5.0, deadline: float = 30.0) -> Backend:
     """The backend for a remote tier URL (no connection is made yet). ``timeout`` bounds each socket
-    operation, ``deadline`` each whole request."""
+    operation, ``deadline`` each whole request. A bad URL is a :class:`StoreUsageError` naming ``where``."""
     scheme = urlsplit(url).scheme.lower()
-    if scheme in ("http", "https"):
-        from .http import HttpBackend
+    try:
+        if scheme in ("http", "https"):
+            from .http import HttpBackend
 
-        return HttpBackend(url, timeout=timeout, deadline=deadline)
-    if scheme in ("redis", "rediss", "unix"):
-        from .redis_tier import RedisBackend
+            return HttpBackend(url, timeout=timeout, deadline=deadline)
+        if scheme in ("redis", "rediss", "unix"):
+            from .redis_tier import RedisBackend
 
-        return RedisBackend(url, timeout=timeout, deadline=deadline)
+            return RedisBackend(url, timeout=timeout, deadline=deadline)
+    except StoreUsageError as exc:
+        raise StoreUsageError(f"{where}: {exc}") from None
     raise StoreUsageError(
         f"{where}: unknown store URL scheme {scheme + '://' if scheme else '(none)'} in {redact_url(url)!r}; "
         "expected http://, https:// (Bazel remote-cache layout) or redis://")

@@ -557,7 +557,7 @@ def test_full_disk_put_is_a_clean_error_that_leaves_nothing(tmp_path, full_store
     art = make_artefact("one-more", size=150_000)
     (tmp_path / "c").write_bytes(art.cubin)
     proc = kbuild("cache", "put", "--store", str(store), "--key", art.key, "--cubin", str(tmp_path / "c"), cwd=tmp_path)
-    assert_clean_error(proc.returncode, proc.stderr, names=[str(store), "full"])
+    assert_clean_error(proc.returncode, proc.stderr, names=[str(store), "full ("])
     assert stored_files(store) == (len(stored), len(stored))
 
 
@@ -733,3 +733,102 @@ def test_build_on_a_read_only_store_serves_hits_and_warns_once_about_misses(tmp_
         s.put(make_artefact("miss-1"))
         s.put(make_artefact("miss-2"))
     assert caplog.text.count("is read-only") == 1, caplog.text
+
+
+# ----------------------------------------------------------------------------------------------
+# Clean errors: one line naming the file and key, exit 2, nothing written.
+
+@hostile(fault="bad remote URL", outcome="clean error")
+@pytest.mark.parametrize("url", ["http://xn--a.example/c", "http://a..b/", f"http://{'a' * 64}.example/",
+                                 "https://exa mple.com/", "redis://xn--a.example:6379/0"])
+def test_remote_host_that_is_no_valid_name_is_a_clean_error(tmp_path, monkeypatch, url):
+    config = pyproject(tmp_path, [url])
+    monkeypatch.chdir(tmp_path)
+    code, _out, err = run_cache(["get", "--config", str(config), make_key("x")])
+    assert_clean_error(code, err, names=[str(config), "remotes[0].url", "host '"])
+    assert not (tmp_path / "store").exists()
+
+
+def _nested(depth: int) -> str:
+    return '{"kernel": "k", "deep": ' + "[" * depth + "]" * depth + "}"
+
+
+@hostile(fault="deeply nested JSON", outcome="clean error")
+@pytest.mark.parametrize("depth", [100, 100_000])
+def test_deeply_nested_metadata_in_cache_put_is_a_clean_error(tmp_path, monkeypatch, depth):
+    (tmp_path / "meta.json").write_text(_nested(depth))
+    (tmp_path / "c.cubin").write_bytes(b"\x7fELF")
+    monkeypatch.chdir(tmp_path)
+    code, _out, err = run_cache(["put", "--store", str(tmp_path / "store"), "--key", make_key("n"), "--cubin",
+                                 str(tmp_path / "c.cubin"), "--meta", str(tmp_path / "meta.json")])
+    assert_clean_error(code, err, names=[str(tmp_path / "meta.json"), "nested more than 64 levels"])
+    assert not (tmp_path / "store").exists()
+
+
+@hostile(fault="deeply nested JSON", outcome="clean error")
+@pytest.mark.parametrize("depth", [100, 100_000])
+def test_deeply_nested_bundle_manifest_is_a_clean_error(tmp_path, monkeypatch, depth):
+    import tarfile
+
+    bundle = tmp_path / "deep.tar"
+    manifest = ('{"format": "kbuild-bundle/1", "keys": ' + "[" * depth + "]" * depth + "}").encode()
+    with tarfile.open(bundle, "w", format=tarfile.USTAR_FORMAT) as tar:
+        info = tarfile.TarInfo("kbuild-bundle.json")
+        info.size = len(manifest)
+        tar.addfile(info, io.BytesIO(manifest))
+    monkeypatch.chdir(tmp_path)
+    code, _out, err = run_cache(["import", "--store", str(tmp_path / "store"), str(bundle)])
+    assert_clean_error(code, err, names=[str(bundle), "kbuild-bundle.json", "nested more than 64 levels"])
+    assert stored(tmp_path / "store") == ([], 0)
+
+
+@pytest.mark.redis
+@hostile(fault="deeply nested JSON", outcome="degraded with warning")
+def test_deeply_nested_remote_record_is_a_corrupt_entry(redis_url, caplog):
+    from kbuild.cache.redis_tier import RedisBackend
+    from kbuild.cache.store import Tier
+
+    backend = RedisBackend(redis_url)
+    key = make_key("nested-record")
+    backend.client.set(backend._ac(key), ("[" * 100_000 + "]" * 100_000).encode())
+    with caplog.at_level(logging.WARNING):
+        assert Tier(backend, writable=False).get(key) is None
+    assert "nested more than 64 levels" in caplog.text
+    backend.close()
+
+
+@hostile(fault="bad output path", outcome="clean error")
+@pytest.mark.parametrize("where", ["directory", "missing directory", "read-only directory"])
+def test_cache_export_to_a_bad_path_is_a_clean_error(tmp_path, monkeypatch, where, request):
+    from hostile_helpers import tree_digest
+
+    store = tmp_path / "store"
+    open_store(settings(store)).close()
+    if where == "directory":
+        out = tmp_path / "out"
+        out.mkdir()
+    elif where == "missing directory":
+        out = tmp_path / "missing" / "b.tar"
+    else:
+        ro = request.getfixturevalue("tmpfs")("ro-out", "1m")
+        subprocess.run(["mount", "-o", "remount,ro", str(ro)], check=True)
+        out = ro / "b.tar"
+    before = tree_digest(tmp_path)
+    monkeypatch.chdir(tmp_path)
+    code, _out, err = run_cache(["export", "--store", str(store), str(out)])
+    assert_clean_error(code, err, names=[str(out)])
+    assert tree_digest(tmp_path) == before and not (tmp_path / "missing").exists()
+
+
+@hostile(fault="bad output path", outcome="clean error")
+@pytest.mark.parametrize("where", ["missing directory", "directory"])
+def test_cache_get_output_in_a_missing_directory_is_a_clean_error(tmp_path, monkeypatch, where):
+    store = tmp_path / "store"
+    art = make_artefact("get-o")
+    with open_store(settings(store)) as s:
+        s.put(art)
+    out = tmp_path / "missing" / "sub" / "k.cubin" if where == "missing directory" else tmp_path
+    monkeypatch.chdir(tmp_path)
+    code, _out, err = run_cache(["get", "--store", str(store), art.key, "-o", str(out)])
+    assert_clean_error(code, err, names=[str(out)])
+    assert not (tmp_path / "missing").exists()  # no directory was created
