@@ -4,30 +4,46 @@ Resolving (phase 1 of the pipeline) imports Triton and every kernel module to co
 that import is most of what an all-hit build costs. The memo records, after a full resolve, the
 keys' components together with a fingerprint of everything they were computed from:
 
-* kbuild's version and the source files of the code that computes keys;
-* Triton's installed files (its ``RECORD``, which lists the sha256 of every file, ptxas included)
-  and the Python version;
+* kbuild's version, the Python version and the source files of the code that computes keys;
+* Triton's version string (``__version__`` read from its source, not imported) and ptxas: the
+  path, size and modification time of each binary Triton runs, and its ``--version``;
+* the environment variables Triton reads while compiling: every ``TRITON_*``, the ``MLIR_*``,
+  ``LLVM_*``, ``NVPTX_*``, ``AMDGCN_*`` and ``DISABLE_*`` switches of its passes, and the other
+  names Triton's ``knobs`` read (recorded when the memo is written);
+* every module loaded when the keys were computed, outside the standard library: the kernels,
+  everything they import, wherever it lives (another package, a loose ``shared_consts.py`` on
+  ``sys.path``), Triton and kbuild. A file that belongs to an installed distribution counts
+  through the distribution's ``RECORD`` (name, version and the sha256 of ``RECORD``, which lists
+  the sha256 of every file); any other file by its sha256. Each top-level module's location is
+  recorded too, so that a module that now shadows it elsewhere on the path is noticed;
+* every ``.py`` file of the kernels' packages (imported or not), ``pyproject.toml`` and ``kbuild.lock``;
 * the kernel declarations, targets, tune mode and tuner settings;
-* the contents of every file the keys can depend on: the kernels' packages, and every module
-  that holds a ``@triton.jit`` function (a callee's source enters Triton's source hash), apart
-  from Triton's own (covered by its ``RECORD``).
+* the global values Triton folds into each kernel (``SCALE = tl.constexpr(2.0)``, or
+  ``consts.SCALE``; :func:`kbuild.compile.triton_aot.folded_globals`). Their files are in the
+  fingerprint; a memo is written only when each value is plainly a function of those files (an
+  assignment of literals, arithmetic, ``tl.constexpr(...)`` and other such globals, or an import of
+  one). A value computed at import time from anything else (an environment variable, a data file)
+  could change with every file unchanged, so such a project always resolves in full.
 
 A later build recomputes the fingerprint from those files alone (no imports) and, when it is
-unchanged, reuses the keys. Any difference, a missing file, a tool override (``KBUILD_PTXAS``), or
-a Triton without a ``RECORD`` means no memo: the full resolve runs. The pipeline uses memo keys
-only when every artefact is found in the store; on any miss it resolves in full, so nothing is
-ever compiled from a memo. Memos live in ``<store>/memo/`` and may be deleted at any time.
+unchanged, reuses the keys. Any difference, a missing file, a tool override (``KBUILD_PTXAS``)
+or a Triton whose version cannot be read means no memo: the full resolve runs. The pipeline uses
+memo keys only when every artefact is found in the store; on any miss it resolves in full, so
+nothing is ever compiled from a memo. Memos live in ``<store>/memo/`` and may be deleted at any time.
 """
 
 from __future__ import annotations
 
+import ast
+import builtins
 import hashlib
 import importlib.util
 import json
 import logging
 import os
+import re
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -35,15 +51,21 @@ from kbuild.fsutil import write_atomic
 
 log = logging.getLogger(__name__)
 
-MEMO_SCHEMA = 1
+MEMO_SCHEMA = 2
 #: Modules of kbuild whose code decides the keys.
 _KEY_CODE = ("kbuild.key", "kbuild.compile.triton_aot", "kbuild.targets", "kbuild.config", "kbuild.tune",
              "kbuild.hooks.pipeline", "kbuild.hooks.memo")
+#: Environment variables Triton reads while compiling, by prefix (see the module docstring).
+_ENV_PREFIXES = ("TRITON_", "MLIR_", "LLVM_", "NVPTX_", "AMDGCN_", "DISABLE_")
+
+
+def _sha_bytes(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
 
 
 def _sha_file(path: str | Path) -> str | None:
     try:
-        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+        return _sha_bytes(Path(path).read_bytes())
     except OSError:
         return None
 
@@ -57,14 +79,30 @@ def _module_file(name: str) -> str | None:
     return origin
 
 
-def _triton_record() -> str | None:
+def _triton_version() -> str | None:
+    """Triton's ``__version__`` (what the keys record), read from its ``__init__.py`` without importing it."""
+    spec = importlib.util.find_spec("triton")
+    if spec is None or not spec.origin:
+        return None
+    try:
+        text = Path(spec.origin).read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return None
+    m = re.search(r"^__version__\s*=\s*['\"]([^'\"]+)['\"]", text, re.MULTILINE)
+    if m:
+        return m.group(1)
     from importlib import metadata
 
     try:
-        text = metadata.distribution("triton").read_text("RECORD")
+        return metadata.version("triton")
     except metadata.PackageNotFoundError:
         return None
-    return hashlib.sha256(text.encode()).hexdigest() if text else None
+
+
+def _compile_env(names: Iterable[str] = ()) -> dict[str, str]:
+    from kbuild.config import env_with_prefix
+
+    return env_with_prefix(_ENV_PREFIXES, tuple(names))
 
 
 def _settings_doc(settings: Any, kernels: Sequence[Any], targets: Sequence[Any]) -> dict[str, Any]:
@@ -84,13 +122,14 @@ def _settings_doc(settings: Any, kernels: Sequence[Any], targets: Sequence[Any])
 
 
 def _environment() -> dict[str, Any] | None:
+    """What the memo depends on that can be read before the memo itself (cheap, no imports)."""
     from kbuild import __version__
     from kbuild.config import env_value
 
     if any(env_value(f"KBUILD_{tool}") for tool in ("PTXAS", "NVDISASM", "CUOBJDUMP")):
         return None
-    record = _triton_record()
-    if record is None:
+    triton = _triton_version()
+    if triton is None:
         return None
     code = {}
     for name in _KEY_CODE:
@@ -99,42 +138,382 @@ def _environment() -> dict[str, Any] | None:
         if digest is None:
             return None
         code[name] = digest
-    return {"schema": MEMO_SCHEMA, "kbuild": __version__, "python": sys.version, "triton_record": record,
-            "code": code}
+    return {"schema": MEMO_SCHEMA, "kbuild": __version__, "python": sys.version, "executable": sys.executable,
+            "triton": triton, "code": code}
 
 
 def _memo_path(settings: Any, doc: dict[str, Any]) -> Path:
-    ident = hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()
+    """One memo per declaration and Triton environment (builds that alternate ``TRITON_*`` settings keep both)."""
+    ident = hashlib.sha256(json.dumps([doc, _compile_env()], sort_keys=True, default=str).encode()).hexdigest()
     return Path(settings.store_path) / "memo" / f"{ident[:32]}.json"
 
 
-def dependency_files(settings: Any, kernel_fns: Iterable[Any]) -> list[str]:
-    """The files the keys of these (imported) kernels can depend on; see the module docstring."""
-    from triton.runtime.jit import JITFunction
+# ----------------------------------------------------------------------------------------------
+# What was loaded: files, distributions, where each top-level module was found.
+
+def _stdlib_dirs() -> tuple[list[str], list[str]]:
+    import site
+    import sysconfig
+
+    paths = sysconfig.get_paths()
+    std = {os.path.realpath(paths[k]) for k in ("stdlib", "platstdlib") if paths.get(k)}
+    sites = {os.path.realpath(p) for p in (paths.get("purelib"), paths.get("platlib"), *site.getsitepackages(),
+                                           site.getusersitepackages()) if p}
+    return sorted(std), sorted(sites)
+
+
+def _under(path: str, dirs: Iterable[str]) -> bool:
+    return any(path == d or path.startswith(d + os.sep) for d in dirs)
+
+
+def _distribution_files(top: str, cache: dict[str, list[tuple[Any, set[str]]]],
+                        owners: Mapping[str, list[str]]) -> list[tuple[Any, set[str]]]:
+    """The installed distributions that provide the top-level module ``top``, each with its files."""
+    if top not in cache:
+        from importlib import metadata
+
+        found = []
+        for name in owners.get(top, []):
+            try:
+                dist = metadata.distribution(name)
+            except metadata.PackageNotFoundError:
+                continue
+            files = {os.path.normpath(os.path.abspath(str(dist.locate_file(p)))) for p in dist.files or []}
+            found.append((dist, files))
+        cache[top] = found
+    return cache[top]
+
+
+def _record_of(dist: Any) -> Path | None:
+    for p in dist.files or []:
+        if p.name == "RECORD" and p.parent.name.endswith(".dist-info"):
+            return Path(os.path.abspath(str(dist.locate_file(p))))
+    return None
+
+
+def _where(spec: Any) -> Any:
+    if spec is None:
+        return None
+    if spec.origin and spec.origin not in ("namespace", "built-in", "frozen"):
+        return os.path.normpath(os.path.abspath(spec.origin))
+    return sorted(str(p) for p in (spec.submodule_search_locations or [])) or spec.origin
+
+
+def _loaded_code(settings: Any) -> dict[str, Any] | None:
+    """Loose files (sha256), distributions (their ``RECORD``) and top-level locations of every module
+    loaded now outside the standard library; None when some file cannot be read."""
+    from importlib import metadata
 
     from kbuild.emit import kernel_sources
 
-    files = {str(p) for p in kernel_sources(settings)}
-    for fn in kernel_fns:
-        mod = sys.modules.get(getattr(fn, "__module__", "") or "")
-        mod_file = getattr(mod, "__file__", None)
-        if mod_file:
-            files.add(str(Path(mod_file).resolve()))
-    import triton
-
-    triton_dir = str(Path(triton.__file__).resolve().parent)
-    for mod in list(sys.modules.values()):
+    std, sites = _stdlib_dirs()
+    owners = metadata.packages_distributions()
+    dist_cache: dict[str, list[tuple[Any, set[str]]]] = {}
+    files: dict[str, str] = {}
+    dists: dict[str, dict[str, str]] = {}
+    tops: dict[str, Any] = {}
+    for name, mod in sorted(sys.modules.items()):
         path = getattr(mod, "__file__", None)
-        if not path or str(Path(path).resolve()).startswith(triton_dir + os.sep):
+        if not isinstance(path, str) or name == "__main__":
+            continue
+        path = os.path.normpath(os.path.abspath(path))
+        if _under(os.path.realpath(path), std) and not _under(os.path.realpath(path), sites):
+            continue
+        top = name.partition(".")[0]
+        if top not in tops:
+            spec = getattr(sys.modules.get(top), "__spec__", None)
+            if spec is None:
+                try:
+                    spec = importlib.util.find_spec(top)
+                except (ImportError, ValueError):
+                    return None
+            tops[top] = _where(spec)
+        owner = next(((d, fs) for d, fs in _distribution_files(top, dist_cache, owners) if path in fs), None)
+        record = _record_of(owner[0]) if owner is not None else None
+        if owner is not None and record is not None:
+            dist = owner[0]
+            if dist.metadata["Name"] not in dists:
+                digest = _sha_file(record)
+                if digest is None:
+                    return None
+                dists[dist.metadata["Name"]] = {"version": dist.version, "record": str(record), "sha256": digest}
+            continue
+        digest = _sha_file(path)
+        if digest is None:
+            return None
+        files[path] = digest
+    for p in kernel_sources(settings):
+        digest = _sha_file(p)
+        if digest is None:
+            return None
+        files[str(p)] = digest
+    return {"files": files, "dists": dists, "tops": tops}
+
+
+def _loaded_code_holds(settings: Any, code: dict[str, Any]) -> bool:
+    for dist in code["dists"].values():
+        if _sha_file(dist["record"]) != dist["sha256"]:
+            log.debug("memo: %s changed", dist["record"])
+            return False
+    from kbuild.compile.triton_aot import _project_on_path
+
+    with _project_on_path(settings):
+        for top, where in code["tops"].items():
+            try:
+                now = _where(importlib.util.find_spec(top))
+            except (ImportError, ValueError):
+                now = None
+            if now != where:
+                log.debug("memo: %s is now found at %s, not %s", top, now, where)
+                return False
+    for f, digest in code["files"].items():
+        if _sha_file(f) != digest:
+            log.debug("memo: %s changed", f)
+            return False
+    return True
+
+
+def _ptxas_identity() -> list[dict[str, Any]] | None:
+    """Each ptxas binary Triton would run: path, size, modification time; with the version the keys record."""
+    from triton import knobs
+
+    from kbuild.toolchain import ptxas_version
+
+    out: list[dict[str, Any]] = []
+    for tool in (knobs.nvidia.ptxas, knobs.nvidia.ptxas_blackwell):
+        try:
+            st = os.stat(tool.path)
+        except OSError:
+            return None
+        out.append({"path": tool.path, "size": st.st_size, "mtime_ns": st.st_mtime_ns})
+    out.append({"version": ptxas_version()})
+    return out
+
+
+def _ptxas_holds(identity: list[dict[str, Any]]) -> bool:
+    for entry in identity:
+        if "path" not in entry:
             continue
         try:
-            values = list(vars(mod).values())
-        except TypeError:
-            continue
-        if any(isinstance(v, JITFunction) for v in values):
-            files.add(str(Path(path).resolve()))
-    return sorted(files)
+            st = os.stat(entry["path"])
+        except OSError:
+            return False
+        if (st.st_size, st.st_mtime_ns) != (entry["size"], entry["mtime_ns"]):
+            return False
+    return True
 
+
+# ----------------------------------------------------------------------------------------------
+# Folded global values: is each one plainly a function of the files in the fingerprint?
+
+#: Calls whose result depends on their arguments only.
+_PURE_CALLS = frozenset({"int", "float", "bool", "str", "tuple", "abs", "min", "max", "round", "pow", "len"})
+#: Modules whose attributes are constants of the installed version (covered by the fingerprint).
+_CONSTANT_MODULES = frozenset({"triton", "math"})
+
+
+class _Provenance:
+    """Decides whether module-level names are bound, once, to values computed from literals alone."""
+
+    def __init__(self) -> None:
+        self._trees: dict[str, ast.Module | None] = {}
+
+    def _tree(self, module: str) -> ast.Module | None:
+        if module not in self._trees:
+            path = getattr(sys.modules.get(module), "__file__", None)
+            tree = None
+            if isinstance(path, str) and path.endswith(".py"):
+                try:
+                    tree = ast.parse(Path(path).read_bytes())
+                except (OSError, SyntaxError, ValueError):
+                    tree = None
+            self._trees[module] = tree
+        return self._trees[module]
+
+    @staticmethod
+    def _bindings(tree: ast.Module, name: str) -> list[tuple[ast.AST, bool]]:
+        """Every statement that binds ``name`` in the module's namespace, and whether it is a direct child of
+        the module body. ``global name`` in a function and ``from m import *`` count as bindings."""
+        found: list[tuple[ast.AST, bool]] = []
+
+        def binds_here(node: ast.AST) -> bool:
+            for sub in ast.walk(node):
+                if isinstance(sub, ast.Name) and sub.id == name and isinstance(sub.ctx, (ast.Store, ast.Del)):
+                    return True
+                if isinstance(sub, ast.alias) and (sub.name == "*" or (sub.asname or sub.name.split(".")[0]) == name):
+                    return True
+                if isinstance(sub, ast.ExceptHandler) and sub.name == name:
+                    return True
+            return False
+
+        def visit(stmts: list[ast.stmt], top: bool) -> None:
+            for st in stmts:
+                if isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                    if st.name == name:
+                        found.append((st, top))
+                    if any(isinstance(g, ast.Global) and name in g.names for g in ast.walk(st)):
+                        found.append((st, False))
+                    continue
+                bodies = [getattr(st, f) for f in ("body", "orelse", "finalbody") if isinstance(getattr(st, f, None), list)]
+                bodies += [h.body for h in getattr(st, "handlers", [])] + [c.body for c in getattr(st, "cases", [])]
+                if bodies:
+                    header = [getattr(st, f) for f in ("test", "target", "iter", "items", "subject", "handlers")
+                              if getattr(st, f, None) is not None]
+                    if any(binds_here(h) if isinstance(h, ast.AST) else any(binds_here(x) for x in h) for h in header):
+                        found.append((st, False))
+                    for body in bodies:
+                        visit(body, False)
+                elif binds_here(st):
+                    found.append((st, top))
+
+        visit(tree.body, True)
+        return found
+
+    def _import_target(self, module: str, name: str) -> str | None:
+        """The module a name is bound to by ``import x.y [as name]`` or ``from p import m [as name]``."""
+        tree = self._tree(module)
+        if tree is None:
+            return None
+        bindings = self._bindings(tree, name)
+        if len(bindings) != 1 or not bindings[0][1]:
+            return None
+        st = bindings[0][0]
+        if isinstance(st, ast.Import):
+            alias = next(a for a in st.names if (a.asname or a.name.split(".")[0]) == name)
+            return alias.name if alias.asname else alias.name.split(".")[0]
+        if isinstance(st, ast.ImportFrom):
+            alias = next(a for a in st.names if (a.asname or a.name) == name)
+            source = self._resolve(module, st)
+            target = f"{source}.{alias.name}" if source else None
+            return target if target in sys.modules else None
+        return None
+
+    @staticmethod
+    def _resolve(module: str, st: ast.ImportFrom) -> str | None:
+        package = getattr(sys.modules.get(module), "__package__", None)
+        try:
+            return importlib.util.resolve_name("." * st.level + (st.module or ""), package) if st.level else st.module
+        except (ImportError, ValueError):
+            return None
+
+    def proven(self, module: str | None, name: str, depth: int = 0) -> bool:
+        """Whether ``module.name`` is bound once, at the top of the module, to a literal-only value."""
+        if module is None or depth > 32:
+            return False
+        if module.partition(".")[0] in _CONSTANT_MODULES:
+            return True
+        tree = self._tree(module)
+        if tree is None:
+            return False
+        bindings = self._bindings(tree, name)
+        if len(bindings) != 1 or not bindings[0][1]:
+            return False
+        st = bindings[0][0]
+        if isinstance(st, ast.ImportFrom) and all(a.name != "*" for a in st.names):
+            alias = next(a for a in st.names if (a.asname or a.name) == name)
+            source = self._resolve(module, st)
+            return source is not None and f"{source}.{alias.name}" not in sys.modules and \
+                self.proven(source, alias.name, depth + 1)
+        if isinstance(st, ast.Assign) and len(st.targets) == 1 and isinstance(st.targets[0], ast.Name):
+            return self._pure(module, st.value, depth)
+        if isinstance(st, ast.AnnAssign) and st.value is not None and isinstance(st.target, ast.Name):
+            return self._pure(module, st.value, depth)
+        return False
+
+    def _attribute_module(self, module: str, node: ast.Attribute) -> tuple[str, str] | None:
+        """``(module, attribute)`` for ``m.attr`` / ``pkg.sub.attr`` where the root names an imported module."""
+        chain: list[str] = []
+        root: ast.expr = node
+        while isinstance(root, ast.Attribute):
+            chain.insert(0, root.attr)
+            root = root.value
+        if not isinstance(root, ast.Name):
+            return None
+        target = self._import_target(module, root.id)
+        if target is None:
+            return None
+        return ".".join([target, *chain[:-1]]), chain[-1]
+
+    def _pure(self, module: str, expr: ast.expr, depth: int) -> bool:
+        if isinstance(expr, ast.Constant):
+            return True
+        if isinstance(expr, ast.UnaryOp):
+            return self._pure(module, expr.operand, depth)
+        if isinstance(expr, ast.BinOp):
+            return self._pure(module, expr.left, depth) and self._pure(module, expr.right, depth)
+        if isinstance(expr, ast.BoolOp):
+            return all(self._pure(module, v, depth) for v in expr.values)
+        if isinstance(expr, ast.Compare):
+            return all(self._pure(module, v, depth) for v in (expr.left, *expr.comparators))
+        if isinstance(expr, ast.IfExp):
+            return all(self._pure(module, v, depth) for v in (expr.test, expr.body, expr.orelse))
+        if isinstance(expr, (ast.Tuple, ast.List)):
+            return all(not isinstance(e, ast.Starred) and self._pure(module, e, depth) for e in expr.elts)
+        if isinstance(expr, ast.Name):
+            return self.proven(module, expr.id, depth + 1)
+        if isinstance(expr, ast.Attribute):
+            owner = self._attribute_module(module, expr)
+            return owner is not None and self.proven(owner[0], owner[1], depth + 1)
+        if isinstance(expr, ast.Call):
+            args = [*expr.args, *(k.value for k in expr.keywords)]
+            if any(isinstance(a, ast.Starred) for a in expr.args) or any(k.arg is None for k in expr.keywords):
+                return False
+            if not all(self._pure(module, a, depth) for a in args):
+                return False
+            func = expr.func
+            if isinstance(func, ast.Name):
+                tree = self._tree(module)
+                if func.id in _PURE_CALLS and hasattr(builtins, func.id):
+                    return tree is not None and not self._bindings(tree, func.id)
+                return func.id == "constexpr" and self._imported_from_triton(module, func.id)
+            if isinstance(func, ast.Attribute):
+                owner = self._attribute_module(module, func)
+                return owner is not None and (owner[0].partition(".")[0] == "math"
+                                              or (owner[0].partition(".")[0] == "triton" and owner[1] == "constexpr"))
+        return False
+
+    def _imported_from_triton(self, module: str, name: str) -> bool:
+        """``from triton.language import constexpr`` (or ``from triton.language.core import ...``)."""
+        tree = self._tree(module)
+        bindings = self._bindings(tree, name) if tree is not None else []
+        if len(bindings) != 1 or not isinstance(bindings[0][0], ast.ImportFrom):
+            return False
+        source = self._resolve(module, bindings[0][0])  # type: ignore[arg-type]
+        return source is not None and source.partition(".")[0] == "triton"
+
+
+def _folded_values(builds: Sequence[Any]) -> dict[str, str] | None:
+    """``{"module:name": value}`` of the globals Triton folds into these kernels; None when some value is
+    not plainly a function of the source files (see the module docstring)."""
+    from kbuild.compile.triton_aot import folded_globals
+
+    proof = _Provenance()
+    out: dict[str, str] = {}
+    for fn in {id(b.fn): b.fn for b in builds if b.fn is not None}.values():
+        for g in folded_globals(fn):
+            text = g.text
+            if text is None or "." in g.name or not proof.proven(g.module, g.name):  # "Config.BLOCK": not proven
+                log.debug("memo not written: %s:%s (folded into %s) is not computed from literals alone",
+                          g.module, g.name, getattr(fn, "__name__", fn))
+                return None
+            out[f"{g.module}:{g.name}"] = text
+    return out
+
+
+def _knob_names() -> list[str]:
+    """Variables Triton's ``knobs`` read that the prefixes do not cover (``PTXAS_OPTIONS``, ``USE_IR_LOC``)."""
+    from triton import knobs
+
+    names = set()
+    for group in vars(knobs).values():
+        for desc in getattr(type(group), "__dict__", {}).values():
+            key = getattr(desc, "key", None)
+            if isinstance(key, str) and key.isupper() and not key.startswith(_ENV_PREFIXES):
+                names.add(key)
+    return sorted(names)
+
+
+# ----------------------------------------------------------------------------------------------
 
 def load(settings: Any, kernels: Sequence[Any], targets: Sequence[Any]) -> list[dict[str, Any]] | None:
     """The memo's key components for these kernels × targets, when the fingerprint still holds."""
@@ -149,10 +528,11 @@ def load(settings: Any, kernels: Sequence[Any], targets: Sequence[Any]) -> list[
         memo = json.loads(path.read_text())
         if memo.get("environment") != env or memo.get("settings") != json.loads(json.dumps(doc, default=str)):
             return None
-        for f, digest in memo["files"].items():
-            if _sha_file(f) != digest:
-                log.debug("memo %s: %s changed", path, f)
-                return None
+        if memo["triton_env"] != _compile_env(memo["env_names"]):
+            log.debug("memo %s: Triton's environment changed", path)
+            return None
+        if not _ptxas_holds(memo["ptxas"]) or not _loaded_code_holds(settings, memo["code"]):
+            return None
         return list(memo["builds"])
     except (OSError, ValueError, KeyError, TypeError) as exc:
         log.debug("memo not used: %s", exc)
@@ -166,19 +546,21 @@ def save(settings: Any, kernels: Sequence[Any], targets: Sequence[Any], builds: 
         if env is None:
             return
         doc = _settings_doc(settings, kernels, targets)
-        files = {}
-        for f in dependency_files(settings, {b.fn for b in builds if b.fn is not None}):
-            digest = _sha_file(f)
-            if digest is None:
-                return
-            files[f] = digest
+        folded = _folded_values(builds)
+        ptxas = _ptxas_identity()
+        code = _loaded_code(settings)
+        if folded is None or ptxas is None or code is None:
+            return
         for b in builds:  # the components must survive JSON with the same digest
             for key in (b.baseline_key, b.tuned_key):
                 if key is not None and type(key)(json.loads(json.dumps(key.components))).hex != key.hex:
                     return
-        memo = {"environment": env, "settings": json.loads(json.dumps(doc, default=str)), "files": files,
+        names = _knob_names()
+        memo = {"environment": env, "settings": json.loads(json.dumps(doc, default=str)),
+                "env_names": names, "triton_env": _compile_env(names), "ptxas": ptxas, "code": code,
+                "folded_globals": folded,
                 "builds": [{"kernel": b.spec.name, "target": b.target.name, "baseline": b.baseline_key.components,
                             "tuned": b.tuned_key.components if b.tuned_key is not None else None} for b in builds]}
         write_atomic(_memo_path(settings, doc), json.dumps(memo, sort_keys=True))
-    except (OSError, ValueError, TypeError) as exc:
+    except (OSError, ValueError, TypeError, AttributeError) as exc:
         log.debug("memo not written: %s", exc)

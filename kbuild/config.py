@@ -317,6 +317,14 @@ def env_setting(name: str, environ: Mapping[str, str] | None = None) -> Any:
     return f.default if f.default_factory is dataclasses.MISSING else f.default_factory()
 
 
+def env_with_prefix(prefixes: tuple[str, ...], names: tuple[str, ...] = (),
+                    environ: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Every variable whose name starts with one of ``prefixes`` or is one of ``names`` (set ones only,
+    empty ones included: a tool may tell an empty value from an unset one), sorted by name."""
+    env = os.environ if environ is None else environ
+    return {k: env[k] for k in sorted(env) if k.startswith(prefixes) or k in names}
+
+
 # ----------------------------------------------------------------------------------------------
 # Conversion from TOML values to the typed model.
 

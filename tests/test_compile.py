@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import os
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -95,3 +98,46 @@ def test_bad_kernel_declarations(tmp_path: Path, decl: str, key: str, fragment: 
     assert err.value.key == f"[tool.kbuild.kernels][0]{key}"
     assert fragment in str(err.value)
     assert str(err.value).startswith(str(cfg))
+
+
+CONSTS_KERNEL = """import triton
+import triton.language as tl
+
+import kconsts
+
+
+@triton.jit
+def scale(x_ptr, n, BLOCK: tl.constexpr):
+    o = tl.arange(0, BLOCK)
+    m = o < n
+    tl.store(x_ptr + o, tl.load(x_ptr + o, mask=m) * kconsts.SCALE, mask=m)
+"""
+
+
+@pytest.mark.hostile(fault="stale key", outcome="served correct bytes")
+def test_a_module_attribute_read_by_a_kernel_is_part_of_its_key(tmp_path: Path):
+    """Triton folds ``kconsts.SCALE`` into the code but leaves it out of its own hash: the key must not."""
+    (tmp_path / "p" / "mykern").mkdir(parents=True)
+    (tmp_path / "p" / "mykern" / "__init__.py").write_text("")
+    (tmp_path / "p" / "mykern" / "k.py").write_text(CONSTS_KERNEL)
+    consts = tmp_path / "p" / "kconsts.py"
+    config = tmp_path / "p" / "pyproject.toml"
+    config.write_text("[project]\nname = 'p'\nversion = '0'\n[tool.kbuild]\ntargets = ['sm_80']\ntune = 'off'\n"
+                      "[[tool.kbuild.kernels]]\nname = 'scale'\nsource = 'mykern.k:scale'\n"
+                      "signature = { x_ptr = '*fp32:16', n = 'i32' }\nconstexprs = { BLOCK = 128 }\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KBUILD_")}
+
+    def compile_json(store: Path) -> dict:
+        proc = subprocess.run([sys.executable, "-m", "kbuild", "compile", "--config", str(config), "--no-progress",
+                               "--json"], env={**env, "KBUILD_STORE": str(store)}, capture_output=True, text=True,
+                              check=False)
+        assert proc.returncode == 0, proc.stderr
+        return json.loads(proc.stdout)[0]
+
+    consts.write_text("import triton.language as tl\n\nSCALE = tl.constexpr(2.0)\n")
+    before = compile_json(tmp_path / "store")
+    consts.write_text("import triton.language as tl\n\nSCALE = tl.constexpr(3.0)\n")
+    after = compile_json(tmp_path / "store")
+    fresh = compile_json(tmp_path / "fresh-store")
+    assert after["key"] != before["key"] and not after["store_hit"]
+    assert after["key"] == fresh["key"] and after["cubin_sha256"] == fresh["cubin_sha256"] != before["cubin_sha256"]

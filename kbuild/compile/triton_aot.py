@@ -8,19 +8,23 @@ runs against a private, empty Triton cache so that nothing stale or foreign is r
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import dataclasses
 import hashlib
 import importlib
+import inspect
+import json
 import sys
 import tempfile
 import time
+import types
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kbuild.config import KernelSettings, Settings
+from kbuild.config import KernelSettings, Settings, env_value
 from kbuild.errors import CompileError, KernelSourceError, MissingDependencyError
 from kbuild.targets import Target
 from kbuild.toolchain import ptxas_version, triton_version
@@ -85,9 +89,106 @@ def load_jit_function(settings: Settings, spec: KernelSettings) -> Any:
     return fn
 
 
+@dataclass(frozen=True)
+class FoldedGlobal:
+    """A global value a kernel (or a ``@triton.jit`` function it calls) reads: Triton folds it into the code."""
+
+    module: str | None
+    """The module whose globals hold it (None: a closure variable)."""
+    name: str
+    """Its name there (``Config.BLOCK`` for a class attribute)."""
+    value: Any
+    attribute: bool
+    """Read as an attribute (``consts.SCALE``): Triton's own hash leaves those out."""
+
+    @property
+    def text(self) -> str | None:
+        """A stable text of the value, or None when it has none (an object printed by address)."""
+        return _stable_text(self.value)
+
+
+def _stable_text(value: Any) -> str | None:
+    if isinstance(value, (tuple, list)):
+        parts = [_stable_text(v) for v in value]
+        return None if any(p is None for p in parts) else f"{type(value).__name__}({', '.join(parts)})"  # type: ignore[arg-type]
+    text = f"{type(value).__module__}.{type(value).__qualname__}:{value!r}"
+    return None if " at 0x" in text else text
+
+
+def folded_globals(fn: Any) -> list[FoldedGlobal]:
+    """Every global value ``fn`` and the ``@triton.jit`` functions it calls read, in a stable order.
+
+    Names read directly (``SCALE``) come from Triton's own record (``used_global_vals``, filled by
+    ``cache_key``). Attributes of modules and classes (``consts.SCALE``, ``Config.BLOCK``) are found
+    by walking each function's syntax tree, as Triton's ``DependenciesFinder`` does; Triton folds
+    them into the code too but leaves them out of its hash. Triton's own modules are skipped (its
+    version covers them).
+    """
+    from triton.language.core import constexpr
+    from triton.runtime.jit import JITCallable as jit_callable
+
+    module_type = types.ModuleType
+    found: dict[tuple[str | None, str], FoldedGlobal] = {}
+    seen: set[int] = set()
+    todo = [fn]
+    while todo:
+        f = todo.pop()
+        f = getattr(f, "__func__", f)  # a bound constexpr function
+        if id(f) in seen or not isinstance(f, jit_callable):
+            continue
+        seen.add(id(f))
+        f.cache_key  # noqa: B018 - fills used_global_vals
+        for (name, _), (value, scope) in sorted(getattr(f, "used_global_vals", {}).items(), key=lambda kv: kv[0][0]):
+            owner = sys.modules.get(str(scope.get("__name__", "")))
+            module = owner.__name__ if owner is not None and vars(owner) is scope else None
+            found.setdefault((module, name), FoldedGlobal(module, name, value, attribute=False))
+        scope = dict(f.__globals__)
+        with contextlib.suppress(TypeError, ValueError):
+            scope.update(inspect.getclosurevars(f.fn).nonlocals)
+        for node in ast.walk(f.parse()):
+            if isinstance(node, ast.Name) and isinstance(scope.get(node.id), jit_callable):
+                todo.append(scope[node.id])
+            elif isinstance(node, ast.Attribute) and isinstance(node.ctx, ast.Load):
+                chain: list[str] = []
+                root: ast.expr = node
+                while isinstance(root, ast.Attribute):
+                    chain.insert(0, root.attr)
+                    root = root.value
+                if not isinstance(root, ast.Name):
+                    continue
+                owner = scope.get(root.id)
+                if not isinstance(owner, (module_type, type)):
+                    continue
+                base = owner.__name__ if isinstance(owner, module_type) else owner.__module__
+                if base.split(".")[0] == "triton":
+                    continue
+                try:
+                    for attr in chain[:-1]:
+                        owner = getattr(owner, attr)
+                    value = getattr(owner, chain[-1])
+                except AttributeError:
+                    continue
+                if isinstance(value, jit_callable):
+                    todo.append(value)
+                elif not isinstance(value, (module_type, type)) and (isinstance(value, constexpr) or not callable(value)):
+                    key: tuple[str | None, str]
+                    if isinstance(owner, module_type):
+                        key = (owner.__name__, chain[-1])
+                    else:
+                        key = (getattr(owner, "__module__", None), f"{getattr(owner, '__qualname__', '?')}.{chain[-1]}")
+                    found.setdefault(key, FoldedGlobal(key[0], key[1], value, attribute=True))
+    return [found[k] for k in sorted(found, key=lambda k: (k[0] or "", k[1]))]
+
+
 def source_hash(fn: Any) -> str:
-    """Triton's own hash of the function and everything it calls (``JITFunction.cache_key``)."""
-    return str(fn.cache_key)
+    """Triton's own hash of the function and everything it calls (``JITFunction.cache_key``), and
+    the values of the module and class attributes they read (``consts.SCALE``), which Triton folds
+    into the code but not into its hash. Without such attributes this is exactly Triton's hash."""
+    base = str(fn.cache_key)
+    extra = [[f"{g.module}:{g.name}", g.text] for g in folded_globals(fn) if g.attribute]
+    if not extra:
+        return base
+    return hashlib.sha256(json.dumps([base, extra], sort_keys=True).encode()).hexdigest()
 
 
 def ast_source_args(settings: Settings, spec: KernelSettings, fn: Any) -> dict[str, Any]:
@@ -136,11 +237,37 @@ def compiler_options(target: Target, spec: KernelSettings) -> dict[str, Any]:
     return dataclasses.asdict(options)
 
 
+#: Variables Triton reads in Python that swap in other code (IR overrides, instrumentation, another
+#: libdevice) and that its cache key does not list.
+_CODE_KNOBS = ("TRITON_KERNEL_OVERRIDE", "TRITON_OVERRIDE_DIR", "TRITON_INSTRUMENTATION_MODE", "TRITON_LIBDEVICE_PATH",
+               "TRITON_ALLOW_NON_CONSTEXPR_GLOBALS")
+
+
+def triton_env() -> dict[str, str]:
+    """The environment variables set here that change what Triton compiles: the ones Triton's own cache
+    key takes (``get_cache_invalidating_env_vars``: ``DISABLE_PTXAS_OPT``, ``TRITON_DEFAULT_FP_FUSION``,
+    ...), less the line-info switch kbuild sets itself, and :data:`_CODE_KNOBS`. Knobs that reach the
+    backend options (``PTXAS_OPTIONS``, ``TRITON_DEBUG``, ...) are in the options already."""
+    from triton._C.libtriton import get_cache_invalidating_env_vars
+
+    env = {str(k): str(v) for k, v in get_cache_invalidating_env_vars().items()}
+    env.pop("TRITON_DISABLE_LINE_INFO", None)
+    for name in _CODE_KNOBS:
+        value = env_value(name)
+        if value is not None:
+            env[name] = value
+    return dict(sorted(env.items()))
+
+
 def portable_options(options: dict[str, Any]) -> dict[str, Any]:
-    """Options with install paths replaced by file names, for keys and metadata."""
+    """Options with install paths replaced by file names, for keys and metadata, and (only when some are
+    set) the environment variables that change the compiled code (:func:`triton_env`)."""
     out = dict(options)
     if out.get("extern_libs"):
         out["extern_libs"] = [[name, Path(path).name] for name, path in out["extern_libs"]]
+    env = triton_env()
+    if env:
+        out["triton_env"] = env
     return {k: (list(v) if isinstance(v, tuple) else v) for k, v in out.items()}
 
 

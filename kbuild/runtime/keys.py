@@ -29,7 +29,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from kbuild.compile.triton_aot import portable_options
+from kbuild.compile.triton_aot import portable_options, source_hash
 from kbuild.config import KernelSettings
 from kbuild.key import KernelKey, compiler_component, kernel_key
 from kbuild.targets import Target
@@ -53,7 +53,8 @@ class CallSpecialization:
     name: str
     """``fn.__name__``: the ``function`` component of the key (the declaration's ``source`` attribute)."""
     source_hash: str
-    """Triton's ``JITFunction.cache_key``: the source of the function and everything it calls."""
+    """Triton's ``JITFunction.cache_key`` (the source of the function and everything it calls) and the module
+    attributes they read (:func:`kbuild.compile.triton_aot.source_hash`)."""
     signature: dict[str, str]
     """Declaration notation; a parameter Triton specialised to the constant 1 holds ``":1"``."""
     constexprs: dict[str, Any]
@@ -146,7 +147,7 @@ def specialization_from_hook(jit: Any, compile_info: Mapping[str, Any], *, cc: i
         signature[name] = ty + hint
     return CallSpecialization(
         function=f"{jit.fn.__module__}:{jit.fn.__qualname__}", name=jit.fn.__name__,
-        source_hash=str(jit.cache_key), signature=signature, constexprs=constexprs,
+        source_hash=source_hash(jit), signature=signature, constexprs=constexprs,
         options=portable_options(options), cc=int(cc),
         triton_version=triton_version if triton_version is not None else current_triton_version(),
         unsupported=problem, ones=tuple(ones))
