@@ -243,6 +243,11 @@ class Settings:
     launcher; ``package-data`` writes them with an index into ``<package>/_kbuild/`` for packages that
     run their ``@triton.jit`` kernels just in time, and :mod:`kbuild.runtime` substitutes the tuned ones."""
 
+    compile_timeout: float = _setting(600.0, env="KBUILD_COMPILE_TIMEOUT", check=_check_positive,
+                                      schema={"exclusiveMinimum": 0})
+    """Most seconds ptxas may run on one kernel × target (wall clock). Past it ptxas is stopped and the build
+    fails with an error naming the kernel and the target."""
+
     # Resolved context, not read from TOML.
     project_dir: Path = field(default=Path("."), metadata={"internal": True})
     config_file: str = field(default="<defaults>", metadata={"internal": True})

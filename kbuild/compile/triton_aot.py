@@ -4,6 +4,8 @@ This works with no GPU: ``triton.compile(ASTSource(...), target=GPUTarget("cuda"
 runs Triton's passes and the bundled ptxas. Output is deterministic and independent of the
 checkout path: line info is off (cubins would otherwise embed source paths), and every compile
 runs against a private, empty Triton cache so that nothing stale or foreign is reused.
+
+ptxas runs under a wall-clock bound (``compile_timeout``; see :mod:`kbuild.compile.ptxas_guard`).
 """
 
 from __future__ import annotations
@@ -14,7 +16,10 @@ import dataclasses
 import hashlib
 import importlib
 import inspect
+import io
 import json
+import os
+import shlex
 import sys
 import tempfile
 import time
@@ -271,17 +276,63 @@ def portable_options(options: dict[str, Any]) -> dict[str, Any]:
     return {k: (list(v) if isinstance(v, tuple) else v) for k, v in out.items()}
 
 
-def hermetic_compile(src: Any, cc: int, options: dict[str, Any]) -> Any:
+#: Seconds ptxas may run when no setting says otherwise (``compile_timeout``'s default).
+DEFAULT_COMPILE_TIMEOUT: float = Settings.__dataclass_fields__["compile_timeout"].default  # type: ignore[assignment]
+
+class PtxasTimeout(Exception):
+    """ptxas ran past the compile timeout and was stopped (:func:`compile_kernel` names the kernel)."""
+
+    def __init__(self, seconds: float, detail: str) -> None:
+        super().__init__(f"ptxas ran past {seconds:g} s and was stopped")
+        self.seconds = seconds
+        self.detail = detail
+
+
+def _guarded_tool(bin_dir: Path, real: str, seconds: float, marker: Path) -> str:
+    """An executable that runs ``real`` under :mod:`kbuild.compile.ptxas_guard` (a wall-clock bound)."""
+    guard = Path(__file__).with_name("ptxas_guard.py")
+    script = bin_dir / Path(real).name
+    args = [sys.executable, "-I", "-S", str(guard), real, f"{seconds:g}", str(marker), str(os.getpid())]
+    script.write_text(f"#!/bin/sh\nexec {' '.join(shlex.quote(a) for a in args)} \"$@\"\n")
+    script.chmod(0o700)
+    return str(script)
+
+
+def hermetic_compile(src: Any, cc: int, options: dict[str, Any], *,
+                     timeout: float | None = DEFAULT_COMPILE_TIMEOUT) -> Any:
     """``triton.compile`` the way every kbuild compile runs: line info off (no source paths in the
-    cubin) and a private, empty Triton cache (nothing stale or foreign reused). No GPU needed."""
+    cubin), a private, empty Triton cache (nothing stale or foreign reused), ptxas stopped after
+    ``timeout`` seconds (:class:`PtxasTimeout`; None: no bound) and Triton's prints kept off stdout.
+    No GPU needed."""
     import triton
     from triton import knobs
     from triton.backends.compiler import GPUTarget
 
-    with tempfile.TemporaryDirectory(prefix="kbuild-triton-") as tmp, knobs.compilation.scope(), knobs.cache.scope():
+    with tempfile.TemporaryDirectory(prefix="kbuild-triton-") as tmp, knobs.compilation.scope(), knobs.cache.scope(), \
+            knobs.nvidia.scope():
+        root = Path(tmp)
+        for sub in ("cache", "bin"):
+            (root / sub).mkdir()
         knobs.compilation.disable_line_info = True
-        knobs.cache.dir = tmp
-        return triton.compile(src, target=GPUTarget("cuda", cc, 32), options=options)
+        knobs.cache.dir = str(root / "cache")
+        marker = root / "ptxas-timed-out"
+        if timeout is not None:
+            # Triton falls back to its bundled binary when the knob's path fails, so a broken guard
+            # costs the bound, never the build.
+            knobs.nvidia.ptxas = _guarded_tool(root / "bin", knobs.nvidia.ptxas.path, timeout, marker)
+            knobs.nvidia.ptxas_blackwell = _guarded_tool(root / "bin", knobs.nvidia.ptxas_blackwell.path, timeout,
+                                                         marker)
+        printed = io.StringIO()  # Triton prints the whole PTX on a ptxas failure; stdout may carry --json
+        try:
+            with contextlib.redirect_stdout(printed):
+                compiled = triton.compile(src, target=GPUTarget("cuda", cc, 32), options=options)
+        except Exception as exc:
+            if timeout is not None and marker.exists():
+                raise PtxasTimeout(timeout, str(exc).strip()[-2000:]) from None
+            raise
+        if printed.getvalue():
+            sys.stderr.write(printed.getvalue())
+        return compiled
 
 
 def compile_kernel(settings: Settings, spec: KernelSettings, target: Target, fn: Any | None = None) -> CompiledKernel:
@@ -293,7 +344,14 @@ def compile_kernel(settings: Settings, spec: KernelSettings, target: Target, fn:
     options = compiler_options(target, spec)
     started = time.perf_counter()
     try:
-        compiled = hermetic_compile(ASTSource(fn=fn, **args), target.cc, options)
+        compiled = hermetic_compile(ASTSource(fn=fn, **args), target.cc, options, timeout=settings.compile_timeout)
+    except PtxasTimeout as exc:
+        raise CompileError(
+            f"ptxas ran past compile_timeout = {exc.seconds:g} s compiling kernel {spec.name!r} ({spec.source}) for "
+            f"{target.name} and was stopped ({settings.config_file}: [tool.kbuild] compile_timeout, or "
+            "KBUILD_COMPILE_TIMEOUT)\n  next step: smaller blocks or constexprs for this kernel, or a larger "
+            "compile_timeout if it really needs that long"
+        ) from None
     except Exception as exc:
         raise CompileError(
             f"Triton failed to compile kernel {spec.name!r} ({spec.source}) for {target.name}: "
