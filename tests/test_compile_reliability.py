@@ -1,10 +1,12 @@
 """``kbuild compile`` under hostile conditions (issue 13): a ptxas that runs too long is stopped by
-``compile_timeout``, with no ptxas left behind."""
+``compile_timeout``; SIGTERM, SIGINT and SIGKILL mid-compile leave no temporary directories (where
+the process can clean up) and no orphaned ptxas."""
 
 from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -68,6 +70,17 @@ def assert_no_orphans(tmpdir: Path, within: float = 5.0) -> None:
     assert not processes_mentioning(str(tmpdir)), processes_mentioning(str(tmpdir))
 
 
+def wait_for_ptxas(proc: subprocess.Popen[str], tmpdir: Path, within: float = 60.0) -> None:
+    """Until ptxas runs on the kernel (its .ptx input exists and a ptxas process mentions our TMPDIR)."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()
+        if any(tmpdir.rglob("*.ptx")) and any("ptxas " in p for p in processes_mentioning(str(tmpdir))):
+            return
+        time.sleep(0.05)
+    raise AssertionError("ptxas never started")
+
+
 @pytest.mark.hostile(fault="slow ptxas", outcome="clean error")
 def test_ptxas_past_compile_timeout_is_stopped_with_a_clean_error(tmp_path: Path):
     config = slow_project(tmp_path / "p", "compile_timeout = 1\n")
@@ -80,7 +93,52 @@ def test_ptxas_past_compile_timeout_is_stopped_with_a_clean_error(tmp_path: Path
                                                             str(config), "KBUILD_COMPILE_TIMEOUT"], exit_code=3)
     assert proc.stdout == ""  # Triton's dump of the PTX stays off stdout (it carries --json)
     assert elapsed < 30, f"took {elapsed:.1f} s"
+    assert list(Path(env["TMPDIR"]).iterdir()) == []
     assert_no_orphans(Path(env["TMPDIR"]))
     listed = subprocess.run([sys.executable, "-m", "kbuild", "cache", "ls", "--json"], env=env, capture_output=True,
                             text=True, check=True)
     assert json.loads(listed.stdout)["count"] == 0  # nothing stored
+
+
+@pytest.mark.hostile(fault="signal mid-compile", outcome="clean error")
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_signal_mid_compile_removes_the_temporary_directories(tmp_path: Path, sig: signal.Signals):
+    """kbuild compiles in private temporary directories (Triton's cache and its .ptx/.log scratch files):
+    a SIGTERM or SIGINT while ptxas runs removes them, kills ptxas, and the process ends as the signal says."""
+    config = slow_project(tmp_path / "p")
+    env = cli_env(tmp_path)
+    tmpdir = Path(env["TMPDIR"])
+    proc = subprocess.Popen([sys.executable, "-m", "kbuild", "compile", "--config", str(config), "--no-progress"],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_for_ptxas(proc, tmpdir)
+        os.kill(proc.pid, sig)
+        _, err = proc.communicate(timeout=20)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    if sig == signal.SIGTERM:
+        assert proc.returncode == -signal.SIGTERM, err  # still dies of SIGTERM, after cleaning up
+    else:
+        assert proc.returncode == 130 and "interrupted" in err and "Traceback" not in err, err
+    assert sorted(p.name for p in tmpdir.iterdir()) == []
+    assert_no_orphans(tmpdir)
+
+
+def test_sigkill_mid_compile_leaves_no_ptxas_running(tmp_path: Path):
+    """A SIGKILL cannot be cleaned up after, but ptxas must not outlive kbuild (it dies with its guard)."""
+    config = slow_project(tmp_path / "p")
+    env = cli_env(tmp_path)
+    tmpdir = Path(env["TMPDIR"])
+    proc = subprocess.Popen([sys.executable, "-m", "kbuild", "compile", "--config", str(config), "--no-progress"],
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for_ptxas(proc, tmpdir)  # type: ignore[arg-type]
+        proc.kill()
+        proc.wait(timeout=10)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert_no_orphans(tmpdir)

@@ -5,7 +5,11 @@ runs Triton's passes and the bundled ptxas. Output is deterministic and independ
 checkout path: line info is off (cubins would otherwise embed source paths), and every compile
 runs against a private, empty Triton cache so that nothing stale or foreign is reused.
 
-ptxas runs under a wall-clock bound (``compile_timeout``; see :mod:`kbuild.compile.ptxas_guard`).
+Every compile runs in one private temporary directory (Triton's cache, its ``.ptx``/``.log``
+scratch files and the ptxas guard), removed when the compile ends, fails, is interrupted
+(SIGINT) or terminated (SIGTERM: the directory is removed, then the process dies of the signal
+as it would have). ptxas runs under a wall-clock bound (``compile_timeout``; see
+:mod:`kbuild.compile.ptxas_guard`).
 """
 
 from __future__ import annotations
@@ -20,8 +24,10 @@ import io
 import json
 import os
 import shlex
+import signal
 import sys
 import tempfile
+import threading
 import time
 import types
 from collections.abc import Iterator
@@ -279,6 +285,10 @@ def portable_options(options: dict[str, Any]) -> dict[str, Any]:
 #: Seconds ptxas may run when no setting says otherwise (``compile_timeout``'s default).
 DEFAULT_COMPILE_TIMEOUT: float = Settings.__dataclass_fields__["compile_timeout"].default  # type: ignore[assignment]
 
+#: One compile at a time: Triton's knobs and ``tempfile.tempdir`` are process-wide.
+_COMPILE_LOCK = threading.RLock()
+
+
 class PtxasTimeout(Exception):
     """ptxas ran past the compile timeout and was stopped (:func:`compile_kernel` names the kernel)."""
 
@@ -286,6 +296,47 @@ class PtxasTimeout(Exception):
         super().__init__(f"ptxas ran past {seconds:g} s and was stopped")
         self.seconds = seconds
         self.detail = detail
+
+
+class _Terminated(BaseException):
+    """SIGTERM arrived during a compile: unwind (removing the temporary directory), then die of it."""
+
+
+@contextlib.contextmanager
+def _sigterm_unwinds() -> Iterator[None]:
+    """While a compile runs, SIGTERM raises instead of killing the process outright, so that the
+    ``finally`` clauses and context managers inside run (the private directory is removed and ptxas is
+    killed); then the signal is delivered again with the default action, so the process still dies of
+    SIGTERM. Only in the main thread, and only where nobody installed a handler of their own."""
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) != signal.SIG_DFL:
+        yield
+        return
+
+    def raise_terminated(signum: int, frame: Any) -> None:
+        raise _Terminated()
+
+    signal.signal(signal.SIGTERM, raise_terminated)
+    try:
+        yield
+    except _Terminated:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+        raise
+    finally:
+        if signal.getsignal(signal.SIGTERM) is raise_terminated:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+@contextlib.contextmanager
+def _private_tempdir(path: Path) -> Iterator[None]:
+    """Triton writes its ``.ptx``, ``.log`` and ``.o`` scratch files with ``tempfile`` (and leaves them
+    when ptxas fails or the process is interrupted): put them in our directory."""
+    saved = tempfile.tempdir
+    tempfile.tempdir = str(path)
+    try:
+        yield
+    finally:
+        tempfile.tempdir = saved
 
 
 def _guarded_tool(bin_dir: Path, real: str, seconds: float, marker: Path) -> str:
@@ -301,17 +352,17 @@ def _guarded_tool(bin_dir: Path, real: str, seconds: float, marker: Path) -> str
 def hermetic_compile(src: Any, cc: int, options: dict[str, Any], *,
                      timeout: float | None = DEFAULT_COMPILE_TIMEOUT) -> Any:
     """``triton.compile`` the way every kbuild compile runs: line info off (no source paths in the
-    cubin), a private, empty Triton cache (nothing stale or foreign reused), ptxas stopped after
-    ``timeout`` seconds (:class:`PtxasTimeout`; None: no bound) and Triton's prints kept off stdout.
-    No GPU needed."""
+    cubin), a private, empty Triton cache (nothing stale or foreign reused), Triton's scratch files in
+    a private directory removed at the end (SIGTERM included), ptxas stopped after ``timeout`` seconds
+    (:class:`PtxasTimeout`; None: no bound) and Triton's prints kept off stdout. No GPU needed."""
     import triton
     from triton import knobs
     from triton.backends.compiler import GPUTarget
 
-    with tempfile.TemporaryDirectory(prefix="kbuild-triton-") as tmp, knobs.compilation.scope(), knobs.cache.scope(), \
-            knobs.nvidia.scope():
+    with _COMPILE_LOCK, _sigterm_unwinds(), tempfile.TemporaryDirectory(prefix="kbuild-triton-") as tmp, \
+            knobs.compilation.scope(), knobs.cache.scope(), knobs.nvidia.scope():
         root = Path(tmp)
-        for sub in ("cache", "bin"):
+        for sub in ("cache", "tmp", "bin"):
             (root / sub).mkdir()
         knobs.compilation.disable_line_info = True
         knobs.cache.dir = str(root / "cache")
@@ -324,7 +375,7 @@ def hermetic_compile(src: Any, cc: int, options: dict[str, Any], *,
                                                          marker)
         printed = io.StringIO()  # Triton prints the whole PTX on a ptxas failure; stdout may carry --json
         try:
-            with contextlib.redirect_stdout(printed):
+            with _private_tempdir(root / "tmp"), contextlib.redirect_stdout(printed):
                 compiled = triton.compile(src, target=GPUTarget("cuda", cc, 32), options=options)
         except Exception as exc:
             if timeout is not None and marker.exists():
