@@ -1,12 +1,14 @@
 """``kbuild compile`` under hostile conditions (issue 13): a ptxas that runs too long is stopped by
 ``compile_timeout``; SIGTERM, SIGINT and SIGKILL mid-compile leave no temporary directories (where
-the process can clean up) and no orphaned ptxas."""
+the process can clean up) and no orphaned ptxas; ``--strict``/``KBUILD_STRICT`` turns a down remote
+into exit 4."""
 
 from __future__ import annotations
 
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -142,3 +144,49 @@ def test_sigkill_mid_compile_leaves_no_ptxas_running(tmp_path: Path):
             proc.kill()
             proc.wait()
     assert_no_orphans(tmpdir)
+
+
+SMALL_KERNEL = """import triton
+import triton.language as tl
+
+
+@triton.jit
+def scale(x_ptr, n, BLOCK: tl.constexpr):
+    o = tl.arange(0, BLOCK)
+    m = o < n
+    tl.store(x_ptr + o, tl.load(x_ptr + o, mask=m) * 2.0, mask=m)
+"""
+
+
+def closed_port() -> int:
+    """A loopback port nothing listens on (bound, then released: connections are refused)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.mark.hostile(fault="down remote", outcome="clean error")
+@pytest.mark.parametrize("how", ["flag", "env", "pyproject"])
+def test_compile_under_strict_fails_on_a_down_remote(tmp_path: Path, how: str):
+    port = closed_port()
+    config = tmp_path / "p" / "pyproject.toml"
+    (tmp_path / "p" / "mykern").mkdir(parents=True)
+    (tmp_path / "p" / "mykern" / "__init__.py").write_text("")
+    (tmp_path / "p" / "mykern" / "k.py").write_text(SMALL_KERNEL)
+    config.write_text("[project]\nname = 'p'\nversion = '0'\n[tool.kbuild]\ntargets = ['sm_80']\ntune = 'off'\n"
+                      f"remotes = [{{ url = 'http://127.0.0.1:{port}/cache' }}]\n"
+                      f"{'strict = true' if how == 'pyproject' else ''}\n"
+                      "[[tool.kbuild.kernels]]\nname = 'scale'\nsource = 'mykern.k:scale'\n"
+                      "signature = { x_ptr = '*fp32:16', n = 'i32' }\nconstexprs = { BLOCK = 128 }\n")
+    env = cli_env(tmp_path, **({"KBUILD_STRICT": "1"} if how == "env" else {}))
+    args = ["--strict"] if how == "flag" else []
+    proc = subprocess.run([sys.executable, "-m", "kbuild", "compile", "--config", str(config), "--no-progress", *args],
+                          env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert_clean_error(proc.returncode, proc.stderr, names=[str(config), "remotes[0]", f"127.0.0.1:{port}", "--strict"],
+                       exit_code=4)
+    # Without strict the same build degrades to a warning and succeeds.
+    config.write_text(config.read_text().replace("strict = true", ""))
+    relaxed = subprocess.run([sys.executable, "-m", "kbuild", "compile", "--config", str(config), "--no-progress"],
+                             env=cli_env(tmp_path), capture_output=True, text=True, timeout=120, check=False)
+    assert relaxed.returncode == 0, relaxed.stderr
+    assert f"127.0.0.1:{port}" in relaxed.stderr

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any
 
 from kbuild.commands.common import add_config_args, settings_from_args, target_list
+from kbuild.config import Settings, apply_flags
 from kbuild.console import emit_json, print_table, progress
 from kbuild.fsutil import check_output_dir, write_atomic
 
@@ -18,19 +20,49 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--kernel", action="append", metavar="NAME", help="only this kernel (repeatable)")
     p.add_argument("--out", metavar="DIR", help="also write each cubin to DIR/<kernel>.<target>.cubin")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--strict", action="store_true", default=None,
+                   help="fail (exit 4) when a remote store tier is unavailable (also KBUILD_STRICT=1, strict = true)")
     p.set_defaults(func=run)
 
 
-def run(args: argparse.Namespace) -> int:
-    from kbuild.hooks.pipeline import run_pipeline, select_kernels, select_targets
+class _LazyStore:
+    """The settings' tiered store, opened on first use: the pipeline resolves every kernel before it
+    touches the store, so bad input still creates no store directory."""
 
-    settings = settings_from_args(args)
+    def __init__(self, settings: Settings) -> None:
+        self._settings = settings
+        self._store: Any = None
+
+    def __getattr__(self, name: str) -> Any:
+        if self._store is None:
+            from kbuild.cache import open_store
+
+            self._store = open_store(self._settings, strict=self._settings.strict)
+        return getattr(self._store, name)
+
+    def __enter__(self) -> _LazyStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._store is not None:
+            self._store.close()
+
+
+def run(args: argparse.Namespace) -> int:
+    from kbuild.cache import TierUnavailableError
+    from kbuild.hooks.pipeline import run_pipeline, select_kernels, select_targets, strict_store_error
+
+    settings = apply_flags(settings_from_args(args), strict=args.strict)  # --strict beats KBUILD_STRICT / pyproject
     if args.out:
         check_output_dir(args.out, "--out")  # before any work
     total = len(select_kernels(settings, args.kernel)) * len(select_targets(settings, target_list(args)))
-    with progress("compile", total, enabled=not args.no_progress and not args.json) as advance:
-        builds = run_pipeline(settings, kernels=args.kernel, targets=target_list(args),
-                              on_step=lambda b: advance(status=f"{b.spec.name} {b.target.name}"))
+    try:
+        with _LazyStore(settings) as store, \
+                progress("compile", total, enabled=not args.no_progress and not args.json) as advance:
+            builds = run_pipeline(settings, store, kernels=args.kernel, targets=target_list(args),
+                                  on_step=lambda b: advance(status=f"{b.spec.name} {b.target.name}"))
+    except TierUnavailableError as exc:
+        raise strict_store_error(settings, exc) from None
     if args.out:
         for b in builds:
             write_atomic(Path(args.out) / f"{b.spec.name}.{b.target.name}.cubin", b.artefact.cubin)
