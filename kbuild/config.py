@@ -54,9 +54,6 @@ ShipMode = Literal["extension", "package-data"]
 #: Scalars allowed as constexpr values.
 Constexpr = bool | int | float | str
 
-_SIGNATURE_TYPE = re.compile(r"^\*?(?:k)?(?:i1|i8|i16|i32|i64|u1|u8|u16|u32|u64|fp8e4nv|fp8e5|fp8e4b15|fp16|bf16|fp32|fp64)(?::(?:1|16))?$")
-
-
 def _setting(default: Any = dataclasses.MISSING, *, env: str | None = None, key: bool = False,
              default_factory: Any = dataclasses.MISSING, check: Callable[[Any, _Converter, str], None] | None = None,
              schema: Mapping[str, Any] | None = None) -> Any:
@@ -565,6 +562,9 @@ def _check_types_on_targets(s: Settings, conv: _Converter) -> None:
 
 
 def _validate_kernel(k: KernelSettings, conv: _Converter, path: str) -> KernelSettings:
+    # The one declaration grammar; imported here because kbuild.compile imports this module.
+    from kbuild.compile.signature import SignatureError, parse_type
+
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k.name):
         raise conv.error(f"{path}.name", f"{k.name!r} is not an identifier (letters, digits and _)")
     for key, spec in (("source", k.source), ("bench", k.bench)):
@@ -576,11 +576,10 @@ def _validate_kernel(k: KernelSettings, conv: _Converter, path: str) -> KernelSe
     for pname, ty in k.signature.items():
         if not pname.isidentifier():
             raise conv.error(_key_path(f"{path}.signature", pname), "parameter names must be identifiers")
-        if not _SIGNATURE_TYPE.match(ty.strip()):
-            raise conv.error(
-                f"{path}.signature.{pname}",
-                f"{ty!r} is not a Triton type; expected e.g. \"*fp16\", \"*fp32:16\", \"i32\", \"i64:16\", \"fp32\"",
-            )
+        try:
+            parse_type(ty)
+        except SignatureError as exc:
+            raise conv.error(f"{path}.signature.{pname}", str(exc)) from None
     for cname in k.constexprs:
         if not cname.isidentifier():
             raise conv.error(_key_path(f"{path}.constexprs", cname), "parameter names must be identifiers")

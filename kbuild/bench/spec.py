@@ -26,25 +26,19 @@ import dataclasses
 import importlib
 import inspect
 import logging
-import re
 import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+from kbuild.compile.signature import SignatureError, ast_source_args, parse_type
 from kbuild.errors import CompileError, MissingDependencyError, UsageError
 
 log = logging.getLogger(__name__)
 
 #: Scalars allowed as constexpr values (the same as :data:`kbuild.config.Constexpr`).
 Constexpr = bool | int | float | str
-
-_SIG = re.compile(r"^(\*?)(i1|i8|i16|i32|i64|u8|u16|u32|u64|fp16|bf16|fp32|fp64)(?::(1|16))?$")
-
-#: torch dtype names for the pointer element types of a signature.
-TORCH_DTYPES = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32", "fp64": "float64", "i8": "int8",
-                "i16": "int16", "i32": "int32", "i64": "int64", "u8": "uint8", "i1": "bool"}
 
 
 class BenchSpecError(UsageError):
@@ -93,7 +87,8 @@ class BenchSpec:
     fn: Any
     """The ``@triton.jit`` function."""
     signature: Mapping[str, str]
-    """AOT type of every runtime (non-constexpr) parameter: ``"*fp16:16"``, ``"i32:16"``, ``"fp32"``."""
+    """AOT type of every runtime (non-constexpr) parameter: ``"*fp16:16"``, ``"i32:16"``, ``"fp32"``; the grammar of
+    ``[tool.kbuild.kernels].signature`` (:mod:`kbuild.compile.signature`), ``":1"`` (the constant 1) included."""
     constexprs: Mapping[str, Constexpr]
     """Constexpr parameters that are the same in every configuration."""
     configs: Sequence[Config]
@@ -202,8 +197,10 @@ def validate_spec(spec: BenchSpec) -> None:
     if not spec.configs:
         raise fail("the configuration space is empty; give at least one Config")
     for name, ty in spec.signature.items():
-        if not _SIG.match(ty):
-            raise fail(f"signature[{name!r}] = {ty!r} is not a Triton AOT type such as '*fp16:16' or 'i32'")
+        try:
+            parse_type(ty)
+        except SignatureError as exc:
+            raise fail(f"signature[{name!r}]: {exc}") from None
     if not spec.outputs:
         raise fail("names no outputs; set outputs={'param': None} for each output pointer")
     for out in spec.outputs:
@@ -237,17 +234,15 @@ def validate_inputs(spec: BenchSpec, inputs: Mapping[str, Any], *, check_referen
     if missing or extra:
         raise BenchSpecError(where, f"make_inputs() gave wrong parameters: missing {missing}, unexpected {extra}")
     for name, ty in spec.signature.items():
-        m = _SIG.match(ty)
-        assert m is not None
-        is_ptr, base, hint = m.group(1) == "*", m.group(2), m.group(3)
+        t = parse_type(ty)
         value = inputs[name]
-        if is_ptr:
+        if t.pointer:
             if not isinstance(value, torch.Tensor):
                 raise BenchSpecError(where, f"input {name!r} must be a tensor (signature {ty}), got {type(value).__name__}")
-            want = getattr(torch, TORCH_DTYPES.get(base, base), None)
+            want = getattr(torch, t.torch_dtype, None) if t.torch_dtype else None
             if want is not None and value.dtype != want:
                 raise BenchSpecError(where, f"input {name!r} has dtype {value.dtype}, signature says {ty}")
-            if hint == "16" and value.data_ptr() % 16:
+            if t.hint == 16 and value.data_ptr() % 16:
                 raise BenchSpecError(where, f"input {name!r} is not 16-byte aligned but declared ':16'")
             if name in spec.outputs:
                 if not value.is_contiguous():
@@ -257,8 +252,10 @@ def validate_inputs(spec: BenchSpec, inputs: Mapping[str, Any], *, check_referen
         else:
             if isinstance(value, torch.Tensor):
                 raise BenchSpecError(where, f"input {name!r} must be a scalar (signature {ty})")
-            if hint == "16" and isinstance(value, int) and value % 16:
+            if t.hint == 16 and isinstance(value, int) and value % 16:
                 raise BenchSpecError(where, f"scalar {name!r} = {value} is not divisible by 16 but declared ':16'")
+            if t.is_constant_one and value != 1:
+                raise BenchSpecError(where, f"scalar {name!r} = {value} is declared ':1' (compiled as the constant 1)")
     if check_reference and spec.reference is not None:
         expected = spec.reference(dict(inputs))
         for out in spec.outputs:
@@ -274,21 +271,15 @@ def validate_inputs(spec: BenchSpec, inputs: Mapping[str, Any], *, check_referen
 
 
 def ast_source(spec: BenchSpec, config: Config) -> Any:
-    """Triton's ``ASTSource`` for one configuration (signature with constexprs, divisibility attrs)."""
+    """Triton's ``ASTSource`` for one configuration, built as ``kbuild compile`` builds it
+    (:func:`kbuild.compile.signature.ast_source_args`: constexprs, ``:16`` divisibility, ``:1`` constants)."""
     from triton.compiler import ASTSource
 
-    consts = spec.all_constexprs(config)
-    signature: dict[str, str] = {}
-    attrs: dict[tuple[int, ...], list[list[Any]]] = {}
-    for i, name in enumerate(spec.arg_names()):
-        if name in consts:
-            signature[name] = "constexpr"
-            continue
-        ty, _, hint = spec.signature[name].partition(":")
-        signature[name] = ty
-        if hint == "16":
-            attrs[(i,)] = [["tt.divisibility", 16]]
-    return ASTSource(fn=spec.fn, signature=signature, constexprs=consts, attrs=attrs)
+    try:
+        args = ast_source_args(spec.arg_names(), spec.signature, spec.all_constexprs(config))
+    except SignatureError as exc:
+        raise BenchSpecError(spec.label(), f"[{config.label()}]: {exc}") from None
+    return ASTSource(fn=spec.fn, **args)
 
 
 def compile_spec(spec: BenchSpec, config: Config, arch: int) -> Any:

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kbuild.compile import signature
 from kbuild.config import KernelSettings, Settings, env_value
 from kbuild.errors import CompileError, KernelSourceError, MissingDependencyError
 from kbuild.targets import Target
@@ -203,7 +204,8 @@ def source_hash(fn: Any) -> str:
 
 
 def ast_source_args(settings: Settings, spec: KernelSettings, fn: Any) -> dict[str, Any]:
-    """Signature, constexprs and attrs for ``ASTSource``, from the declaration, with clear errors."""
+    """Signature, constexprs and attrs for ``ASTSource`` (:func:`kbuild.compile.signature.ast_source_args`, the one
+    builder), from the declaration, with errors naming its key."""
     where = settings.config_file
     base = f"[tool.kbuild.kernels][{kernel_index(settings, spec)}]"
     params = list(fn.arg_names)
@@ -213,29 +215,21 @@ def ast_source_args(settings: Settings, spec: KernelSettings, fn: Any) -> dict[s
         raise KernelSourceError(where, f"{base}.{section}.{unknown[0]}",
                                 f"{spec.function}() has no parameter {unknown[0]!r}; its parameters: {', '.join(params)}")
     constexpr_params = {p.name for p in fn.params if p.is_constexpr}
-    signature: dict[str, str] = {}
-    constexprs: dict[str, Any] = {}
-    attrs: dict[tuple[int, ...], list[list[Any]]] = {}
-    for i, name in enumerate(params):
+    for name in params:
         if name in spec.constexprs:
-            signature[name] = "constexpr"
-            constexprs[name] = spec.constexprs[name]
-        elif name in spec.signature:
-            if name in constexpr_params:
-                raise KernelSourceError(where, f"{base}.signature.{name}",
-                                        f"{name!r} is a tl.constexpr parameter; give its value under constexprs")
-            ty, _, hint = spec.signature[name].strip().partition(":")
-            signature[name] = ty
-            if hint == "16":
-                attrs[(i,)] = [["tt.divisibility", 16]]
-            elif hint == "1":  # Triton's AOT convention: value 1 is specialised as a constant
-                signature[name] = "constexpr"
-                constexprs[name] = 1
-        else:
+            continue
+        if name not in spec.signature:
             section = "constexprs" if name in constexpr_params else "signature"
             raise KernelSourceError(where, f"{base}.{section}",
                                     f"parameter {name!r} of {spec.function}() is not declared")
-    return {"signature": signature, "constexprs": constexprs, "attrs": attrs}
+        if name in constexpr_params:
+            raise KernelSourceError(where, f"{base}.signature.{name}",
+                                    f"{name!r} is a tl.constexpr parameter; give its value under constexprs")
+    try:
+        return signature.ast_source_args(params, spec.signature, spec.constexprs)
+    except signature.SignatureError as exc:
+        key = f"{base}.signature.{exc.param}" if exc.param in spec.signature else f"{base}.signature"
+        raise KernelSourceError(where, key, str(exc)) from None
 
 
 def compiler_options(target: Target, spec: KernelSettings) -> dict[str, Any]:

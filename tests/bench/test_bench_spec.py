@@ -46,7 +46,7 @@ def test_full_size_specs_describe_the_issue_sizes() -> None:
     ("no_outputs", "names no outputs"),
     ("output_not_a_pointer", "output 'n_cols' is not a pointer"),
     ("missing_param", "not covered ['n_cols']"),
-    ("bad_type", "is not a Triton AOT type"),
+    ("bad_type", "signature['n_cols']: 'int32' is not a Triton type"),
     ("empty_space", "configuration space is empty"),
     ("raises", "calling raises() raised RuntimeError: boom"),
     ("not_a_spec", "returned int, not a BenchSpec"),
