@@ -19,6 +19,7 @@ error that lists every missing or stale entry.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import sys
@@ -113,28 +114,31 @@ def parse_lock(text: str, where: str = LOCK_FILE) -> list[LockEntry]:
     """Entries of a lock file's text; :class:`LockFileError` naming the file and entry otherwise."""
     try:
         data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
+    except ValueError as exc:  # TOMLDecodeError, and an integer of more than 4300 digits
         raise LockFileError(f"{where}: not valid TOML ({exc}); regenerate it with `kbuild lock`") from None
+    except RecursionError:  # tomllib recurses once per level of nested arrays and inline tables
+        raise LockFileError(f"{where}: not valid TOML (arrays or inline tables nested too deeply); regenerate it "
+                            "with `kbuild lock`") from None
     version = data.get("version")
     if version != LOCK_VERSION:
         raise LockFileError(f"{where}: version: expected {LOCK_VERSION}, got {version!r}; regenerate it with `kbuild lock`")
     unknown = sorted(set(data) - {"version", "kernels"})
     if unknown:
-        raise LockFileError(f"{where}: {unknown[0]}: unknown key (expected version and [kernels.*])")
+        raise LockFileError(f"{where}: {_name(unknown[0])}: unknown key (expected version and [kernels.*])")
     kernels = data.get("kernels", {})
     if not isinstance(kernels, Mapping):
         raise LockFileError(f"{where}: kernels: expected a table")
     entries: list[LockEntry] = []
     for kernel, targets in kernels.items():
         if not isinstance(targets, Mapping):
-            raise LockFileError(f"{where}: kernels.{kernel}: expected a table of targets")
+            raise LockFileError(f"{where}: {_name('kernels', kernel)}: expected a table of targets")
         for target, pin in targets.items():
-            name = f"kernels.{kernel}.{target}"
+            name = _name("kernels", kernel, target)
             if not isinstance(pin, Mapping):
                 raise LockFileError(f"{where}: {name}: expected a table with key and cubin_sha256")
             extra = sorted(set(pin) - {"key", "cubin_sha256"})
             if extra:
-                raise LockFileError(f"{where}: {name}.{extra[0]}: unknown key (expected key and cubin_sha256)")
+                raise LockFileError(f"{where}: {name}.{_name(extra[0])}: unknown key (expected key and cubin_sha256)")
             for field_name in ("key", "cubin_sha256"):
                 value: Any = pin.get(field_name)
                 if not isinstance(value, str) or not is_digest(value):
@@ -142,6 +146,20 @@ def parse_lock(text: str, where: str = LOCK_FILE) -> list[LockEntry]:
                                         f"got {value!r}")
             entries.append(LockEntry(str(kernel), str(target), pin["key"], pin["cubin_sha256"]))
     return sorted(entries)
+
+
+def _name(*keys: str) -> str:
+    """A dotted TOML key for messages: bare keys as they are, others quoted with every non-printable character
+    escaped, so that a message about a hostile file stays one line."""
+    out = []
+    for key in keys:
+        if re.fullmatch(r"[A-Za-z0-9_-]+", key):
+            out.append(key)
+        else:
+            quoted = json.dumps(key, ensure_ascii=False)
+            out.append("".join(c if c.isprintable() else c.encode("unicode_escape", "backslashreplace").decode("ascii")
+                               for c in quoted))
+    return ".".join(out)
 
 
 def read_lock(path: str | os.PathLike[str]) -> list[LockEntry]:

@@ -143,9 +143,11 @@ class StoreStats:
 
 def load_stats(directory: Path) -> StoreStats:
     """The accumulated statistics of the store at ``directory`` (empty when none were recorded)."""
+    from .store import parse_json  # here: store imports this module
+
     path = directory / STATS_FILE
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = parse_json(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         return StoreStats()
     except (OSError, ValueError) as exc:

@@ -233,7 +233,10 @@ def parse_record(key: str, raw: bytes) -> Record:
     if not isinstance(digest, str) or not is_digest(digest) or not isinstance(size, int) or size < 0 \
             or not isinstance(meta, dict):
         raise IntegrityError("record lacks a valid cubin digest, size or metadata")
-    meta_sha = sha256_hex(canonical_json(meta))
+    try:
+        meta_sha = sha256_hex(canonical_json(meta))
+    except ValueError as exc:  # NaN, a lone surrogate: JSON that has no canonical form
+        raise IntegrityError(f"metadata is not canonical JSON ({exc})") from None
     if body.get("meta_sha256") != meta_sha:
         raise IntegrityError("metadata digest does not match")
     signature = body.get("signature")
@@ -246,8 +249,12 @@ def parse_record(key: str, raw: bytes) -> Record:
 def check_signature(record: Record, secret: str) -> None:
     if record.signature is None:
         raise SignatureError("record is not signed")
-    body = json.loads(record.raw)
-    if not hmac.compare_digest(sign(body, secret), record.signature):
+    try:
+        expected = sign(parse_json(record.raw), secret).encode("ascii")
+        given = record.signature.encode("utf-8")
+    except ValueError:  # fields without a canonical form (a lone surrogate): it cannot have been signed
+        raise SignatureError("record signature does not match the configured secret") from None
+    if not hmac.compare_digest(expected, given):
         raise SignatureError("record signature does not match the configured secret")
 
 

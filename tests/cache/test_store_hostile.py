@@ -832,3 +832,56 @@ def test_cache_get_output_in_a_missing_directory_is_a_clean_error(tmp_path, monk
     code, _out, err = run_cache(["get", "--store", str(store), art.key, "-o", str(out)])
     assert_clean_error(code, err, names=[str(out)])
     assert not (tmp_path / "missing").exists()  # no directory was created
+
+
+# ----------------------------------------------------------------------------------------------
+# JSON and TOML readers of the store: a documented error for every bad document, never another exception.
+
+@hostile(fault="malformed record", outcome="degraded with warning")
+@pytest.mark.parametrize("edit", ["lone surrogate", "NaN", "surrogate signature", "non-ASCII signature"])
+def test_records_without_a_canonical_form_are_integrity_or_signature_errors(edit):
+    import json
+
+    from kbuild.cache.store import IntegrityError, SignatureError, check_signature, parse_record
+
+    art = make_artefact("canon")
+    body = json.loads(art.record("k"))
+    if edit == "lone surrogate":
+        raw = art.record("k").replace(b'"kernel":"canon"', b'"kernel":"\\ud800"')
+    elif edit == "NaN":
+        raw = art.record("k").replace(b'"tuned":false', b'"tuned":NaN')
+    else:
+        body["signature"] = "hmac-sha256:\ud800" if edit == "surrogate signature" else "hmac-sha256:é"
+        raw = json.dumps(body, ensure_ascii=True).encode()
+    try:
+        rec = parse_record(art.key, raw)
+    except IntegrityError:
+        assert edit in ("lone surrogate", "NaN")
+        return
+    with pytest.raises(SignatureError):
+        check_signature(rec, "k")
+
+
+@hostile(fault="malformed lock file", outcome="clean error")
+@pytest.mark.parametrize("text", ["x = " + "[" * 100_000 + "]" * 100_000, "version = " + "9" * 5000,
+                                  'version = 1\n[kernels."a\\nb"]\nsm_90 = 1\n',
+                                  'version = 1\n[kernels.a."sm_90\\u001b[2J"]\nkey = 1\n'],
+                         ids=["nested", "huge integer", "newline in a key", "escape in a key"])
+def test_lock_file_errors_are_one_line(text):
+    from kbuild.cache.lock import parse_lock
+    from kbuild.errors import LockFileError
+
+    with pytest.raises(LockFileError) as info:
+        parse_lock(text, "kbuild.lock")
+    message = str(info.value)
+    assert message.startswith("kbuild.lock: ") and "\n" not in message and "\x1b" not in message
+
+
+@hostile(fault="deeply nested JSON", outcome="degraded with warning")
+def test_deeply_nested_statistics_file_is_ignored_with_a_warning(tmp_path, caplog):
+    from kbuild.cache.stats import StoreStats, load_stats
+
+    (tmp_path / "stats.json").write_text("[" * 100_000 + "]" * 100_000)
+    with caplog.at_level(logging.WARNING):
+        assert load_stats(tmp_path).as_dict() == StoreStats().as_dict()
+    assert "unreadable statistics" in caplog.text
