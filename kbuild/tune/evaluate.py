@@ -7,7 +7,9 @@ into "valid? how fast relative to the baseline?".
   (:mod:`kbuild.tune.measure`: the GPU worker, or the cost model through cubins) to ``check`` it
   on K input sets, then ``time`` it.
 * :class:`ModelEvaluator` scores the schedule's current order and stall counts directly with
-  the CPU cost model, without writing a cubin: fast, deterministic, and labelled an estimate.
+  the CPU cost model, without writing a cubin: fast, deterministic, and labelled an estimate. Each
+  instruction's latency class and each class's cycles come from the schedule's ISA table
+  (:mod:`kbuild.sass.isa`), as in the cost model's own decoder.
 
 ``ratio`` is candidate time over baseline time: below 1 is faster.
 """
@@ -23,7 +25,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from kbuild.tune.measure.backend import K_SEARCH, MODEL_BACKEND, Backend
-from kbuild.tune.measure.model import DEFAULT_LATENCIES, Instr, estimate_cycles
+from kbuild.tune.measure.model import Instr, estimate_cycles, latency_class
 
 
 class BudgetExhausted(Exception):
@@ -104,7 +106,11 @@ class _Memo:
 
 
 class ModelEvaluator:
-    """The CPU cost model applied to the schedule state (no cubin written). Deterministic."""
+    """The CPU cost model applied to the schedule state (no cubin written). Deterministic.
+
+    Latency classes and their cycles are the schedule's architecture's (``analysis.spec``), the same
+    :func:`~kbuild.tune.measure.model.latency_class` the cost model's decoder uses, so the two estimates of
+    one cubin agree."""
 
     name = MODEL_BACKEND
 
@@ -113,7 +119,8 @@ class ModelEvaluator:
         self.budget = budget
         self.warps = warps
         self._opcodes = [ins.opcode for ins in an.instructions]
-        self._classes = [_latency_class(s) for s in an.sems]
+        self._classes = [latency_class(ins.opcode, an.spec) for ins in an.instructions]
+        self._latencies = dict(an.spec.latencies)
         self._sems = an.sems
         self._memo = _Memo()
         self.baseline_cycles = self._cycles(np.arange(an.n), np.array([s.stall for s in an.sems]))
@@ -122,7 +129,7 @@ class ModelEvaluator:
         instrs = [Instr(opcode=self._opcodes[i], stall=int(stall[i]), latency_class=self._classes[i],
                         write_barrier=self._sems[i].wbar, read_barrier=self._sems[i].rbar,
                         wait_mask=self._sems[i].wait) for i in order.tolist()]
-        return estimate_cycles(instrs, warps=self.warps, latencies=DEFAULT_LATENCIES)
+        return estimate_cycles(instrs, warps=self.warps, latencies=self._latencies)
 
     def evaluate(self, schedule: Any) -> Evaluation:
         def measure() -> Evaluation:
@@ -134,17 +141,6 @@ class ModelEvaluator:
     @property
     def cache_hits(self) -> int:
         return self._memo.hits
-
-
-def _latency_class(sem: Any) -> str:
-    if sem.wbar == 7 and sem.rbar == 7:
-        return "fixed"
-    space = sem.space or ""
-    if space in ("global", "local"):
-        return "global"
-    if space == "shared":
-        return "shared"
-    return "special"
 
 
 class BackendEvaluator:
