@@ -48,6 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from kbuild.fsutil import write_atomic
+from kbuild.jsonio import read_json_file
 
 log = logging.getLogger(__name__)
 
@@ -124,9 +125,9 @@ def _settings_doc(settings: Any, kernels: Sequence[Any], targets: Sequence[Any])
 def _environment() -> dict[str, Any] | None:
     """What the memo depends on that can be read before the memo itself (cheap, no imports)."""
     from kbuild import __version__
-    from kbuild.config import env_value
+    from kbuild.config import env_setting
 
-    if any(env_value(f"KBUILD_{tool}") for tool in ("PTXAS", "NVDISASM", "CUOBJDUMP")):
+    if any(env_setting(tool) for tool in ("ptxas", "nvdisasm", "cuobjdump")):  # a tool override: no memo
         return None
     triton = _triton_version()
     if triton is None:
@@ -525,7 +526,9 @@ def load(settings: Any, kernels: Sequence[Any], targets: Sequence[Any]) -> list[
         path = _memo_path(settings, doc)
         if not path.is_file():
             return None
-        memo = json.loads(path.read_text())
+        memo = read_json_file(path, error=ValueError)  # a damaged memo is a miss, like any other
+        if not isinstance(memo, dict):
+            return None
         if memo.get("environment") != env or memo.get("settings") != json.loads(json.dumps(doc, default=str)):
             return None
         if memo["triton_env"] != _compile_env(memo["env_names"]):
@@ -534,7 +537,7 @@ def load(settings: Any, kernels: Sequence[Any], targets: Sequence[Any]) -> list[
         if not _ptxas_holds(memo["ptxas"]) or not _loaded_code_holds(settings, memo["code"]):
             return None
         return list(memo["builds"])
-    except (OSError, ValueError, KeyError, TypeError) as exc:
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
         log.debug("memo not used: %s", exc)
         return None
 
