@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import time
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from kbuild.commands.common import add_config_args, settings_from_args
 from kbuild.console import emit_json, print_table, progress
 from kbuild.errors import GPUUnavailableError, UsageError
 from kbuild.fsutil import write_atomic
+from kbuild.jsonio import read_json_file
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -72,15 +74,26 @@ def _backend(args: argparse.Namespace, target: Any) -> Any:
 
 
 def autotuned_configs(path: str) -> dict[str, str]:
-    """Kernel name → the label of the configuration ``kbuild bench`` kept as the baseline, from its JSON record."""
-    try:
-        record = json.loads(Path(path).read_text())
-        return {k["name"]: k["best_label"] for k in record["kernels"] if "best_label" in k}
-    except OSError as exc:
-        raise UsageError(f"--configs-from: cannot read {path}: {exc.strerror or exc}") from None
-    except (ValueError, KeyError, TypeError) as exc:
-        raise UsageError(f"--configs-from: {path} is not a `kbuild bench` JSON record ({type(exc).__name__}: "
-                         f"{exc})") from None
+    """Kernel name → the label of the configuration ``kbuild bench`` kept as the baseline, from its JSON record
+    (``{"kernels": [{"name": ..., "best_label": ...}, ...]}``; kernels without a ``best_label`` are skipped).
+
+    Read with :func:`kbuild.jsonio.read_json_file`; anything else is one UsageError naming the file and the key."""
+    where = f"--configs-from: {path}"
+    record = read_json_file(path, where=where)
+    kernels = record.get("kernels") if isinstance(record, dict) else None
+    if not isinstance(kernels, list):
+        raise UsageError(f"{where}: not a `kbuild bench` JSON record (kernels: expected a list of kernels)")
+    chosen: dict[str, str] = {}
+    for i, k in enumerate(kernels):
+        if not isinstance(k, dict):
+            raise UsageError(f"{where}: not a `kbuild bench` JSON record (kernels[{i}]: expected an object)")
+        if "best_label" not in k:
+            continue
+        for key in ("name", "best_label"):
+            if not isinstance(k.get(key), str):
+                raise UsageError(f"{where}: not a `kbuild bench` JSON record (kernels[{i}].{key}: expected a string)")
+        chosen[k["name"]] = k["best_label"]
+    return chosen
 
 
 def _jobs(args: argparse.Namespace, target: Any) -> list[tuple[str, bytes, str | None, Any]]:
@@ -163,7 +176,7 @@ def run(args: argparse.Namespace) -> int:
                     rep["kernel_ref"] = {"spec": ref.spec, "config": ref.config}
                 if args.out:
                     out = Path(args.out)
-                    write_atomic(out / f"{name}.tune.json", json.dumps(rep, indent=2, default=str))
+                    write_atomic(out / f"{name}.tune.json", report_json(rep))
                     learning_curve_png(r, str(out / f"{name}.tune.png"))
                 results.append(rep)
     finally:
@@ -184,6 +197,23 @@ def run(args: argparse.Namespace) -> int:
         print_table(None, ["kernel", "decision", "PPO"], [(rep["name"], rep["decision"]["reason"],
                                                           rep["ppo_vs_baselines"])])
     return 0
+
+
+def report_json(rep: dict[str, Any]) -> str:
+    """A report as JSON text. A re-timing that failed is NaN in the report; JSON has no NaN (strict readers such
+    as :func:`kbuild.jsonio.load_json` and ``benchmarks/tune_table.py`` refuse it), so non-finite numbers are
+    written as null, which every reader takes as "no re-timed ratio"."""
+
+    def finite(value: Any) -> Any:
+        if isinstance(value, float) and not math.isfinite(value):
+            return None
+        if isinstance(value, dict):
+            return {k: finite(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [finite(v) for v in value]
+        return value
+
+    return json.dumps(finite(rep), indent=2, default=str, allow_nan=False)
 
 
 OVERHEAD_PER_KERNEL_S = 25.0

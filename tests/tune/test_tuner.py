@@ -201,7 +201,7 @@ def test_cli_suite_tunes_the_configuration_bench_kept(capsys, tmp_path: Path):
 def test_cli_suite_bad_configs_from(capsys, tmp_path: Path):
     missing = tmp_path / "nope.json"
     assert main(["tune", "--suite", "--only", "softmax", "--backend", "model", "--configs-from", str(missing)]) == 2
-    assert f"--configs-from: cannot read {missing}" in capsys.readouterr().err
+    assert f"--configs-from: {missing}: cannot read" in capsys.readouterr().err
     wrong = tmp_path / "bench.json"
     wrong.write_text(json.dumps({"kernels": [{"name": "softmax", "best_label": "w3,s9"}]}))
     assert main(["tune", "--suite", "--only", "softmax", "--backend", "model", "--configs-from", str(wrong)]) == 2
