@@ -34,7 +34,9 @@ from typing import Any
 
 from kbuild.cache.http import HttpBackend
 from kbuild.cache.local import LocalBackend
-from kbuild.cache.store import Artefact, Tier, TieredStore
+from kbuild.cache.record import Artefact
+from kbuild.cache.tier import Tier
+from kbuild.cache.tiered import TieredStore
 
 SIZES = {"10KB": 10 * 1024, "200KB": 200 * 1024, "2MB": 2 * 1024 * 1024}
 

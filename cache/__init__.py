@@ -1,7 +1,24 @@
 """kbuild.cache: the content-addressed artefact store.
 
-Owns the store interface, its tiers (local diskcache, HTTP, Redis), the lock file, bundles
-and statistics. It stores bytes and metadata under keys and never imports triton or torch.
+It stores bytes and metadata under keys and never imports triton or torch. Module by module:
+
+* ``store`` — the two interfaces: :class:`Backend` (raw records and blobs) and :class:`Store`
+  (verified artefacts), and :class:`EntryInfo`;
+* ``record`` — :class:`Artefact`, the record format (``kbuild-artefact/1``), its digests, signature
+  and caps;
+* ``encoding`` — canonical JSON (what digests and signatures are computed over) and the bounded
+  JSON parser;
+* ``tier`` — :class:`Tier`: one backend made a verified store (verify on read, blob first and record
+  last on write, ``verify``);
+* ``tiered`` — :class:`TieredStore`: tiers read in order with backfill, remote failures a warning;
+* ``open`` — :func:`open_store` from the settings model, :func:`backend_for_url`;
+* ``local``, ``http``, ``redis_tier`` — one backend each (diskcache; Bazel-layout HTTP; Redis),
+  with ``url`` (credentials redacted, host names checked) and ``deadline`` (a bound on a whole
+  request) for the remote ones;
+* ``lock`` — ``kbuild.lock``; ``bundle`` — ``kbuild cache export/import``; ``stats`` — hit and
+  miss counts and time saved; ``cli`` — ``kbuild cache``.
+
+::
 
     from kbuild.cache import Artefact, open_store
     art = Artefact.create(key=key, cubin=cubin, meta={"kernel": "add", "target": "sm_90"})
@@ -22,17 +39,12 @@ from kbuild.errors import (
 )
 
 from .lock import LockEntry, LockKey, check_lock, lock_entries, read_lock, update_lock, write_lock
+from .open import backend_for_url, open_store
+from .record import Artefact
 from .stats import StoreStats, TierStats
-from .store import (
-    Artefact,
-    Backend,
-    EntryInfo,
-    Store,
-    Tier,
-    TieredStore,
-    backend_for_url,
-    open_store,
-)
+from .store import Backend, EntryInfo, Store
+from .tier import Tier
+from .tiered import TieredStore
 
 __all__ = [
     "Artefact",

@@ -14,7 +14,7 @@ absolute paths, ``..``, links, devices and directories are rejected (tar-slip). 
 archive three times, never holding more than one cubin in memory:
 
 1. the headers only: names, types, and sizes against the caps (a record at most
-   :data:`~kbuild.cache.store.MAX_RECORD_BYTES`, a cubin :data:`~kbuild.cache.store.MAX_BLOB_BYTES`,
+   :data:`~kbuild.cache.record.MAX_RECORD_BYTES`, a cubin :data:`~kbuild.cache.record.MAX_BLOB_BYTES`,
    the manifest :data:`MAX_MANIFEST_BYTES`, all members together ``max_bytes`` uncompressed), so
    that a small archive that expands to gigabytes is refused before any member is read;
 2. every record's key and metadata digest, and with a secret its signature, and every cubin's
@@ -44,20 +44,19 @@ from typing import IO, Any
 
 from kbuild.errors import BundleError, StoreUsageError
 
-from .store import (
+from .encoding import parse_json, sha256_hex
+from .record import (
     MAX_BLOB_BYTES,
     MAX_RECORD_BYTES,
     Artefact,
     IntegrityError,
     Record,
     SignatureError,
-    Tier,
     check_blob,
     check_signature,
-    parse_json,
     parse_record,
-    sha256_hex,
 )
+from .tier import Tier
 
 BUNDLE_FORMAT = "kbuild-bundle/1"
 MANIFEST = "kbuild-bundle.json"

@@ -21,9 +21,13 @@ from kbuild.errors import StoreUsageError
 from kbuild.fsutil import write_atomic
 
 from .bundle import export_bundle, import_bundle
+from .encoding import parse_json
 from .local import LocalBackend
+from .open import open_store
+from .record import Artefact, check_key
 from .stats import load_stats, reset_stats
-from .store import Artefact, Tier, TieredStore, check_key, open_store, parse_json
+from .tier import Tier
+from .tiered import TieredStore
 
 
 def add_parser(subparsers: Any) -> None:

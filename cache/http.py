@@ -35,15 +35,9 @@ from urllib.parse import quote, unquote, urlsplit
 from kbuild.errors import StoreUsageError, TierUnavailableError
 
 from .deadline import Deadline
-from .store import (
-    MAX_BLOB_BYTES,
-    MAX_RECORD_BYTES,
-    EntryTooLarge,
-    check_host,
-    is_digest,
-    parse_json,
-    redact_url,
-)
+from .encoding import parse_json
+from .record import MAX_BLOB_BYTES, MAX_RECORD_BYTES, EntryTooLarge, is_digest
+from .url import check_host, redact_url
 
 log = logging.getLogger(__name__)
 

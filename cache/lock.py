@@ -31,7 +31,8 @@ from typing import Any, NamedTuple
 from kbuild.errors import LockFileError, LockMismatchError
 from kbuild.fsutil import write_atomic
 
-from .store import Artefact, Store, is_digest
+from .record import Artefact, is_digest
+from .store import Store
 
 if sys.version_info >= (3, 11):
     import tomllib

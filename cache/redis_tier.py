@@ -25,7 +25,8 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from kbuild.errors import StoreUsageError, TierUnavailableError
 
 from .deadline import Deadline
-from .store import MAX_BLOB_BYTES, MAX_RECORD_BYTES, EntryTooLarge, check_host, is_digest, redact_url
+from .record import MAX_BLOB_BYTES, MAX_RECORD_BYTES, EntryTooLarge, is_digest
+from .url import check_host, redact_url
 
 log = logging.getLogger(__name__)
 

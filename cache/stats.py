@@ -22,6 +22,8 @@ from filelock import FileLock
 
 from kbuild.fsutil import write_atomic
 
+from .encoding import parse_json
+
 log = logging.getLogger(__name__)
 
 STATS_FILE = "stats.json"
@@ -143,8 +145,6 @@ class StoreStats:
 
 def load_stats(directory: Path) -> StoreStats:
     """The accumulated statistics of the store at ``directory`` (empty when none were recorded)."""
-    from .store import parse_json  # here: store imports this module
-
     path = directory / STATS_FILE
     try:
         data = parse_json(path.read_text(encoding="utf-8"))

@@ -108,7 +108,7 @@ class KernelBuild:
 
 def strict_store_error(settings: Settings, exc: Exception) -> StoreError:
     """A remote tier failed under ``--strict``: the error, naming the config file and the remote entry."""
-    from kbuild.cache.store import redact_url
+    from kbuild.cache.url import redact_url
 
     entry = "remotes"
     for i, remote in enumerate(settings.remotes):

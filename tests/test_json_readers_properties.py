@@ -7,7 +7,7 @@ which is no ValueError). Only the reader's documented outcome may come out:
 ========================================  ==========================================================
 reader                                    documented outcome on bad input
 ========================================  ==========================================================
-``cache.store.parse_record``              :class:`IntegrityError` (``check_signature``: SignatureError)
+``cache.record.parse_record``             :class:`IntegrityError` (``check_signature``: SignatureError)
 ``cache.bundle.read_bundle``              :class:`BundleError`; ``kbuild cache import`` exits 2
 ``cache.lock.parse_lock`` / ``read_lock`` :class:`LockFileError`
 ``hooks.manifest.parse_manifest`` etc.    :class:`UsageError`; ``kbuild inspect`` exits 2
@@ -46,8 +46,15 @@ from property_helpers import deep_json, json_values, mutated, toml_document
 from kbuild.cache.bundle import BUNDLE_FORMAT, MANIFEST, read_bundle
 from kbuild.cache.http import HttpBackend
 from kbuild.cache.lock import LockEntry, format_lock, parse_lock, read_lock
+from kbuild.cache.record import (
+    Artefact,
+    IntegrityError,
+    Record,
+    SignatureError,
+    check_signature,
+    parse_record,
+)
 from kbuild.cache.stats import StoreStats, load_stats
-from kbuild.cache.store import Artefact, IntegrityError, Record, SignatureError, check_signature, parse_record
 from kbuild.cli import main
 from kbuild.commands.tune import autotuned_configs
 from kbuild.errors import BundleError, LockFileError, TierUnavailableError, UsageError

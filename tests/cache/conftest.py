@@ -22,7 +22,8 @@ from store_helpers import free_port, unique
 
 from kbuild.cache.http import HttpBackend
 from kbuild.cache.local import LocalBackend
-from kbuild.cache.store import Backend, Tier
+from kbuild.cache.store import Backend
+from kbuild.cache.tier import Tier
 
 
 def _wait_port(port: int, proc: subprocess.Popen, what: str, log: Path | None = None, timeout: float = 10.0) -> None:

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from kbuild.cache.store import Artefact
+from kbuild.cache.record import Artefact
 
 
 def unique() -> str:

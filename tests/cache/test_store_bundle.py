@@ -11,7 +11,7 @@ from store_helpers import make_artefact
 
 from kbuild.cache.bundle import MANIFEST, export_bundle, import_bundle, read_bundle
 from kbuild.cache.local import LocalBackend
-from kbuild.cache.store import Tier
+from kbuild.cache.tier import Tier
 from kbuild.errors import BundleError
 
 

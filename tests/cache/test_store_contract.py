@@ -8,7 +8,9 @@ import logging
 import pytest
 from store_helpers import make_artefact, make_key
 
-from kbuild.cache.store import Artefact, Backend, Store, Tier
+from kbuild.cache.record import Artefact
+from kbuild.cache.store import Backend, Store
+from kbuild.cache.tier import Tier
 from kbuild.errors import StoreError, StoreUsageError
 
 

@@ -167,7 +167,7 @@ def test_cli_with_a_remote_and_no_secret_prints_one_warning(tmp_path, http_url):
 
 def _poison(put, key: str, fake: bytes) -> None:
     """An attacker with write access to the remote plants an unsigned record for ``key`` and its fake cubin."""
-    from kbuild.cache.store import Artefact
+    from kbuild.cache.record import Artefact
 
     art = Artefact.create(key=key, cubin=fake, meta={"kernel": "k", "target": "sm_90"})
     put(f"/cas/{art.cubin_sha256}", art.cubin)
@@ -241,7 +241,7 @@ def test_entry_backfilled_from_a_poisoned_remote_is_rejected_once_a_secret_is_se
 ], indirect=True)
 @pytest.mark.parametrize("planted_with", [None, "another secret", "garbage"])
 def test_signed_writer_replaces_a_record_planted_first(case, planted_with):
-    from kbuild.cache.store import Artefact
+    from kbuild.cache.record import Artefact
 
     secret = "s3cret"
     good = make_artefact("planted-first")
@@ -297,7 +297,7 @@ BLOAT = 64 << 20  # what the hostile server offers; the caps allow 1 MiB (record
 @pytest.mark.parametrize("chunked", [False, True], ids=["declared", "chunked"])
 def test_http_record_over_the_cap_is_refused_without_reading_it(tmp_path, caplog, chunked):
     from kbuild.cache.http import HttpBackend
-    from kbuild.cache.store import Tier
+    from kbuild.cache.tier import Tier
 
     with drip_server("bloat", count=BLOAT, interval=-1 if chunked else 0) as srv:
         tier = Tier(HttpBackend(srv.url), writable=False)
@@ -313,7 +313,7 @@ def test_http_record_over_the_cap_is_refused_without_reading_it(tmp_path, caplog
 @hostile(fault="oversized cubin", outcome="degraded with warning")
 def test_http_cubin_over_the_cap_is_a_miss(tmp_path, nginx_server, caplog):
     from kbuild.cache.http import HttpBackend
-    from kbuild.cache.store import Tier
+    from kbuild.cache.tier import Tier
 
     url = f"{nginx_server.url}/big-{make_key(str(tmp_path))[:8]}"
     art = make_artefact("big-cubin")
@@ -331,7 +331,7 @@ def test_http_cubin_over_the_cap_is_a_miss(tmp_path, nginx_server, caplog):
 @hostile(fault="oversized record", outcome="degraded with warning")
 def test_redis_record_over_the_cap_is_refused_without_reading_it(redis_url, caplog):
     from kbuild.cache.redis_tier import RedisBackend
-    from kbuild.cache.store import Tier
+    from kbuild.cache.tier import Tier
 
     backend = RedisBackend(redis_url)
     key = make_key("huge-redis")
@@ -346,13 +346,13 @@ def test_redis_record_over_the_cap_is_refused_without_reading_it(redis_url, capl
 
 
 def test_artefacts_over_the_caps_are_refused_when_made(monkeypatch):
-    from kbuild.cache import store as store_mod
-    from kbuild.cache.store import Artefact
+    from kbuild.cache import record as record_mod
+    from kbuild.cache.record import Artefact
     from kbuild.errors import StoreUsageError
 
     with pytest.raises(StoreUsageError, match="record holds at most"):
         Artefact.create(key=make_key("m"), cubin=b"x", meta={"blob": "x" * (1 << 20)})
-    monkeypatch.setattr(store_mod, "MAX_BLOB_BYTES", 1000)
+    monkeypatch.setattr(record_mod, "MAX_BLOB_BYTES", 1000)
     with pytest.raises(StoreUsageError, match="cap of the store"):
         Artefact.create(key=make_key("m"), cubin=b"\0" * 1001, meta={})
 
@@ -421,7 +421,7 @@ def test_bundle_member_over_its_cap_is_refused(tmp_path):
 
     from kbuild.cache.bundle import import_bundle
     from kbuild.cache.local import LocalBackend
-    from kbuild.cache.store import Tier
+    from kbuild.cache.tier import Tier
     from kbuild.errors import BundleError
 
     path = tmp_path / "big-record.tar"
@@ -498,7 +498,7 @@ def _fill(store: Path, size: int = 150_000) -> list:
     """Put cubins into the store at ``store`` until the disk is full; the artefacts that made it. The put
     that failed must leave no file behind."""
     from kbuild.cache.local import LocalBackend
-    from kbuild.cache.store import Tier
+    from kbuild.cache.tier import Tier
     from kbuild.errors import StoreFullError
 
     backend = LocalBackend(store)
@@ -586,7 +586,7 @@ def test_full_disk_cleanup_works_and_frees_room(tmp_path, full_store):
 @hostile(fault="full disk", outcome="clean error")
 def test_put_whose_record_fails_removes_its_new_cubin(tmp_path, monkeypatch):
     from kbuild.cache.local import LocalBackend
-    from kbuild.cache.store import Tier
+    from kbuild.cache.tier import Tier
     from kbuild.errors import StoreFullError
 
     backend = LocalBackend(tmp_path / "s")
@@ -602,7 +602,7 @@ def test_put_whose_record_fails_removes_its_new_cubin(tmp_path, monkeypatch):
     with pytest.raises(StoreFullError):
         tier.put(art)
     assert not backend.has_blob(art.cubin_sha256)  # the new cubin went with the failed put
-    from kbuild.cache.store import Artefact
+    from kbuild.cache.record import Artefact
 
     same_cubin = Artefact.create(key=make_key("other"), cubin=shared.cubin, meta={})
     with pytest.raises(StoreFullError):
@@ -623,7 +623,7 @@ def _killed_mid_blob(path: str, ready) -> None:
     import diskcache.core
 
     from kbuild.cache.local import LocalBackend
-    from kbuild.cache.store import Tier
+    from kbuild.cache.tier import Tier
 
     def stall(self, full_path, iterator, mode, encoding=None):
         data = b"".join(iterator)
@@ -648,7 +648,7 @@ def test_gc_removes_half_written_cubins_of_killed_puts(tmp_path):
     store = tmp_path / "s"
     kept = make_artefact("kept", size=100_000)
     from kbuild.cache.local import LocalBackend
-    from kbuild.cache.store import Tier
+    from kbuild.cache.tier import Tier
 
     Tier(LocalBackend(store)).put(kept)
     ctx = multiprocessing.get_context("fork")
@@ -679,7 +679,7 @@ def read_only_store(tmpfs) -> tuple[Path, list]:
     disk = tmpfs("ro", "8m")
     store = disk / "store"
     from kbuild.cache.local import LocalBackend
-    from kbuild.cache.store import Tier
+    from kbuild.cache.tier import Tier
 
     backend = LocalBackend(store)
     arts = [make_artefact(f"ro{i}", size=50_000) for i in range(3)]
@@ -786,7 +786,7 @@ def test_deeply_nested_bundle_manifest_is_a_clean_error(tmp_path, monkeypatch, d
 @hostile(fault="deeply nested JSON", outcome="degraded with warning")
 def test_deeply_nested_remote_record_is_a_corrupt_entry(redis_url, caplog):
     from kbuild.cache.redis_tier import RedisBackend
-    from kbuild.cache.store import Tier
+    from kbuild.cache.tier import Tier
 
     backend = RedisBackend(redis_url)
     key = make_key("nested-record")
@@ -842,7 +842,7 @@ def test_cache_get_output_in_a_missing_directory_is_a_clean_error(tmp_path, monk
 def test_records_without_a_canonical_form_are_integrity_or_signature_errors(edit):
     import json
 
-    from kbuild.cache.store import IntegrityError, SignatureError, check_signature, parse_record
+    from kbuild.cache.record import IntegrityError, SignatureError, check_signature, parse_record
 
     art = make_artefact("canon")
     body = json.loads(art.record("k"))

@@ -13,7 +13,8 @@ import pytest
 from store_helpers import make_artefact
 
 from kbuild.cache.local import LocalBackend
-from kbuild.cache.store import Artefact, Tier
+from kbuild.cache.record import Artefact
+from kbuild.cache.tier import Tier
 
 
 def test_lru_eviction_keeps_recently_used_entries(tmp_path):

@@ -18,7 +18,7 @@ from kbuild.cache.lock import (
     update_lock,
     write_lock,
 )
-from kbuild.cache.store import Tier
+from kbuild.cache.tier import Tier
 from kbuild.errors import LockFileError, LockMismatchError
 
 

@@ -276,7 +276,7 @@ def test_metadata_must_be_json(tmp_path):
 
 
 def test_remote_errors_name_the_configured_url_without_credentials(tmp_path):
-    from kbuild.cache.store import redact_url
+    from kbuild.cache.url import redact_url
 
     port = free_port()
     url = f"http://builder:hunter2@127.0.0.1:{port}/cache/"
