@@ -24,12 +24,14 @@ warning.
 from __future__ import annotations
 
 import base64
+import contextlib
 import http.client
 import logging
 import socket
 import ssl
 import threading
 from collections.abc import Iterator
+from typing import Any
 from urllib.parse import quote, unquote, urlsplit
 
 from kbuild.errors import StoreUsageError, TierUnavailableError
@@ -264,3 +266,7 @@ class HttpBackend:
 
     def close(self) -> None:
         self._drop()
+
+    def transaction(self) -> contextlib.AbstractContextManager[Any]:
+        """No lock: an HTTP cache has none to offer (see :meth:`put_record`)."""
+        return contextlib.nullcontext()

@@ -16,6 +16,7 @@ The module is not called ``redis.py`` so that it never shadows the redis-py pack
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 from collections.abc import Callable, Iterator
@@ -176,3 +177,7 @@ class RedisBackend:
 
     def close(self) -> None:
         self.client.close()
+
+    def transaction(self) -> contextlib.AbstractContextManager[Any]:
+        """No lock: :meth:`put_record` is create-if-absent (``SET NX``) or compare-and-set on the server."""
+        return contextlib.nullcontext()

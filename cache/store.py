@@ -15,6 +15,7 @@ This module holds only the interfaces and the types they return; it imports no b
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
@@ -65,6 +66,11 @@ class Backend(Protocol):
     def delete_blob(self, digest: str) -> bool: ...
     def record_keys(self) -> Iterator[str]: ...
     def close(self) -> None: ...
+    def transaction(self) -> contextlib.AbstractContextManager[Any]:
+        """The context in which a tier checks for an entry and writes it (:meth:`Tier.store_record
+        <kbuild.cache.tier.Tier.store_record>`): the local backend's cross-process write lock. A backend
+        with no lock returns :func:`contextlib.nullcontext`; its ``put_record`` alone decides a race
+        (create-if-absent or compare-and-set where the server has it)."""
 
 
 @runtime_checkable

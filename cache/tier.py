@@ -205,7 +205,7 @@ class Tier:
         was already stored (kept as is: entries are immutable). A stored record that fails
         verification is replaced (compare-and-set on the bytes that failed)."""
         self._check_writable()
-        with self._transaction():
+        with self.backend.transaction():
             existing, invalid = self._lookup(art.key, count=False)
             if existing is not None:
                 self._conflict(art, existing[0])
@@ -225,11 +225,6 @@ class Tier:
         self.stats.count(self.name, "puts")
         self.stats.count(self.name, "bytes_written", len(art.cubin) + len(record))
         return True
-
-    def _transaction(self) -> contextlib.AbstractContextManager[Any]:
-        """The backend's cross-process write lock when it has one (the local tier)."""
-        tx = getattr(self.backend, "transaction", None)
-        return tx() if tx is not None else contextlib.nullcontext()
 
     def _conflict(self, new: Artefact, old: Artefact) -> None:
         if new.cubin_sha256 != old.cubin_sha256:

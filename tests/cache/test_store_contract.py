@@ -19,6 +19,28 @@ def test_backend_and_tier_implement_the_protocols(case):
     assert isinstance(case.tier(), Store)
 
 
+def test_every_backend_has_a_transaction(case):
+    """``transaction()`` is part of the protocol (issue 14): every backend has one and a tier uses it as is
+    (the local lock, a no-op for the remotes) instead of looking for it with ``getattr``."""
+    art = make_artefact("tx", size=10)
+    with case.backend.transaction():
+        case.backend.put_blob(art.cubin_sha256, art.cubin)
+        assert case.backend.put_record(art.key, art.record())
+    assert case.tier().get(art.key) == art
+
+
+def test_a_backend_without_a_transaction_is_no_backend():
+    class NoTransaction:
+        location = "nowhere"
+
+    for name in ("get_record", "get_blob", "has_record", "has_blob", "put_blob", "put_record", "delete_record",
+                 "delete_blob", "record_keys", "close"):
+        setattr(NoTransaction, name, lambda self, *a, **k: None)
+    assert not isinstance(NoTransaction(), Backend)
+    NoTransaction.transaction = lambda self: None  # type: ignore[attr-defined]
+    assert isinstance(NoTransaction(), Backend)
+
+
 def test_miss_on_empty(case):
     tier = case.tier()
     key = make_key("absent")
