@@ -44,7 +44,7 @@ from typing import IO, Any
 
 from kbuild.errors import BundleError, StoreUsageError
 
-from .encoding import parse_json, sha256_hex
+from .jsonparse import parse_json
 from .record import (
     MAX_BLOB_BYTES,
     MAX_RECORD_BYTES,
@@ -55,6 +55,7 @@ from .record import (
     check_blob,
     check_signature,
     parse_record,
+    sha256_hex,
 )
 from .tier import Tier
 

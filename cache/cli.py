@@ -21,7 +21,7 @@ from kbuild.errors import StoreUsageError
 from kbuild.fsutil import write_atomic
 
 from .bundle import export_bundle, import_bundle
-from .encoding import parse_json
+from .jsonparse import parse_json
 from .local import LocalBackend
 from .open import open_store
 from .record import Artefact, check_key

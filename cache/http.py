@@ -37,7 +37,7 @@ from urllib.parse import quote, unquote, urlsplit
 from kbuild.errors import StoreUsageError, TierUnavailableError
 
 from .deadline import Deadline
-from .encoding import parse_json
+from .jsonparse import parse_json
 from .record import MAX_BLOB_BYTES, MAX_RECORD_BYTES, EntryTooLarge, is_digest
 from .url import check_host, redact_url
 

@@ -9,7 +9,7 @@ remote-cache layout that every backend shares:
       {"format": "kbuild-artefact/1", "key": ..., "cubin_sha256": ..., "cubin_size": ...,
        "meta": {...}, "meta_sha256": ..., "signature": "hmac-sha256:..."}
 
-  written as canonical JSON (:func:`kbuild.cache.encoding.canonical_json`: sorted keys, no spaces).
+  written as canonical JSON (:func:`kbuild.canonical.canonical_json`: sorted keys, no spaces, UTF-8).
   ``signature`` is present when a secret is configured: HMAC-SHA256 over the canonical record without
   the signature. It binds key, cubin digest and metadata, so a record cannot be planted, altered or
   moved to another key.
@@ -30,9 +30,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from kbuild.canonical import canonical_json
 from kbuild.errors import StoreUsageError
 
-from .encoding import canonical_json, parse_json, sha256_hex
+from .jsonparse import parse_json
 
 RECORD_FORMAT = "kbuild-artefact/1"
 SIGNATURE_PREFIX = "hmac-sha256:"
@@ -60,6 +61,10 @@ META_FIELDS = (
 def is_digest(value: Any) -> bool:
     """Whether ``value`` is a lowercase hex sha256 (the form of keys and blob digests)."""
     return isinstance(value, str) and bool(_HEX64.match(value))
+
+
+def sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
 
 
 def check_key(key: str) -> str:
@@ -210,4 +215,4 @@ def check_blob(record: Record, blob: bytes) -> None:
 
 __all__ = ["MAX_BLOB_BYTES", "MAX_RECORD_BYTES", "META_FIELDS", "RECORD_FORMAT", "SIGNATURE_PREFIX", "Artefact",
            "EntryTooLarge", "IntegrityError", "Record", "SignatureError", "check_blob", "check_key", "check_signature",
-           "is_digest", "parse_record", "sign"]
+           "is_digest", "parse_record", "sha256_hex", "sign"]

@@ -22,7 +22,7 @@ from filelock import FileLock
 
 from kbuild.fsutil import write_atomic
 
-from .encoding import parse_json
+from .jsonparse import parse_json
 
 log = logging.getLogger(__name__)
 

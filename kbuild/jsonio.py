@@ -6,7 +6,7 @@
   which is not a :class:`ValueError` and escapes every ``except ValueError``; a document a few hundred
   levels deep parses, and then overflows the next recursive consumer (``json.dumps``, a digest);
 * it reads ``NaN``, ``Infinity`` and ``1e400`` (which becomes ``inf``), none of them JSON, and
-  :func:`kbuild.cache.store.canonical_json` refuses them later with a :class:`ValueError`;
+  :func:`kbuild.canonical.canonical_json` refuses them later with a :class:`ValueError`;
 * it returns lone surrogates (``"\\ud800"``), which fail later when the string is encoded as UTF-8;
 * it reads any size.
 

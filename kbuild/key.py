@@ -20,10 +20,10 @@ compiled bytes; tuning results record them in metadata instead).
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass
 from typing import Any
 
+from kbuild.canonical import canonical_json
 from kbuild.config import BudgetSettings, KernelSettings, Settings, key_fields
 from kbuild.targets import Target
 
@@ -31,13 +31,10 @@ from kbuild.targets import Target
 KEY_SCHEMA = 1
 
 
-def canonical_json(obj: Any) -> str:
-    """Sorted keys, no whitespace, ASCII: one text per value, whatever the dict order."""
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
-
-
 def digest(components: dict[str, Any]) -> str:
-    return hashlib.sha256(canonical_json(components).encode("ascii")).hexdigest()
+    """sha256 of the components' canonical JSON, non-ASCII characters escaped (the key's spelling since
+    ``KEY_SCHEMA`` 1: :func:`kbuild.canonical.canonical_json`)."""
+    return hashlib.sha256(canonical_json(components, ascii_only=True)).hexdigest()
 
 
 def _declared(obj: Any, cls: type) -> dict[str, Any]:
@@ -102,4 +99,4 @@ def compiler_component(*, triton_version: str, ptxas_version: str, options: dict
             "options": options}
 
 
-__all__ = ["KernelKey", "canonical_json", "compiler_component", "digest", "kernel_key", "tuner_component"]
+__all__ = ["KernelKey", "compiler_component", "digest", "kernel_key", "tuner_component"]

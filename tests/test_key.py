@@ -9,8 +9,9 @@ from pathlib import Path
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from kbuild.canonical import canonical_json
 from kbuild.config import settings_from_table
-from kbuild.key import canonical_json, compiler_component, digest, kernel_key, tuner_component
+from kbuild.key import compiler_component, digest, kernel_key, tuner_component
 from kbuild.targets import parse_target
 from kbuild.tune import TUNER_VERSION
 
@@ -119,7 +120,7 @@ def test_sm90_and_sm90a_share_one_exact_target():
 
 
 def test_canonical_json_is_compact_and_sorted():
-    assert canonical_json({"b": 1, "a": [1, {"d": 2, "c": 3}]}) == '{"a":[1,{"c":3,"d":2}],"b":1}'
+    assert canonical_json({"b": 1, "a": [1, {"d": 2, "c": 3}]}) == b'{"a":[1,{"c":3,"d":2}],"b":1}'
 
 
 def test_keys_are_byte_identical_to_the_pinned_ones():

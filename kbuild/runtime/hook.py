@@ -37,9 +37,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
+from kbuild.canonical import canonical_json
 from kbuild.config import env_setting
 from kbuild.errors import ConfigError
-from kbuild.key import canonical_json
 from kbuild.runtime.index import CHECK_FIELDS, DATA_DIR, INDEX_FILE, Index, load_index
 
 log = logging.getLogger("kbuild.runtime")
