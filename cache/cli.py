@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from kbuild.console import emit_json, info, print_table
-from kbuild.errors import StoreUsageError
+from kbuild.errors import ExitCode, StoreUsageError
 from kbuild.fsutil import write_atomic
 
 from .bundle import export_bundle, import_bundle
@@ -150,7 +150,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
         print_table(f"{len(rows)} entries", ["key", "kernel", "target", "tuned", "size", "created", "tier"],
                     [(e.key[:16], e.meta.get("kernel", "-"), e.meta.get("target", "-"), e.meta.get("tuned", "-"),
                       _human(e.cubin_size), e.meta.get("created_at", "-"), e.tier) for e in rows])
-    return 0
+    return ExitCode.OK
 
 
 def cmd_stats(args: argparse.Namespace) -> int:
@@ -187,7 +187,7 @@ def cmd_stats(args: argparse.Namespace) -> int:
         print_table(None, ["tier", "hits", "misses", "corrupt", "rejected", "errors", "read", "written"],
                     [(name, t["hits"], t["misses"], t["corrupt"], t["rejected"], t["errors"], _human(t["bytes_read"]),
                       _human(t["bytes_written"])) for name, t in doc["tiers"].items()])
-    return 0
+    return ExitCode.OK
 
 
 def cmd_gc(args: argparse.Namespace) -> int:
@@ -203,7 +203,7 @@ def cmd_gc(args: argparse.Namespace) -> int:
              f"{report.unreadable_records} unreadable records, {report.half_written_files} half-written files; "
              f"{_human(report.bytes_before)} → "
              f"{_human(report.bytes_after)} in {report.seconds:.2f} s")
-    return 0
+    return ExitCode.OK
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
@@ -227,7 +227,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
         for p in problems:
             info(f"{p.tier}: {p.key}: {p.problem}{' (deleted)' if p.fixed else ''}")
         info(f"verified {checked} entries: {len(problems)} problems, {len(problems) - len(remaining)} fixed")
-    return 1 if remaining else 0
+    return ExitCode.FAILED if remaining else ExitCode.OK  # problems left: a negative answer
 
 
 def cmd_rm(args: argparse.Namespace) -> int:
@@ -247,7 +247,7 @@ def cmd_rm(args: argparse.Namespace) -> int:
     else:
         info(f"removed {len(removed)} entries" + (f"; not found: {', '.join(missing)}" if missing else "")
              + ("; run `kbuild cache gc` to free their cubins" if removed else ""))
-    return 0 if not missing else 1
+    return ExitCode.FAILED if missing else ExitCode.OK  # a key not found: a negative answer
 
 
 def _output_file(path: str, what: str) -> Path:
@@ -273,7 +273,7 @@ def cmd_export(args: argparse.Namespace) -> int:
         emit_json(report.as_dict())
     else:
         info(f"exported {report.entries} entries ({report.blobs} cubins, {_human(report.bytes)}) to {report.path}")
-    return 0
+    return ExitCode.OK
 
 
 def cmd_import(args: argparse.Namespace) -> int:
@@ -286,7 +286,7 @@ def cmd_import(args: argparse.Namespace) -> int:
         emit_json(report.as_dict())
     else:
         info(f"imported {report.imported} entries from {report.path} ({report.already_present} already present)")
-    return 0
+    return ExitCode.OK
 
 
 def _read_file(path: str, what: str) -> bytes:
@@ -319,7 +319,7 @@ def cmd_put(args: argparse.Namespace) -> int:
     else:
         info(f"stored {art.key} ({_human(art.size)})" + (" — an entry with another cubin already existed and was kept"
                                                          if doc["kept_existing"] else ""))
-    return 0
+    return ExitCode.OK
 
 
 
@@ -335,7 +335,7 @@ def cmd_get(args: argparse.Namespace) -> int:
             emit_json({"key": key, "hit": False})
         else:
             info(f"miss: {key} is in no store tier")
-        return 1
+        return ExitCode.FAILED  # a miss: a negative answer, not an error
     if args.output:
         try:
             write_atomic(Path(args.output), art.cubin)
@@ -349,4 +349,4 @@ def cmd_get(args: argparse.Namespace) -> int:
     if args.json:
         emit_json({"key": key, "hit": True, "cubin_sha256": art.cubin_sha256, "meta_sha256": art.meta_sha256,
                    "size": art.size, "output": args.output, "meta": art.meta})
-    return 0
+    return ExitCode.OK

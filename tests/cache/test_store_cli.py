@@ -164,3 +164,31 @@ def test_remote_down_is_a_warning_and_strict_fails(tmp_path, capsys, store):
     assert code == 0 and json.loads(out)["hit"]
     code, out, _ = run(["cache", "get", *store, make_key("zz"), "--json", "--strict"], capsys)
     assert code == 4
+
+
+def test_every_answer_is_an_exit_code_of_the_table(tmp_path, capsys, store):
+    """The handlers return members of kbuild.errors.ExitCode (issue 14), not literal numbers: OK for an
+    answer, FAILED for a negative one (a miss, a key rm did not find, problems verify left)."""
+    from kbuild.cache.local import LocalBackend
+    from kbuild.errors import ExitCode
+
+    def answer(*argv: str) -> object:
+        parser = argparse.ArgumentParser(prog="kbuild")
+        cache_cli.add_parser(parser.add_subparsers(dest="command"))
+        args = parser.parse_args(["cache", argv[0], *store, "--json", *argv[1:]])
+        result = args.func(args)
+        capsys.readouterr()
+        return result
+
+    art = put(tmp_path, capsys, store, "codes", target="sm_90")
+    absent = make_key("absent")
+    assert answer("get", art.key, "-o", str(tmp_path / "out.cubin")) is ExitCode.OK
+    assert answer("get", absent) is ExitCode.FAILED
+    assert answer("rm", absent) is ExitCode.FAILED
+    assert answer("verify") is ExitCode.OK
+    backend = LocalBackend(tmp_path / "store")
+    backend._blobs.set(art.cubin_sha256, b"flipped")
+    backend.close()
+    assert answer("verify") is ExitCode.FAILED
+    assert answer("verify", "--fix") is ExitCode.OK
+    assert answer("ls") is ExitCode.OK and answer("stats") is ExitCode.OK
