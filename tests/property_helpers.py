@@ -86,7 +86,12 @@ def deep_json() -> st.SearchStrategy[str]:
     ])
 
 
-# --- TOML writer (the tests check it against tomllib on every example) ---------------------------
+# --- TOML writer (checked against tomllib: tests/test_property_helpers.py, and on every example by the
+# config property tests) --------------------------------------------------------------------------
+#
+# TOML has no null. A ``None`` in the data is written the only way TOML can say "no value": the key (or the
+# array item) is left out. A reader given such a document sees the key missing, which the edits of
+# :func:`mutated` also produce by deleting it; everything else JSON can hold is written as it is.
 
 def toml_key(key: str) -> str:
     if key and all(c.isascii() and (c.isalnum() or c in "_-") for c in key):
@@ -100,6 +105,9 @@ def toml_string(value: str) -> str:
 
 
 def toml_value(value: Any) -> str:
+    """``value`` as a TOML value (``None`` items and keys inside it are left out; ``None`` itself is no value)."""
+    if value is None:
+        raise ValueError("TOML has no null: leave the key or item out")
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int):
@@ -111,11 +119,22 @@ def toml_value(value: Any) -> str:
     if isinstance(value, datetime.date):
         return value.isoformat()
     if isinstance(value, list):
-        return "[" + ", ".join(toml_value(v) for v in value) + "]"
-    return "{" + ", ".join(f"{toml_key(k)} = {toml_value(v)}" for k, v in value.items()) + "}"
+        return "[" + ", ".join(toml_value(v) for v in value if v is not None) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{toml_key(k)} = {toml_value(v)}" for k, v in value.items() if v is not None) + "}"
+    raise TypeError(f"no TOML value for {type(value).__name__}")
 
 
 def toml_document(table: dict[str, Any], header: str | None = "tool.kbuild") -> str:
-    """``table`` as a TOML document (under ``[header]``); nested tables are written inline."""
+    """``table`` as a TOML document (under ``[header]``); nested tables are written inline, ``None`` left out."""
     head = f"[{header}]\n" if header else ""
-    return head + "".join(f"{toml_key(k)} = {toml_value(v)}\n" for k, v in table.items())
+    return head + "".join(f"{toml_key(k)} = {toml_value(v)}\n" for k, v in table.items() if v is not None)
+
+
+def without_none(value: Any) -> Any:
+    """``value`` as :func:`toml_document` writes it: every ``None`` key and item left out."""
+    if isinstance(value, dict):
+        return {k: without_none(v) for k, v in value.items() if v is not None}
+    if isinstance(value, list):
+        return [without_none(v) for v in value if v is not None]
+    return value
