@@ -6,7 +6,6 @@ It stores bytes and metadata under keys and never imports triton or torch. Modul
   (verified artefacts), and :class:`EntryInfo`;
 * ``record`` — :class:`Artefact`, the record format (``kbuild-artefact/1``), its digests, signature
   and caps;
-* ``jsonparse`` — the bounded JSON parser for what tiers, bundles and statistics files hand back
   (records are written with :func:`kbuild.canonical.canonical_json`, shared with the content key);
 * ``tier`` — :class:`Tier`: one backend made a verified store (verify on read, blob first and record
   last on write, ``verify``);

@@ -43,8 +43,8 @@ from pathlib import Path
 from typing import IO, Any
 
 from kbuild.errors import BundleError, StoreUsageError
+from kbuild.jsonio import parse_json
 
-from .jsonparse import parse_json
 from .record import (
     MAX_BLOB_BYTES,
     MAX_RECORD_BYTES,

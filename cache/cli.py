@@ -19,9 +19,9 @@ from typing import Any
 from kbuild.console import emit_json, info, print_table
 from kbuild.errors import ExitCode, StoreUsageError
 from kbuild.fsutil import write_atomic
+from kbuild.jsonio import parse_json
 
 from .bundle import export_bundle, import_bundle
-from .jsonparse import parse_json
 from .local import LocalBackend
 from .open import open_store
 from .record import Artefact, check_key

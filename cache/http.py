@@ -35,9 +35,9 @@ from typing import Any
 from urllib.parse import quote, unquote, urlsplit
 
 from kbuild.errors import StoreUsageError, TierUnavailableError
+from kbuild.jsonio import parse_json
 
 from .deadline import Deadline
-from .jsonparse import parse_json
 from .record import MAX_BLOB_BYTES, MAX_RECORD_BYTES, EntryTooLarge, is_digest
 from .url import check_host, redact_url
 

@@ -32,8 +32,7 @@ from typing import Any
 
 from kbuild.canonical import canonical_json
 from kbuild.errors import StoreUsageError
-
-from .jsonparse import parse_json
+from kbuild.jsonio import parse_json
 
 RECORD_FORMAT = "kbuild-artefact/1"
 SIGNATURE_PREFIX = "hmac-sha256:"

@@ -21,8 +21,7 @@ from typing import Any
 from filelock import FileLock
 
 from kbuild.fsutil import write_atomic
-
-from .jsonparse import parse_json
+from kbuild.jsonio import parse_json
 
 log = logging.getLogger(__name__)
 

@@ -45,14 +45,23 @@ def load_json(data: bytes | bytearray | str, *, where: str, max_bytes: int = DEF
     if len(data) > max_bytes:  # bytes, or characters for text
         raise error(f"{where}: {len(data):,} bytes of JSON, over the {max_bytes:,}-byte limit")
     try:
+        return parse_json(data, max_depth=max_depth)
+    except ValueError as exc:
+        raise error(f"{where}: not valid JSON ({exc})") from None
+
+
+def parse_json(data: bytes | bytearray | str, *, max_depth: int = DEFAULT_MAX_DEPTH) -> Any:
+    """The parser under :func:`load_json`, for callers that cap the size and word the error themselves (the
+    store's records, listings, bundles): a :class:`ValueError` that says only what is wrong."""
+    try:
         value = json.loads(data, parse_constant=_reject_constant)
     except RecursionError:
-        raise error(f"{where}: not valid JSON (nested deeper than {max_depth} levels)") from None
+        raise ValueError(f"nested deeper than {max_depth} levels") from None
     except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, too many integer digits, NaN
-        raise error(f"{where}: not valid JSON ({exc})") from None
+        raise ValueError(str(exc)) from None
     problem = _check(value, max_depth)
     if problem is not None:
-        raise error(f"{where}: not valid JSON ({problem})")
+        raise ValueError(problem)
     return value
 
 
@@ -120,4 +129,4 @@ def _is_unicode(text: str) -> bool:
     return True
 
 
-__all__ = ["DEFAULT_MAX_BYTES", "DEFAULT_MAX_DEPTH", "load_json", "read_json_file"]
+__all__ = ["DEFAULT_MAX_BYTES", "DEFAULT_MAX_DEPTH", "load_json", "parse_json", "read_json_file"]

@@ -761,7 +761,7 @@ def test_deeply_nested_metadata_in_cache_put_is_a_clean_error(tmp_path, monkeypa
     monkeypatch.chdir(tmp_path)
     code, _out, err = run_cache(["put", "--store", str(tmp_path / "store"), "--key", make_key("n"), "--cubin",
                                  str(tmp_path / "c.cubin"), "--meta", str(tmp_path / "meta.json")])
-    assert_clean_error(code, err, names=[str(tmp_path / "meta.json"), "nested more than 64 levels"])
+    assert_clean_error(code, err, names=[str(tmp_path / "meta.json"), "nested deeper than 64 levels"])
     assert not (tmp_path / "store").exists()
 
 
@@ -778,7 +778,7 @@ def test_deeply_nested_bundle_manifest_is_a_clean_error(tmp_path, monkeypatch, d
         tar.addfile(info, io.BytesIO(manifest))
     monkeypatch.chdir(tmp_path)
     code, _out, err = run_cache(["import", "--store", str(tmp_path / "store"), str(bundle)])
-    assert_clean_error(code, err, names=[str(bundle), "kbuild-bundle.json", "nested more than 64 levels"])
+    assert_clean_error(code, err, names=[str(bundle), "kbuild-bundle.json", "nested deeper than 64 levels"])
     assert stored(tmp_path / "store") == ([], 0)
 
 
@@ -793,7 +793,7 @@ def test_deeply_nested_remote_record_is_a_corrupt_entry(redis_url, caplog):
     backend.client.set(backend._ac(key), ("[" * 100_000 + "]" * 100_000).encode())
     with caplog.at_level(logging.WARNING):
         assert Tier(backend, writable=False).get(key) is None
-    assert "nested more than 64 levels" in caplog.text
+    assert "nested deeper than 64 levels" in caplog.text
     backend.close()
 
 
@@ -855,8 +855,8 @@ def test_records_without_a_canonical_form_are_integrity_or_signature_errors(edit
         raw = json.dumps(body, ensure_ascii=True).encode()
     try:
         rec = parse_record(art.key, raw)
-    except IntegrityError:
-        assert edit in ("lone surrogate", "NaN")
+    except IntegrityError:  # the one JSON reader refuses text that is not valid Unicode wherever it stands
+        assert edit in ("lone surrogate", "NaN", "surrogate signature")
         return
     with pytest.raises(SignatureError):
         check_signature(rec, "k")
