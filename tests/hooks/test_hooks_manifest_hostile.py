@@ -9,7 +9,6 @@ nothing written, and bounded memory; a table never passes escape sequences to th
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import zipfile
@@ -145,13 +144,31 @@ def test_inspect_wheel_with_a_corrupt_manifest_member(tmp_path: Path, capsys):
 
 # ---- size: checked before reading -----------------------------------------------------------------------------
 
+# Runs ``python -m kbuild`` in this interpreter and, at exit, writes the process's VmHWM (peak RSS, kB) to
+# argv[1]. VmHWM belongs to the address space made by exec, so it is this child's own peak. ru_maxrss from
+# os.wait4 is not: Linux folds the pre-exec address space (this pytest process, hundreds of MiB once an
+# earlier test has imported torch) into it at exec.
+PEAK_RSS_WRAPPER = """
+import atexit, runpy, sys
+out = sys.argv.pop(1)
+def report():
+    with open("/proc/self/status") as status:
+        kb = next(line.split()[1] for line in status if line.startswith("VmHWM:"))
+    with open(out, "w") as f:
+        f.write(kb)
+atexit.register(report)
+sys.argv[0] = "kbuild"
+runpy.run_module("kbuild", run_name="__main__", alter_sys=True)
+"""
+
+
 def child_peak_rss_mib(argv: list[str], stderr: Path) -> tuple[int, float]:
-    """Run ``python -m kbuild *argv``; its exit status and its own peak RSS in MiB (os.wait4)."""
+    """Run ``python -m kbuild *argv``; its exit status and its own peak RSS in MiB (VmHWM at exit)."""
+    peak = stderr.with_name(stderr.name + ".vmhwm")
     with stderr.open("wb") as err:
-        proc = subprocess.Popen([sys.executable, "-m", "kbuild", *argv], stdout=subprocess.DEVNULL, stderr=err)
-        _, status, usage = os.wait4(proc.pid, 0)
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    return proc.returncode, usage.ru_maxrss / 1024
+        proc = subprocess.run([sys.executable, "-c", PEAK_RSS_WRAPPER, str(peak), *argv],
+                              stdout=subprocess.DEVNULL, stderr=err, check=False)
+    return proc.returncode, int(peak.read_text()) / 1024
 
 
 @pytest.mark.hostile(fault="oversized manifest", outcome="clean error")
