@@ -10,9 +10,14 @@ keys' components together with a fingerprint of everything they were computed fr
 * the environment variables Triton reads while compiling: every ``TRITON_*``, the ``MLIR_*``,
   ``LLVM_*``, ``NVPTX_*``, ``AMDGCN_*`` and ``DISABLE_*`` switches of its passes, and the other
   names Triton's ``knobs`` read (recorded when the memo is written);
-* every module loaded when the keys were computed, outside the standard library: the kernels,
-  everything they import, wherever it lives (another package, a loose ``shared_consts.py`` on
-  ``sys.path``), Triton and kbuild. A file that belongs to an installed distribution counts
+* every module the kernels' modules import, transitively, outside the standard library: the
+  kernels, everything they import, wherever it lives (another package, a loose ``shared_consts.py``
+  on ``sys.path``), Triton. The closure follows the ``import`` statements of each module's source
+  (:func:`_import_closure`) through the modules loaded now, and stops at installed distributions
+  (their ``RECORD`` covers what they import of their own); modules that other code of the same
+  process loaded (a test runner's, a build tool's) are not part of it. An import by a computed name
+  (``importlib.import_module(name)``) is not followed: keep such a module in the kernels' package,
+  whose files are all hashed. A file that belongs to an installed distribution counts
   through the distribution's ``RECORD`` (name, version and the sha256 of ``RECORD``, which lists
   the sha256 of every file); any other file by its sha256. Each top-level module's location is
   recorded too, so that a module that now shadows it elsewhere on the path is noticed;
@@ -200,9 +205,62 @@ def _where(spec: Any) -> Any:
     return sorted(str(p) for p in (spec.submodule_search_locations or [])) or spec.origin
 
 
-def _loaded_code(settings: Any) -> dict[str, Any] | None:
-    """Loose files (sha256), distributions (their ``RECORD``) and top-level locations of every module
-    loaded now outside the standard library; None when some file cannot be read."""
+def _imported_names(mod: Any) -> set[str]:
+    """The absolute module names that the ``import`` statements in ``mod``'s source name (a name
+    imported from a module counts as a submodule too, when one of that name is loaded)."""
+    path = getattr(mod, "__file__", None)
+    if not isinstance(path, str) or not path.endswith(".py"):
+        return set()
+    try:
+        tree = ast.parse(Path(path).read_bytes())
+    except (OSError, SyntaxError, ValueError):
+        return set()
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            try:
+                base = importlib.util.resolve_name("." * node.level + (node.module or ""),
+                                                   getattr(mod, "__package__", None) or "") if node.level \
+                    else node.module or ""
+            except (ImportError, ValueError):
+                continue
+            names.add(base)
+            names.update(f"{base}.{alias.name}" for alias in node.names)
+    return {parent for name in names for parent in _with_parents(name)}
+
+
+def _import_closure(roots: Iterable[str], std: Sequence[str], sites: Sequence[str]) -> list[str]:
+    """``roots`` and every loaded module their sources import, transitively; modules of the standard
+    library and of installed distributions end the walk (they are covered as a whole)."""
+    seen: set[str] = set()
+    stack = [name for root in roots for name in _with_parents(root)]
+    while stack:
+        name = stack.pop()
+        mod = sys.modules.get(name)
+        if name in seen or mod is None:
+            continue
+        seen.add(name)
+        path = getattr(mod, "__file__", None)
+        if isinstance(path, str):
+            real = os.path.realpath(path)
+            if _under(real, std) or _under(real, sites):
+                continue
+        stack.extend(_imported_names(mod))
+    return sorted(seen)
+
+
+def _with_parents(name: str) -> list[str]:
+    """``a.b.c`` → ``a``, ``a.b``, ``a.b.c``: importing a module runs its parent packages' ``__init__``."""
+    parts = name.split(".")
+    return [".".join(parts[:i]) for i in range(1, len(parts) + 1)]
+
+
+def _loaded_code(settings: Any, roots: Iterable[str]) -> dict[str, Any] | None:
+    """Loose files (sha256), distributions (their ``RECORD``) and top-level locations of the modules
+    in the import closure of ``roots`` (the kernels' modules) outside the standard library; None when
+    some file cannot be read."""
     from importlib import metadata
 
     from kbuild.emit import kernel_sources
@@ -213,7 +271,8 @@ def _loaded_code(settings: Any) -> dict[str, Any] | None:
     files: dict[str, str] = {}
     dists: dict[str, dict[str, str]] = {}
     tops: dict[str, Any] = {}
-    for name, mod in sorted(sys.modules.items()):
+    closure = _import_closure(roots, std, sites)
+    for name, mod in ((n, sys.modules[n]) for n in closure):
         path = getattr(mod, "__file__", None)
         if not isinstance(path, str) or name == "__main__":
             continue
@@ -551,7 +610,7 @@ def save(settings: Any, kernels: Sequence[Any], targets: Sequence[Any], builds: 
         doc = _settings_doc(settings, kernels, targets)
         folded = _folded_values(builds)
         ptxas = _ptxas_identity()
-        code = _loaded_code(settings)
+        code = _loaded_code(settings, {b.fn.__module__ for b in builds if getattr(b, "fn", None) is not None})
         if folded is None or ptxas is None or code is None:
             return
         for b in builds:  # the components must survive JSON with the same digest

@@ -234,3 +234,19 @@ def test_a_changed_triton_version_string_invalidates_the_memo(tmp_path: Path):
     assert after["triton_imported"]
     fresh = probe(project, tmp_path / "fresh", memo=False, patch=FAKE_TRITON)
     assert after["keys"] == fresh["keys"] != before["keys"]
+
+
+def test_modules_the_kernels_do_not_import_do_not_decide_the_memo(tmp_path: Path, store: Path):
+    """The fingerprint is the kernels' import closure, not everything in the process: a module that other
+    code loaded (here one whose file is gone since, as a test runner or build tool leaves behind) neither
+    blocks the memo nor invalidates it."""
+    project = copy_project(CMAKE_EXAMPLE, tmp_path / "p")
+    foreign = tmp_path / "foreign"
+    patch = (f"import os, sys, shutil; os.makedirs({str(foreign)!r}); sys.path.insert(0, {str(foreign)!r}); "
+             f"open({str(foreign / 'unrelated_mod.py')!r}, 'w').write('X = 1\\n'); import unrelated_mod; "
+             f"shutil.rmtree({str(foreign)!r})")
+    first = probe(project, store, patch=patch)
+    assert first["triton_imported"] and first["hits"]
+    second = probe(project, store, patch=patch)
+    assert not second["triton_imported"], "an unrelated, deleted module kept the memo from being written"
+    assert second["keys"] == first["keys"]
