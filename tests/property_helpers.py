@@ -138,3 +138,14 @@ def without_none(value: Any) -> Any:
     if isinstance(value, list):
         return [without_none(v) for v in value if v is not None]
     return value
+
+
+def same(a: Any, b: Any) -> bool:
+    """Equality with NaN equal to itself and types compared (True is not 1)."""
+    if isinstance(a, float) and isinstance(b, float):
+        return a == b or (math.isnan(a) and math.isnan(b))
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
+    return type(a) is type(b) and a == b

@@ -19,7 +19,7 @@ import pytest
 import tomllib
 from hypothesis import HealthCheck, assume, event, given, settings
 from hypothesis import strategies as st
-from property_helpers import mutated, toml_document
+from property_helpers import mutated, same, toml_document
 
 from kbuild.cli import main
 from kbuild.config import (
@@ -108,17 +108,6 @@ def environments(names: list[str] = ENV_VARS) -> st.SearchStrategy[dict[str, str
         ["", "0", "1", "-1", "nan", "inf", "1e999", "sm_90", ",", "sm_90,sm_99", "off", "ppo", "x", "１７", " 17 ", "s",
          "\udcff", "sm_9\udce0"])
         | st.text(alphabet=st.characters(codec="utf-8", exclude_characters="\x00"), max_size=10), max_size=3)
-
-
-def same(a: Any, b: Any) -> bool:
-    """Equality with nan equal to itself."""
-    if isinstance(a, float) and isinstance(b, float):
-        return a == b or (math.isnan(a) and math.isnan(b))
-    if isinstance(a, list) and isinstance(b, list):
-        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
-    if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
-    return type(a) is type(b) and a == b
 
 
 # --- the contract ---------------------------------------------------------------------------------

@@ -6,25 +6,13 @@ The lock-file property tests feed arbitrary JSON data through it; JSON has null 
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import pytest
 import tomllib
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from property_helpers import KEYS, json_values, toml_document, toml_value, without_none
-
-
-def same(a: Any, b: Any) -> bool:
-    """Equality with NaN equal to itself and types compared (True is not 1)."""
-    if isinstance(a, float) and isinstance(b, float):
-        return a == b or (math.isnan(a) and math.isnan(b))
-    if isinstance(a, list) and isinstance(b, list):
-        return len(a) == len(b) and all(same(x, y) for x, y in zip(a, b))
-    if isinstance(a, dict) and isinstance(b, dict):
-        return a.keys() == b.keys() and all(same(a[k], b[k]) for k in a)
-    return type(a) is type(b) and a == b
+from property_helpers import KEYS, json_values, same, toml_document, toml_value, without_none
 
 
 @settings(max_examples=300, deadline=None)

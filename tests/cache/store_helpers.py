@@ -57,6 +57,17 @@ class DripServer:
 class _DripHandler(socketserver.BaseRequestHandler):
     server: _DripTCPServer
 
+    def read_request(self) -> bool:
+        """Read one HTTP request head and record its request line; False when the client hung up first."""
+        data = b""
+        while b"\r\n\r\n" not in data:
+            chunk = self.request.recv(65536)
+            if not chunk:
+                return False
+            data += chunk
+        self.server.requests.append(data.split(b"\r\n", 1)[0].decode())
+        return True
+
     def drip(self, head: bytes) -> None:
         srv = self.server
         self.request.sendall(head)
@@ -68,13 +79,8 @@ class _DripHandler(socketserver.BaseRequestHandler):
 
 class _HttpDrip(_DripHandler):
     def handle(self) -> None:
-        data = b""
-        while b"\r\n\r\n" not in data:
-            chunk = self.request.recv(65536)
-            if not chunk:
-                return
-            data += chunk
-        self.server.requests.append(data.split(b"\r\n", 1)[0].decode())
+        if not self.read_request():
+            return
         with contextlib.suppress(OSError):
             self.drip(b"HTTP/1.1 200 OK\r\nContent-Type: application/octet-stream\r\nContent-Length: 100000\r\n\r\n")
 
@@ -84,14 +90,9 @@ class _HttpBloat(_DripHandler):
     as fast as the client takes them; ``sent`` counts what the client took before it hung up."""
 
     def handle(self) -> None:
-        data = b""
-        while b"\r\n\r\n" not in data:
-            chunk = self.request.recv(65536)
-            if not chunk:
-                return
-            data += chunk
+        if not self.read_request():
+            return
         srv = self.server
-        srv.requests.append(data.split(b"\r\n", 1)[0].decode())
         block = b"\0" * (1 << 16)
         chunked = srv.interval < 0
         head = (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" if chunked else
