@@ -62,18 +62,46 @@ class Tolerance:
 
 @dataclass(frozen=True)
 class Config:
-    """One point of a spec's configuration space."""
+    """One point of a spec's configuration space: the constexprs that vary, and Triton's launch options.
+
+    ``maxnreg`` (``None``: ptxas decides) caps registers per thread; ``num_ctas`` is the cluster size
+    (Hopper). Both are left out of :meth:`label` and :meth:`as_dict` at their defaults, so records of
+    configurations without them read as before."""
 
     constexprs: Mapping[str, Constexpr] = field(default_factory=dict)
     num_warps: int = 4
     num_stages: int = 3
+    maxnreg: int | None = None
+    num_ctas: int = 1
 
     def label(self) -> str:
         parts = [f"{k}={v}" for k, v in self.constexprs.items()]
-        return ",".join([*parts, f"w{self.num_warps}", f"s{self.num_stages}"])
+        extra = ([f"r{self.maxnreg}"] if self.maxnreg else []) + ([f"c{self.num_ctas}"] if self.num_ctas != 1 else [])
+        return ",".join([*parts, f"w{self.num_warps}", f"s{self.num_stages}", *extra])
+
+    def options(self) -> dict[str, Any]:
+        """Triton compile options of this configuration (``parse_options`` input)."""
+        opts: dict[str, Any] = {"num_warps": self.num_warps, "num_stages": self.num_stages}
+        if self.maxnreg:
+            opts["maxnreg"] = self.maxnreg
+        if self.num_ctas != 1:
+            opts["num_ctas"] = self.num_ctas
+        return opts
 
     def as_dict(self) -> dict[str, Any]:
-        return {"constexprs": dict(self.constexprs), "num_warps": self.num_warps, "num_stages": self.num_stages}
+        d: dict[str, Any] = {"constexprs": dict(self.constexprs), "num_warps": self.num_warps,
+                             "num_stages": self.num_stages}
+        if self.maxnreg:
+            d["maxnreg"] = self.maxnreg
+        if self.num_ctas != 1:
+            d["num_ctas"] = self.num_ctas
+        return d
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any]) -> Config:
+        """The inverse of :meth:`as_dict`."""
+        return cls(dict(d.get("constexprs", {})), int(d.get("num_warps", 4)), int(d.get("num_stages", 3)),
+                   d.get("maxnreg") or None, int(d.get("num_ctas", 1)))
 
 
 Grid = tuple[int, int, int]
@@ -92,7 +120,8 @@ class BenchSpec:
     constexprs: Mapping[str, Constexpr]
     """Constexpr parameters that are the same in every configuration."""
     configs: Sequence[Config]
-    """The configuration space; the first entry is the default."""
+    """The kernel's own autotune list (what ``@triton.autotune`` would choose from); the first entry is the
+    default. ``kbuild bench`` keeps the fastest correct one: the baseline every tuning gain is measured against."""
     make_inputs: Callable[[int, Any], dict[str, Any]]
     """``(seed, device) -> {param: tensor or scalar}`` for every runtime parameter, outputs included."""
     grid: Callable[[Mapping[str, Constexpr]], Grid]
@@ -110,10 +139,20 @@ class BenchSpec:
     needs_allocator: bool = False
     """Whether the kernel needs ``triton.set_allocator`` (device-side TMA descriptors)."""
     description: str = ""
+    space: Sequence[Config] = ()
+    """The level-1 search space of the tuner (wider than ``configs``; may contain configurations that fail to
+    compile, fail to launch or compute wrong results: each candidate is checked). Empty: ``configs``."""
     ref: str = ""
     """Where the spec came from (``package.module:callable``); filled in by :func:`load_spec`."""
 
     # -- derived -----------------------------------------------------------------------------------
+    def search_space(self) -> list[Config]:
+        """The level-1 space: ``space``, else ``configs``; the autotune list's entries are always in it."""
+        seen: dict[str, Config] = {c.label(): c for c in self.configs}
+        for c in self.space:
+            seen.setdefault(c.label(), c)
+        return list(seen.values())
+
     def all_constexprs(self, config: Config) -> dict[str, Constexpr]:
         return {**self.constexprs, **config.constexprs}
 
@@ -206,7 +245,7 @@ def validate_spec(spec: BenchSpec) -> None:
     for out in spec.outputs:
         if not spec.signature.get(out, "").startswith("*"):
             raise fail(f"output {out!r} is not a pointer parameter of the signature")
-    for i, cfg in enumerate(spec.configs):
+    for i, cfg in enumerate([*spec.configs, *spec.space]):
         covered = [*spec.signature, *spec.constexprs, *cfg.constexprs]
         dup = {n for n in covered if covered.count(n) > 1}
         if dup:
@@ -217,6 +256,10 @@ def validate_spec(spec: BenchSpec) -> None:
             raise fail(f"configs[{i}]: parameters of {spec.fn.__name__} not covered {missing}, unknown {extra}")
         if cfg.num_warps not in (1, 2, 4, 8, 16, 32) or cfg.num_stages < 1:
             raise fail(f"configs[{i}]: num_warps must be a power of two ≤ 32 and num_stages ≥ 1")
+        if cfg.maxnreg is not None and not 24 <= cfg.maxnreg <= 255:
+            raise fail(f"configs[{i}]: maxnreg must be between 24 and 255 (or None), got {cfg.maxnreg}")
+        if cfg.num_ctas not in (1, 2, 4, 8, 16):
+            raise fail(f"configs[{i}]: num_ctas must be 1, 2, 4, 8 or 16, got {cfg.num_ctas}")
     if spec.flops < 0 or spec.bytes_moved <= 0:
         raise fail("flops must be ≥ 0 and bytes_moved > 0")
     if not spec.archs:
@@ -294,8 +337,7 @@ def compile_spec(spec: BenchSpec, config: Config, arch: int) -> Any:
 
     if arch not in spec.archs:
         raise BenchSpecError(spec.label(), f"does not support sm_{arch} (supports {', '.join(f'sm_{a}' for a in spec.archs)})")
-    options = make_backend(GPUTarget("cuda", arch, 32)).parse_options(
-        {"num_warps": config.num_warps, "num_stages": config.num_stages})
+    options = make_backend(GPUTarget("cuda", arch, 32)).parse_options(config.options())
     try:
         return hermetic_compile(ast_source(spec, config), arch, options.__dict__)
     except Exception as exc:
