@@ -14,6 +14,7 @@ from typing import Any
 import triton
 import triton.language as tl
 
+from kbuild.bench.space import grid_space
 from kbuild.bench.spec import BenchSpec, Config, Constexpr
 
 
@@ -83,6 +84,15 @@ def _configs(head_dim: int) -> list[Config]:
             Config({"BLOCK_M": 64, "BLOCK_N": 64}, num_warps=4, num_stages=3)]
 
 
+def _space() -> list[Config]:
+    """Level-1 space (issue 15): 108 points per head dim. Non-causal, every BLOCK_N divides the sequence.
+    Causal, BLOCK_N > BLOCK_M (BLOCK_N does not divide BLOCK_M) is kept as a natural grid point although the
+    kernel assumes it does: such points compute wrong results (unmasked keys past the diagonal) and read up
+    to BLOCK_N - BLOCK_M key rows past the last head; the searcher checks and rejects them."""
+    return grid_space({"BLOCK_M": [64, 128], "BLOCK_N": [32, 64, 128]}, num_warps=[4, 8], num_stages=[2, 3, 4],
+                      maxnreg=[None, 168, 232])
+
+
 def attention_spec(head_dim: int, causal: bool, *, small: bool = False) -> BenchSpec:
     """Batch 4 × 16 heads, sequence 4096 (1 × 2 heads, sequence 256 when ``small``)."""
     heads, seq = (2, 256) if small else (64, 4096)
@@ -115,7 +125,7 @@ def attention_spec(head_dim: int, causal: bool, *, small: bool = False) -> Bench
         name=name, fn=flash_attn_fwd,
         signature={"q_ptr": "*fp16:16", "k_ptr": "*fp16:16", "v_ptr": "*fp16:16", "o_ptr": "*fp16:16",
                    "sm_scale": "fp32", "seq_len": "i32:16"},
-        constexprs={"HEAD_DIM": head_dim, "CAUSAL": causal}, configs=_configs(head_dim),
+        constexprs={"HEAD_DIM": head_dim, "CAUSAL": causal}, configs=_configs(head_dim), space=_space(),
         make_inputs=make_inputs, grid=grid, outputs={"o_ptr": None},
         flops=4.0 * heads * pairs * head_dim, bytes_moved=2.0 * 4 * heads * seq * head_dim, reference=reference,
         description=f"FlashAttention forward, {heads} heads (batch×heads), seq {seq}, d {head_dim}, "

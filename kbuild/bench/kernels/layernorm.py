@@ -8,6 +8,7 @@ from typing import Any
 import triton
 import triton.language as tl
 
+from kbuild.bench.space import grid_space
 from kbuild.bench.spec import BenchSpec, Config, Constexpr
 
 EPS = 1e-5
@@ -30,6 +31,12 @@ def layernorm_fwd(x_ptr, w_ptr, b_ptr, y_ptr, mean_ptr, rstd_ptr, n_cols,
     tl.store(y_ptr + row * n_cols + cols, y.to(tl.float16), mask=mask)
     tl.store(mean_ptr + row, mean)
     tl.store(rstd_ptr + row, rstd)
+
+
+#: Level-1 space (issue 15): warps × register cap. BLOCK_N is fixed by the row length and the kernel has no
+#: loop, so num_stages changes nothing and is not an axis. At 4096 columns ptxas uses about 150-250 registers
+#: per thread at 1 warp and 25-40 at 16 warps, so the caps span both ends (a cap below the need spills).
+SPACE = grid_space({}, num_warps=[1, 2, 4, 8, 16, 32], num_stages=[1], maxnreg=[None, 32, 48, 64, 96, 128, 168, 232])
 
 
 def layernorm(small: bool = False) -> BenchSpec:
@@ -64,7 +71,7 @@ def layernorm(small: bool = False) -> BenchSpec:
         signature={"x_ptr": "*fp16:16", "w_ptr": "*fp16:16", "b_ptr": "*fp16:16", "y_ptr": "*fp16:16",
                    "mean_ptr": "*fp32:16", "rstd_ptr": "*fp32:16", "n_cols": "i32:16"},
         constexprs={"BLOCK_N": triton.next_power_of_2(n), "EPS": EPS},
-        configs=[Config({}, num_warps=w, num_stages=1) for w in (8, 4, 16)],
+        configs=[Config({}, num_warps=w, num_stages=1) for w in (8, 4, 16)], space=SPACE,
         make_inputs=make_inputs, grid=grid, outputs={"y_ptr": None, "mean_ptr": None, "rstd_ptr": None},
         flops=8.0 * m * n, bytes_moved=2.0 * (2 * m * n + 2 * n) + 8.0 * m, reference=reference,
         description=f"LayerNorm forward, {m}x{n} fp16")

@@ -8,6 +8,7 @@ from typing import Any
 import triton
 import triton.language as tl
 
+from kbuild.bench.space import grid_space
 from kbuild.bench.spec import BenchSpec, Config, Constexpr
 
 EPS = 1e-6
@@ -22,6 +23,12 @@ def rmsnorm_fwd(x_ptr, w_ptr, y_ptr, n_cols, BLOCK_N: tl.constexpr, EPS: tl.cons
     rstd = 1.0 / tl.sqrt(tl.sum(x * x, axis=0) / n_cols + EPS)
     w = tl.load(w_ptr + cols, mask=mask, other=0.0).to(tl.float32)
     tl.store(y_ptr + row * n_cols + cols, (x * rstd * w).to(tl.float16), mask=mask)
+
+
+#: Level-1 space (issue 15): warps × register cap. BLOCK_N is fixed by the row length and the kernel has no
+#: loop, so num_stages changes nothing and is not an axis. At 4096 columns ptxas uses about 150-250 registers
+#: per thread at 1 warp and 25-40 at 16 warps, so the caps span both ends (a cap below the need spills).
+SPACE = grid_space({}, num_warps=[1, 2, 4, 8, 16, 32], num_stages=[1], maxnreg=[None, 32, 48, 64, 96, 128, 168, 232])
 
 
 def rmsnorm(small: bool = False) -> BenchSpec:
@@ -49,7 +56,7 @@ def rmsnorm(small: bool = False) -> BenchSpec:
         name="rmsnorm", fn=rmsnorm_fwd,
         signature={"x_ptr": "*fp16:16", "w_ptr": "*fp16:16", "y_ptr": "*fp16:16", "n_cols": "i32:16"},
         constexprs={"BLOCK_N": triton.next_power_of_2(n), "EPS": EPS},
-        configs=[Config({}, num_warps=w, num_stages=1) for w in (8, 4, 16)],
+        configs=[Config({}, num_warps=w, num_stages=1) for w in (8, 4, 16)], space=SPACE,
         make_inputs=make_inputs, grid=grid, outputs={"y_ptr": None},
         flops=4.0 * m * n, bytes_moved=2.0 * (2 * m * n + n), reference=reference,
         description=f"RMSNorm forward, {m}x{n} fp16")

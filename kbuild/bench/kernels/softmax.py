@@ -8,6 +8,7 @@ from typing import Any
 import triton
 import triton.language as tl
 
+from kbuild.bench.space import grid_space
 from kbuild.bench.spec import BenchSpec, Config, Constexpr
 
 
@@ -21,6 +22,12 @@ def softmax_rows(x_ptr, y_ptr, n_cols, BLOCK_N: tl.constexpr):
     num = tl.exp(x)
     y = num / tl.sum(num, axis=0)
     tl.store(y_ptr + row * n_cols + cols, y.to(tl.float16), mask=mask)
+
+
+#: Level-1 space (issue 15): warps × register cap. BLOCK_N is fixed by the row length and the kernel has no
+#: loop, so num_stages changes nothing and is not an axis. At 4096 columns ptxas uses about 150-250 registers
+#: per thread at 1 warp and 25-40 at 16 warps, so the caps span both ends (a cap below the need spills).
+SPACE = grid_space({}, num_warps=[1, 2, 4, 8, 16, 32], num_stages=[1], maxnreg=[None, 32, 48, 64, 96, 128, 168, 232])
 
 
 def softmax(small: bool = False) -> BenchSpec:
@@ -47,7 +54,7 @@ def softmax(small: bool = False) -> BenchSpec:
         name="softmax", fn=softmax_rows,
         signature={"x_ptr": "*fp16:16", "y_ptr": "*fp16:16", "n_cols": "i32:16"},
         constexprs={"BLOCK_N": block},
-        configs=[Config({}, num_warps=w, num_stages=1) for w in (8, 4, 16)],
+        configs=[Config({}, num_warps=w, num_stages=1) for w in (8, 4, 16)], space=SPACE,
         make_inputs=make_inputs, grid=grid, outputs={"y_ptr": None},
         flops=5.0 * m * n, bytes_moved=2.0 * 2 * m * n, reference=reference,
         description=f"fused softmax, {m}x{n} fp16")

@@ -13,6 +13,7 @@ from typing import Any
 import triton
 import triton.language as tl
 
+from kbuild.bench.space import grid_space
 from kbuild.bench.spec import BenchSpec, Config, Constexpr
 
 #: Programs of the persistent grid: the H200's multiprocessor count. Any value is correct.
@@ -53,6 +54,11 @@ CONFIGS = [
     Config({"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8}, num_warps=8, num_stages=4),
 ]
 
+#: Level-1 space (issue 15). NUM_SMS stays fixed (the persistent grid); TMA boxes stay ≤ 256 per dimension and
+#: BLOCK_K·2 bytes ≥ 16.
+SPACE = grid_space({"BLOCK_M": [64, 128], "BLOCK_N": [64, 128, 256], "BLOCK_K": [32, 64, 128], "GROUP_M": [8]},
+                   num_warps=[4, 8], num_stages=[3, 4])  # 72 points
+
 
 def tma_matmul(small: bool = False) -> BenchSpec:
     """Persistent TMA matmul at 4096³ (256³ when ``small``); sm_90 only."""
@@ -78,6 +84,6 @@ def tma_matmul(small: bool = False) -> BenchSpec:
         name="tma_matmul_4096", fn=matmul_tma_persistent,
         signature={"a_ptr": "*fp16:16", "b_ptr": "*fp16:16", "c_ptr": "*fp16:16",
                    "M": "i32:16", "N": "i32:16", "K": "i32:16"},
-        constexprs={"NUM_SMS": NUM_SMS}, configs=CONFIGS, make_inputs=make_inputs, grid=grid,
+        constexprs={"NUM_SMS": NUM_SMS}, configs=CONFIGS, space=SPACE, make_inputs=make_inputs, grid=grid,
         outputs={"c_ptr": None}, flops=2.0 * s ** 3, bytes_moved=2.0 * 3 * s * s, archs=(90,),
         reference=reference, needs_allocator=True, description=f"persistent TMA/wgmma matmul, {s}³ fp16, sm_90")
