@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import dataclasses
 import hashlib
 import importlib.util
 import json
@@ -57,7 +58,7 @@ from kbuild.jsonio import read_json_file
 
 log = logging.getLogger(__name__)
 
-MEMO_SCHEMA = 2
+MEMO_SCHEMA = 3
 #: Modules of kbuild whose code decides the keys.
 _KEY_CODE = ("kbuild.key", "kbuild.compile.triton_aot", "kbuild.targets", "kbuild.config", "kbuild.tune",
              "kbuild.hooks.pipeline", "kbuild.hooks.memo")
@@ -112,8 +113,6 @@ def _compile_env(names: Iterable[str] = ()) -> dict[str, str]:
 
 
 def _settings_doc(settings: Any, kernels: Sequence[Any], targets: Sequence[Any]) -> dict[str, Any]:
-    import dataclasses
-
     from kbuild.key import tuner_component
     from kbuild.tune import TUNER_VERSION
 
@@ -622,7 +621,11 @@ def save(settings: Any, kernels: Sequence[Any], targets: Sequence[Any], builds: 
                 "env_names": names, "triton_env": _compile_env(names), "ptxas": ptxas, "code": code,
                 "folded_globals": folded,
                 "builds": [{"kernel": b.spec.name, "target": b.target.name, "baseline": b.baseline_key.components,
-                            "tuned": b.tuned_key.components if b.tuned_key is not None else None} for b in builds]}
+                            "tuned": b.tuned_key.components if b.tuned_key is not None else None,
+                            "spec": dataclasses.asdict(b.spec), "space": b.space} for b in builds]}
+        for entry in memo["builds"]:  # the resolved declaration and space must survive JSON as they are
+            if json.loads(json.dumps([entry["spec"], entry["space"]])) != [entry["spec"], entry["space"]]:
+                return
         write_atomic(_memo_path(settings, doc), json.dumps(memo, sort_keys=True))
     except (OSError, ValueError, TypeError, AttributeError) as exc:
         log.debug("memo not written: %s", exc)

@@ -45,10 +45,10 @@ from typing import Any
 
 from kbuild import __version__
 from kbuild.compile import compile_kernel, compiler_options, load_jit_function, portable_options, source_hash
-from kbuild.compile.triton_aot import ast_source_args
-from kbuild.config import KernelSettings, Settings
+from kbuild.compile.triton_aot import ast_source_args, kernel_index, load_source
+from kbuild.config import KernelSettings, Settings, check_grid_names
 from kbuild.device.probe import has_gpu
-from kbuild.errors import KBuildError, StoreError, UntunedError, UsageError
+from kbuild.errors import ConfigError, KBuildError, KernelSourceError, StoreError, UntunedError, UsageError
 from kbuild.key import KernelKey, compiler_component, kernel_key, tuner_component
 from kbuild.targets import Target, parse_target
 from kbuild.toolchain import ptxas_version, triton_version
@@ -71,6 +71,36 @@ class KernelBuild:
     tuned: bool = False
     """Whether the shipped artefact is the one under the tuned key (a tuning result)."""
     status: str = ""
+    space: list[dict[str, Any]] = field(default_factory=list)
+    """The kernel's configuration space, resolved (an ``@triton.autotune`` source's configs read), the default
+    first (:meth:`kbuild.config.KernelSettings.search_space`'s shape): what a tuner searches."""
+
+    @property
+    def default_config(self) -> dict[str, Any]:
+        """The configuration that ships untuned."""
+        return self.space[0] if self.space else self.spec.default_config()
+
+    @property
+    def config(self) -> dict[str, Any] | None:
+        """The configuration of the shipped artefact (``meta["config"]``; an artefact from before configuration
+        spaces is the default's compile); None before there is one."""
+        if self.artefact is None:
+            return None
+        stored = self.artefact.meta.get("config")
+        return stored if isinstance(stored, dict) else self.default_config
+
+    @property
+    def is_default_config(self) -> bool:
+        """Whether the shipped artefact is the default configuration's compile (tuned or not)."""
+        from kbuild.space import normalize_point, point_id
+
+        config = self.config
+        if config is None:
+            return True
+        try:
+            return point_id(normalize_point(config)) == point_id(normalize_point(self.default_config))
+        except ValueError:
+            return False
 
     @property
     def improved(self) -> bool:
@@ -139,22 +169,91 @@ def select_kernels(settings: Settings, names: Sequence[str] | None) -> list[Kern
 
 
 def resolve(settings: Settings, kernels: Sequence[KernelSettings], targets: Sequence[Target]) -> list[KernelBuild]:
-    """Phase 1: import and check every kernel and compute its keys. Raises before anything is written."""
+    """Phase 1: import and check every kernel and compute its keys. Raises before anything is written.
+
+    An ``@triton.autotune`` source (or ``autotune = true``) is resolved here: the build's ``spec`` is the
+    declaration with the default configuration filled in and the autotuner's configs as ``configs``
+    (:func:`resolve_space`), and ``space`` the resolved points."""
     builds = []
     toolchain = {"triton_version": triton_version(), "ptxas_version": ptxas_version()}
     tuner = tuner_component(settings, version=TUNER_VERSION) if settings.tune != "off" else None
-    for spec in kernels:
-        fn = load_jit_function(settings, spec)
+    for declared in kernels:
+        obj = load_source(settings, declared)
+        spec, space = resolve_space(settings, declared, obj)
+        fn = obj if _is_jit(obj) else obj.fn  # load_source returns a @triton.jit function or an autotuner over one
         ast_source_args(settings, spec, fn)  # validates the declaration against the function
+        _check_space_against(settings, spec, fn, space)
         shash = source_hash(fn)
         for target in targets:
-            compiler = compiler_component(options=portable_options(compiler_options(target, spec)), **toolchain)
-            common: dict[str, Any] = {"spec": spec, "target": target, "source_hash": shash,
-                                      "function": spec.function, "compiler": compiler}
-            baseline = kernel_key(**common, tuner=None)
-            tuned = kernel_key(**common, tuner=tuner) if tuner is not None else None
-            builds.append(KernelBuild(spec=spec, target=target, baseline_key=baseline, tuned_key=tuned, fn=fn))
+            baseline, tuned = _keys(spec, target, shash, toolchain, tuner, space)
+            builds.append(KernelBuild(spec=spec, target=target, baseline_key=baseline, tuned_key=tuned, fn=fn,
+                                      space=space))
     return builds
+
+
+def _is_jit(obj: Any) -> bool:
+    from triton.runtime.jit import JITFunction
+
+    return isinstance(obj, JITFunction)
+
+
+def _keys(spec: KernelSettings, target: Target, shash: str, toolchain: dict[str, str], tuner: dict[str, Any] | None,
+          space: list[dict[str, Any]]) -> tuple[KernelKey, KernelKey | None]:
+    compiler = compiler_component(options=portable_options(compiler_options(target, spec)), **toolchain)
+    common: dict[str, Any] = {"spec": spec, "target": target, "source_hash": shash, "function": spec.function,
+                              "compiler": compiler}
+    baseline = kernel_key(**common, tuner=None)
+    tuned = kernel_key(**common, tuner=tuner, space=space) if tuner is not None else None
+    return baseline, tuned
+
+
+def resolve_space(settings: Settings, spec: KernelSettings, obj: Any) -> tuple[KernelSettings, list[dict[str, Any]]]:
+    """The declaration with its configuration space resolved, and the space's points (default first).
+
+    ``obj`` is what ``spec.source`` names. An ``@triton.autotune`` object gives its configs when the declaration
+    has no ``space`` or ``configs`` of its own (:func:`kbuild.space.autotune_configs`; the default is chosen by
+    :func:`kbuild.space.autotune_default`); ``autotune = true`` over a plain ``@triton.jit`` function is an error
+    naming the key."""
+    import dataclasses
+
+    from kbuild.space import SpaceError, autotune_configs, autotune_default, expand
+
+    base = f"[tool.kbuild.kernels][{kernel_index(settings, spec)}]"
+    autotuner = obj if obj is not None and not _is_jit(obj) and hasattr(obj, "configs") else None
+    if spec.autotune and autotuner is None:
+        raise KernelSourceError(settings.config_file, f"{base}.autotune",
+                                f"autotune = true, but {spec.source!r} is not an @triton.autotune object")
+    try:
+        if autotuner is None or spec.space or spec.configs:
+            return spec, spec.search_space() if not spec.autotune else [spec.default_config()]
+        entries = autotune_configs(autotuner)
+        default = autotune_default(spec.default_config(), entries)
+        space = expand(default, configs=entries, runtime=spec.signature, require_declared=False)
+    except SpaceError as exc:
+        raise KernelSourceError(settings.config_file, f"{base}.{exc.key}", exc.detail) from None
+    resolved = dataclasses.replace(spec, constexprs=dict(default["constexprs"]), num_warps=default["num_warps"],
+                                   num_stages=default["num_stages"], maxnreg=default["maxnreg"],
+                                   num_ctas=default["num_ctas"], configs=entries, autotune=False)
+    return resolved, space
+
+
+def _check_space_against(settings: Settings, spec: KernelSettings, fn: Any, space: list[dict[str, Any]]) -> None:
+    """Every point's constexprs are the function's constexpr parameters, and the grid reads integers in every
+    point (the autotuner's configs are known only now)."""
+    base = f"[tool.kbuild.kernels][{kernel_index(settings, spec)}]"
+    constexpr_params = {p.name for p in fn.params if p.is_constexpr}
+    for point in space[1:]:
+        unknown = sorted(set(point["constexprs"]) - constexpr_params)
+        if unknown:
+            section = "space" if spec.space else "configs"
+            raise KernelSourceError(settings.config_file, f"{base}.{section}.{unknown[0]}",
+                                    f"{spec.function}() has no constexpr parameter {unknown[0]!r}")
+    if spec.grid:
+        from kbuild.grid import parse_grid
+
+        grid = parse_grid(spec.grid)
+        check_grid_names(spec, grid, space,
+                         lambda i, m: ConfigError(settings.config_file, f"{base}.grid[{i}]", m))
 
 
 def resolve_memoized(settings: Settings, kernels: Sequence[KernelSettings],
@@ -175,8 +274,13 @@ def resolve_memoized(settings: Settings, kernels: Sequence[KernelSettings],
             e = by_id.get((spec.name, target.name))
             if e is None:
                 return None
-            builds.append(KernelBuild(spec=spec, target=target, baseline_key=KernelKey(e["baseline"]),
-                                      tuned_key=KernelKey(e["tuned"]) if e["tuned"] is not None else None, fn=None))
+            resolved, space = e.get("spec"), e.get("space")
+            if not isinstance(resolved, dict) or not isinstance(space, list) or not space:
+                return None
+            builds.append(KernelBuild(spec=KernelSettings(**resolved), target=target,
+                                      baseline_key=KernelKey(e["baseline"]),
+                                      tuned_key=KernelKey(e["tuned"]) if e["tuned"] is not None else None, fn=None,
+                                      space=space))
     return builds
 
 
@@ -235,21 +339,64 @@ def gpu_tuner(settings: Settings, b: KernelBuild) -> Any:
 
 
 def tuned_artefact(b: KernelBuild, cubin: bytes, *, accepted: bool, speedup: float | None, reason: str,
-                   report: dict[str, Any] | None = None, seconds: float = 0.0) -> Any:
-    """The artefact of a tuning result for ``b`` (stored under its tuned key)."""
+                   report: dict[str, Any] | None = None, seconds: float = 0.0, base: Any = None,
+                   gains: dict[str, float] | None = None) -> Any:
+    """The artefact of a tuning result for ``b`` (stored under its tuned key).
+
+    ``base``: the untouched compile of the chosen configuration (:func:`compile_config`) when it is not the
+    default; its metadata (``config``, shared memory, ``num_warps``, constexprs...) describe ``cubin``. Without
+    it, or when not ``accepted`` (the baseline ships), the baseline's. ``gains``: ``{"level1": ×, "level2": ×}``
+    (the configuration's gain over the default, and the SASS schedule's over the configuration), which the
+    manifest and ``kbuild inspect`` show."""
     from kbuild.cache import Artefact
     from kbuild.device.probe import local_gpus
 
     assert b.tuned_key is not None
-    meta = {k: v for k, v in b.artefact.meta.items() if k not in ("key", "key_components", "created", "created_at")}
+    src = base if (accepted and base is not None) else b.artefact
+    meta = {k: v for k, v in src.meta.items() if k not in ("key", "key_components", "created", "created_at")}
+    meta.setdefault("config", b.default_config)
     gpu = next((g.name for g in local_gpus() if g.cc == b.target.cc), None)
     meta.update({"key": b.tuned_key.hex, "key_components": b.tuned_key.components, "tuned": bool(accepted),
                  "baseline_key": b.baseline_key.hex, "baseline_cubin_sha256": b.artefact.cubin_sha256,
                  "speedup": speedup, "tune_decision": reason, "tune_seconds": round(seconds, 3), "gpu_name": gpu,
                  "kbuild_version": __version__})
+    if src is not b.artefact:
+        meta["config_cubin_sha256"] = src.cubin_sha256
+    if gains is not None:
+        meta["gains"] = {str(k): float(v) for k, v in gains.items()}
     if report is not None:
         meta["tune_report"] = report
     return Artefact.create(key=b.tuned_key.hex, cubin=cubin if accepted else b.artefact.cubin, meta=meta)
+
+
+def config_spec(spec: KernelSettings, config: dict[str, Any]) -> KernelSettings:
+    """``spec`` declared at the point ``config`` (its space left out): what compiles that configuration."""
+    import dataclasses
+
+    return dataclasses.replace(spec, constexprs=dict(config["constexprs"]), num_warps=config["num_warps"],
+                               num_stages=config["num_stages"], maxnreg=config["maxnreg"],
+                               num_ctas=config["num_ctas"], space={}, configs=[], autotune=False)
+
+
+def compile_config(settings: Settings, b: KernelBuild, config: dict[str, Any]) -> Any:
+    """The untouched compile of ``b``'s kernel at the configuration ``config`` (a point of ``b.space``, or any
+    dict :func:`kbuild.space.normalize_point` accepts), for ``b.target``, through the baseline compile path:
+    deterministic, no GPU. Its key is the baseline key a declaration of that point would have (the default's
+    compile has ``b.baseline_key``); its ``meta["config"]`` is the point. Not stored: the tuner decides.
+    A config the kernel cannot take (an unknown constexpr, a bad value) is a :class:`UsageError`."""
+    from kbuild.space import SpaceError, normalize_point
+
+    try:
+        point = normalize_point(config)
+    except SpaceError as exc:
+        raise UsageError(f"compile_config({b.spec.name}, {b.target.name}): {exc}") from None
+    fn = b.fn if b.fn is not None else load_jit_function(settings, b.spec)
+    spec = config_spec(b.spec, point)
+    ast_source_args(settings, spec, fn)
+    toolchain = {"triton_version": triton_version(), "ptxas_version": ptxas_version()}
+    key, _ = _keys(spec, b.target, source_hash(fn), toolchain, None, [point])
+    cb = KernelBuild(spec=spec, target=b.target, baseline_key=key, tuned_key=None, fn=fn, space=[point])
+    return _compile_baseline(settings, cb)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -315,8 +462,9 @@ def compile_baselines(settings: Settings, builds: Sequence[KernelBuild], store: 
 def _find_or_compile(settings: Settings, b: KernelBuild, store: Any, new: list[Any]) -> None:
     found = store.get(b.baseline_key.hex)
     if found is None and b.fn is None:  # a memo build whose entry vanished since the check: import it now
-        (fresh,) = resolve(settings, [b.spec], [b.target])
+        (fresh,) = resolve(settings, [settings.kernel(b.spec.name)], [b.target])
         b.fn, b.baseline_key, b.tuned_key = fresh.fn, fresh.baseline_key, fresh.tuned_key
+        b.spec, b.space = fresh.spec, fresh.space
         found = store.get(b.baseline_key.hex)
     if found is not None:
         b.artefact, b.hit = found, True
@@ -335,6 +483,7 @@ def _compile_baseline(settings: Settings, b: KernelBuild) -> Any:
     meta.update({
         "key": b.baseline_key.hex,
         "key_components": b.baseline_key.components,
+        "config": b.default_config,
         "tuned": False,
         "compile_seconds": round(ck.compile_seconds, 3),
         "kbuild_version": __version__,

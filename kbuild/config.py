@@ -116,8 +116,56 @@ class KernelSettings:
     num_stages: int = _setting(3, key=True)
     """Software-pipelining stages (Triton's ``num_stages``)."""
 
+    maxnreg: int | None = None
+    """Most registers per thread (Triton's ``maxnreg``, ptxas's ``.maxnreg``); unset or 0: ptxas decides. It
+    reaches the key through Triton's compiler options, so a kernel that leaves it unset keeps its key."""
+
+    num_ctas: int = 1
+    """Thread blocks per cluster (Triton's ``num_ctas``, sm_90 and later; the C launchers support 1 only).
+    Reaches the key through Triton's compiler options."""
+
+    space: dict[str, list[Constexpr]] = field(default_factory=dict)
+    """A grid of configurations to tune over, e.g. ``{ BLOCK_M = [64, 128], num_warps = [4, 8], maxnreg = [0,
+    232] }``: the product of the lists. Keys: constexprs (with a default under ``constexprs``), ``num_warps``,
+    ``num_stages``, ``maxnreg`` (0: ptxas decides) and ``num_ctas``; each list must hold the default's value.
+    The declared point ships untuned; the tuned key includes the space."""
+
+    configs: list[dict[str, Constexpr]] = field(default_factory=list)
+    """A list of configurations to tune over (as ``@triton.autotune`` takes): each a table of constexprs and
+    options; a key left out has the default's value, and the default is added in front when no entry is it.
+    Not with ``space``."""
+
+    autotune: bool = False
+    """Take the configurations from the ``@triton.autotune`` object ``source`` points at (its ``configs``),
+    without restating them. Also implied when ``source`` is such an object."""
+
+    grid: list[str] = field(default_factory=list)
+    """The launch grid, 1 to 3 expressions (x, y, z; missing ones are 1) over the integer runtime arguments and
+    integer constexprs: integers, names, ``+ - * // %``, parentheses, ``cdiv``, ``min``, ``max``. With it, the C
+    launcher takes no grid arguments and computes the grid from the configuration that ships for the GPU."""
+
     bench: str | None = None
     """Optional bench spec, ``"package.module:callable"``, that makes inputs and the grid for measuring."""
+
+    def default_config(self) -> dict[str, Any]:
+        """The declared point, the configuration that ships untuned (:func:`kbuild.space.make_point`'s shape)."""
+        from kbuild.space import make_point
+
+        return make_point(self.constexprs, self.num_warps, self.num_stages, self.maxnreg, self.num_ctas)
+
+    def search_space(self) -> list[dict[str, Any]]:
+        """Every configuration of the declared space, the default first, each once, in the shape of
+        :meth:`kbuild.bench.spec.Config.as_dict` with all five keys (``constexprs`` with every constexpr,
+        ``num_warps``, ``num_stages``, ``maxnreg`` (None: ptxas decides), ``num_ctas``); see :mod:`kbuild.space`.
+        A kernel without a space has one point. ``autotune`` needs the imported kernel: the pipeline resolves
+        it into ``configs`` (:attr:`kbuild.hooks.pipeline.KernelBuild.space` is the resolved list); here it is
+        a :class:`ValueError`."""
+        from kbuild.space import expand
+
+        if self.autotune:
+            raise ValueError(f"kernel {self.name!r}: autotune = true; the configurations come from the imported "
+                             "@triton.autotune object (kbuild.hooks.pipeline resolves them)")
+        return expand(self.default_config(), space=self.space, configs=self.configs, runtime=self.signature)
 
     @property
     def module(self) -> str:
@@ -590,7 +638,58 @@ def _validate_kernel(k: KernelSettings, conv: _Converter, path: str) -> KernelSe
         raise conv.error(f"{path}.num_warps", f"expected a power of two from 1 to 32, got {k.num_warps}")
     if not 1 <= k.num_stages <= 8:
         raise conv.error(f"{path}.num_stages", f"expected 1 to 8, got {k.num_stages}")
+    return _validate_space(k, conv, path)
+
+
+def _validate_space(k: KernelSettings, conv: _Converter, path: str) -> KernelSettings:
+    """The configuration space and the grid (:mod:`kbuild.space`, :mod:`kbuild.grid`), errors naming their key."""
+    from kbuild import grid as gridmod
+    from kbuild.space import SpaceError, check_option
+
+    try:
+        maxnreg = check_option("maxnreg", k.maxnreg, "maxnreg") if k.maxnreg is not None else None
+        check_option("num_ctas", k.num_ctas, "num_ctas")
+        if k.autotune and (k.space or k.configs):
+            raise SpaceError("autotune", "autotune = true takes the configurations from the @triton.autotune "
+                                         "object; leave out space and configs")
+        if maxnreg != k.maxnreg:
+            k = dataclasses.replace(k, maxnreg=maxnreg)
+        points = [k.default_config()] if k.autotune else k.search_space()
+    except SpaceError as exc:
+        raise conv.error(f"{path}.{exc.key}", exc.detail) from None
+    if k.grid:
+        grid = gridmod.parse_grid(k.grid, on_error=lambda i, m: conv.error(
+            f"{path}.grid" if i is None else f"{path}.grid[{i}]", m))
+        check_grid_names(k, grid, points, lambda i, m: conv.error(f"{path}.grid[{i}]", m), partial=k.autotune)
     return k
+
+
+def check_grid_names(k: KernelSettings, grid: Any, points: list[dict[str, Any]],
+                     on_error: Callable[[int, str], Exception], *, partial: bool = False) -> None:
+    """Every name of ``grid`` is an integer runtime argument of ``k`` or a constexpr that is an integer in every
+    point. ``partial`` (an autotuned kernel before its configs are read): names not declared yet pass."""
+    from kbuild.compile.signature import INTEGER_TYPES, parse_type
+    from kbuild.grid import check_names
+
+    integers: set[str] = set()
+    others: dict[str, str] = {}
+    for pname, ty in k.signature.items():
+        t = parse_type(ty)
+        if not t.pointer and t.element in INTEGER_TYPES:
+            integers.add(pname)
+        else:
+            others[pname] = f"a {'pointer' if t.pointer else 'floating-point or boolean'} argument ({ty.strip()})"
+    names = {n for p in points for n in p["constexprs"]}
+    for n in names:
+        values = [p["constexprs"].get(n) for p in points]
+        bad = next((v for v in values if isinstance(v, bool) or not isinstance(v, int)), None)
+        if bad is None:
+            integers.add(n)
+        else:
+            others[n] = f"a constexpr that is not always an integer ({bad!r})"
+    if partial:
+        integers |= set(grid.names()) - set(others)
+    check_names(grid, integers=integers, others=others, on_error=on_error)
 
 
 def _apply_environment(s: Settings, environ: Mapping[str, str] | None) -> Settings:

@@ -9,9 +9,9 @@ Components (see ARCHITECTURE.md "The key"):
   the ptxas version and line info (off);
 * ``target``: the exact architecture ptxas builds for (``sm_90a`` is not ``sm_90``);
 * ``tuner``: ``null`` for a baseline, else the tuner version (passed in by the caller,
-  :data:`kbuild.tune.TUNER_VERSION`: this module sits below the tuner and does not import it) and
+  :data:`kbuild.tune.TUNER_VERSION`: this module sits below the tuner and does not import it),
   every :class:`~kbuild.config.Settings`/:class:`~kbuild.config.BudgetSettings` field marked ``key``
-  (algorithm, seed, budget).
+  (algorithm, seed, budget) and, for a kernel with a configuration space, the space's points.
 
 Left out on purpose: checkout path, time, host name, GPU model and driver (they do not change
 compiled bytes; tuning results record them in metadata instead).
@@ -78,13 +78,31 @@ class KernelKey:
         return out
 
 
+def space_component(space: list[dict[str, Any]] | None) -> list[dict[str, Any]] | None:
+    """The configuration space as the tuned key holds it: the points sorted by their canonical JSON (the
+    order a grid is written in does not move the key); None for a kernel without a space (one point: the
+    default, already in the kernel component), so that its keys stay what they were."""
+    if not space or len(space) < 2:
+        return None
+    return sorted(space, key=lambda p: canonical_json(p, ascii_only=True))
+
+
 def kernel_key(*, spec: KernelSettings, target: Target, source_hash: str, function: str,
-               compiler: dict[str, Any], tuner: dict[str, Any] | None) -> KernelKey:
-    """Assemble the components. ``compiler`` comes from :func:`compiler_component`."""
+               compiler: dict[str, Any], tuner: dict[str, Any] | None,
+               space: list[dict[str, Any]] | None = None) -> KernelKey:
+    """Assemble the components. ``compiler`` comes from :func:`compiler_component`.
+
+    The kernel component is the default configuration's (``maxnreg`` and ``num_ctas`` reach the key through
+    the compiler options); ``space`` (:meth:`kbuild.config.KernelSettings.search_space`, resolved) goes into a
+    tuned key only, as ``tuner.space``: a different space may choose a different configuration, while the
+    baseline is the default's compile whatever the space."""
     kernel: dict[str, Any] = {"source_hash": source_hash, "function": function}
     kernel.update(_declared(spec, KernelSettings))
     # Normalise whitespace in type strings so "*fp16 :16" and "*fp16:16" agree.
     kernel["signature"] = {k: "".join(v.split()) for k, v in kernel["signature"].items()}
+    points = space_component(space)
+    if tuner is not None and points is not None:
+        tuner = {**tuner, "space": points}
     return KernelKey({
         "schema": KEY_SCHEMA,
         "kernel": kernel,
@@ -99,4 +117,4 @@ def compiler_component(*, triton_version: str, ptxas_version: str, options: dict
             "options": options}
 
 
-__all__ = ["KernelKey", "compiler_component", "digest", "kernel_key", "tuner_component"]
+__all__ = ["KernelKey", "compiler_component", "digest", "kernel_key", "space_component", "tuner_component"]

@@ -75,7 +75,27 @@ def _project_on_path(settings: Settings) -> Iterator[None]:
 
 
 def load_jit_function(settings: Settings, spec: KernelSettings) -> Any:
-    """Import ``spec.source`` and check it is a ``@triton.jit`` function."""
+    """Import ``spec.source`` and check it is a ``@triton.jit`` function; an ``@triton.autotune`` object over
+    one is unwrapped (its configs: :func:`load_autotuner`)."""
+    fn = load_source(settings, spec)
+    return fn.fn if _is_autotuner(fn) else fn
+
+
+def _is_autotuner(obj: Any) -> bool:
+    from triton.runtime.autotuner import Autotuner
+    from triton.runtime.jit import JITFunction
+
+    return isinstance(obj, Autotuner) and isinstance(getattr(obj, "fn", None), JITFunction)
+
+
+def load_autotuner(settings: Settings, spec: KernelSettings) -> Any | None:
+    """The ``@triton.autotune`` object ``spec.source`` names, or None when it is a plain ``@triton.jit`` function."""
+    obj = load_source(settings, spec)
+    return obj if _is_autotuner(obj) else None
+
+
+def load_source(settings: Settings, spec: KernelSettings) -> Any:
+    """Import ``spec.source``: a ``@triton.jit`` function or an ``@triton.autotune`` object over one."""
     try:
         from triton.runtime.jit import JITFunction
     except ImportError as exc:
@@ -93,9 +113,9 @@ def load_jit_function(settings: Settings, spec: KernelSettings) -> Any:
     fn = getattr(module, spec.function, None)
     if fn is None:
         raise KernelSourceError(where, key, f"module {spec.module!r} has no attribute {spec.function!r}")
-    if not isinstance(fn, JITFunction):
+    if not isinstance(fn, JITFunction) and not _is_autotuner(fn):
         kind = type(fn).__name__
-        hint = " (an @triton.autotune or @triton.heuristics wrapper? point at the inner @triton.jit function)" \
+        hint = " (an @triton.heuristics wrapper? point at the inner @triton.jit function)" \
             if hasattr(fn, "fn") else ""
         raise KernelSourceError(where, key, f"{spec.source!r} is a {kind}, not a @triton.jit function{hint}")
     return fn
@@ -238,7 +258,12 @@ def compiler_options(target: Target, spec: KernelSettings) -> dict[str, Any]:
     from triton.backends.compiler import GPUTarget
 
     backend = triton.compiler.make_backend(GPUTarget("cuda", target.cc, 32))
-    options = backend.parse_options({"num_warps": spec.num_warps, "num_stages": spec.num_stages})
+    given: dict[str, Any] = {"num_warps": spec.num_warps, "num_stages": spec.num_stages}
+    if getattr(spec, "maxnreg", None):  # left out when unset, so that such kernels keep their keys
+        given["maxnreg"] = spec.maxnreg
+    if getattr(spec, "num_ctas", 1) != 1:
+        given["num_ctas"] = spec.num_ctas
+    options = backend.parse_options(given)
     return dataclasses.asdict(options)
 
 

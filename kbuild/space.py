@@ -1,0 +1,236 @@
+"""Configuration spaces: the launch configurations a kernel may ship, and their one dict shape.
+
+A kernel declaration (``[[tool.kbuild.kernels]]``, :class:`kbuild.config.KernelSettings`) names one point,
+the *default* configuration (``constexprs``, ``num_warps``, ``num_stages``, ``maxnreg``, ``num_ctas``),
+which is what ships untuned. It may add a space around it, in one of three ways:
+
+* ``space = { BLOCK_M = [64, 128], num_warps = [4, 8], maxnreg = [0, 232] }``: a grid, the cartesian
+  product of the lists. Every key's list must hold the default's value (an error names the key);
+* ``configs = [{ BLOCK_M = 64, num_warps = 4 }, ...]``: a list, as ``@triton.autotune`` takes. A key an
+  entry leaves out has the default's value; when no entry is the default, the default is added in front;
+* ``autotune = true`` (or a ``source`` that is an ``@triton.autotune`` object): the autotuner's own
+  ``configs``, not restated (:func:`autotune_configs`; the pipeline reads them after importing the kernel).
+  When ``constexprs`` gives every constexpr the configs set, the declared point is the default (added in
+  front when no config is it); otherwise the autotuner's first config, over the declared constexprs, is.
+
+Keys are the kernel's constexprs (declared under ``constexprs``, which gives the default value) and
+``num_warps`` (a power of two, 1 to 32), ``num_stages`` (1 to 8), ``maxnreg`` (0: ptxas decides, else 16 to
+255 registers) and ``num_ctas`` (a power of two, 1 to 16).
+
+A point is a dict of the shape :meth:`kbuild.bench.spec.Config.as_dict` reads back
+(:meth:`~kbuild.bench.spec.Config.from_dict`), always with all five keys::
+
+    {"constexprs": {...every constexpr...}, "num_warps": 4, "num_stages": 3, "maxnreg": None, "num_ctas": 1}
+
+:func:`expand` gives the points, the default first, each once. Errors are :class:`SpaceError` with the
+dotted key below the kernel's table (``space.BLOCK_M[1]``); :mod:`kbuild.config` adds file and table.
+This module imports nothing of Triton.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+#: Keys of a configuration that are Triton options, not constexprs.
+OPTION_KEYS = ("num_warps", "num_stages", "maxnreg", "num_ctas")
+#: Most points a space may expand to (a grid of a few lists multiplies fast).
+MAX_POINTS = 4096
+
+
+class SpaceError(ValueError):
+    """A configuration space that is not valid: ``key`` (below the kernel's table) and why."""
+
+    def __init__(self, key: str, message: str) -> None:
+        self.key = key
+        self.detail = message
+        super().__init__(f"{key}: {message}")
+
+
+def check_option(name: str, value: Any, key: str) -> int | None:
+    """The checked value of one option (``maxnreg`` 0 becomes None); :class:`SpaceError` naming ``key``."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise SpaceError(key, f"expected an integer, got {value!r}")
+    if name == "num_warps" and (not 1 <= value <= 32 or value & (value - 1)):
+        raise SpaceError(key, f"expected a power of two from 1 to 32, got {value}")
+    if name == "num_stages" and not 1 <= value <= 8:
+        raise SpaceError(key, f"expected 1 to 8, got {value}")
+    if name == "maxnreg":
+        if value == 0:
+            return None
+        if not 16 <= value <= 255:
+            raise SpaceError(key, f"expected 0 (ptxas decides) or 16 to 255 registers, got {value}")
+    if name == "num_ctas" and (not 1 <= value <= 16 or value & (value - 1)):
+        raise SpaceError(key, f"expected a power of two from 1 to 16, got {value}")
+    return value
+
+
+def make_point(constexprs: Mapping[str, Any], num_warps: int, num_stages: int, maxnreg: int | None = None,
+               num_ctas: int = 1) -> dict[str, Any]:
+    """A point in its one shape (``maxnreg`` 0 means None)."""
+    return {"constexprs": dict(constexprs), "num_warps": int(num_warps), "num_stages": int(num_stages),
+            "maxnreg": int(maxnreg) if maxnreg else None, "num_ctas": int(num_ctas)}
+
+
+def normalize_point(point: Mapping[str, Any], *, where: str = "config") -> dict[str, Any]:
+    """A point given as a dict (the tuner's, a ``Config.as_dict()`` that left maxnreg/num_ctas out), checked and
+    with all five keys; :class:`SpaceError` naming ``where`` otherwise."""
+    if not isinstance(point, Mapping):
+        raise SpaceError(where, f"expected a table, got {type(point).__name__}")
+    unknown = sorted(set(point) - {"constexprs", *OPTION_KEYS})
+    if unknown:
+        raise SpaceError(f"{where}.{unknown[0]}", "unknown key; a config has constexprs, " + ", ".join(OPTION_KEYS))
+    cx = point.get("constexprs", {})
+    if not isinstance(cx, Mapping) or not all(isinstance(k, str) for k in cx):
+        raise SpaceError(f"{where}.constexprs", "expected a table of constexpr values")
+    defaults = {"num_warps": 4, "num_stages": 3, "maxnreg": 0, "num_ctas": 1}
+    opts = {n: check_option(n, point.get(n) if point.get(n) is not None else defaults[n], f"{where}.{n}")
+            for n in OPTION_KEYS}
+    return make_point(cx, opts["num_warps"] or 4, opts["num_stages"] or 3, opts["maxnreg"], opts["num_ctas"] or 1)
+
+
+def point_id(point: Mapping[str, Any]) -> str:
+    """A canonical text of a point (equal points, equal texts), for de-duplication and sorting."""
+    return json.dumps(point, sort_keys=True, separators=(",", ":"))
+
+
+def label(point: Mapping[str, Any]) -> str:
+    """``BLOCK_M=64,BLOCK_N=128,w4,s3`` (+ ``r232``, ``c2``): :meth:`kbuild.bench.spec.Config.label`'s spelling,
+    constexprs sorted."""
+    cx = point.get("constexprs") or {}
+    parts = [f"{k}={cx[k]}" for k in sorted(cx)]
+    maxnreg, ctas = point.get("maxnreg"), point.get("num_ctas", 1)
+    extra = ([f"r{maxnreg}"] if maxnreg else []) + ([f"c{ctas}"] if ctas not in (None, 1) else [])
+    return ",".join([*parts, f"w{point.get('num_warps')}", f"s{point.get('num_stages')}", *extra])
+
+
+def _apply(default: dict[str, Any], values: Mapping[str, Any], key_of: Any) -> dict[str, Any]:
+    """``default`` with ``values`` (constexpr names and option names mixed) put in; checked."""
+    cx = dict(default["constexprs"])
+    opts = {n: default[n] for n in OPTION_KEYS}
+    for name, value in values.items():
+        if name in OPTION_KEYS:
+            opts[name] = check_option(name, value, key_of(name))
+        else:
+            cx[name] = value
+    return make_point(cx, opts["num_warps"], opts["num_stages"], opts["maxnreg"], opts["num_ctas"])
+
+
+def _check_names(names: Iterable[str], constexprs: Mapping[str, Any], runtime: Iterable[str], key_of: Any,
+                 *, need_default: bool = True) -> None:
+    runtime = set(runtime)
+    for name in names:
+        if name in OPTION_KEYS:
+            continue
+        if not name.isidentifier():
+            raise SpaceError(key_of(name), "not a parameter name (an identifier)")
+        if name in runtime:
+            raise SpaceError(key_of(name), f"{name!r} is a runtime parameter (under signature); a configuration "
+                                           "varies constexprs and " + ", ".join(OPTION_KEYS))
+        if need_default and name not in constexprs:
+            raise SpaceError(key_of(name), f"{name!r} has no default value; declare it under constexprs (the "
+                                           "default configuration, which ships untuned)")
+
+
+def _dedup_default_first(default: dict[str, Any], points: Iterable[dict[str, Any]]) -> list[dict[str, Any]]:
+    out, seen = [default], {point_id(default)}
+    for p in points:
+        pid = point_id(p)
+        if pid not in seen:
+            seen.add(pid)
+            out.append(p)
+            if len(out) > MAX_POINTS:
+                raise SpaceError("space", f"more than {MAX_POINTS} configurations; narrow the space")
+    return out
+
+
+def expand(default: dict[str, Any], *, space: Mapping[str, Sequence[Any]] | None = None,
+           configs: Sequence[Mapping[str, Any]] | None = None, runtime: Iterable[str] = (),
+           require_declared: bool = True) -> list[dict[str, Any]]:
+    """Every point of the space around ``default`` (a :func:`make_point`), the default first, each once.
+
+    ``space`` (a grid) and ``configs`` (a list) are exclusive; neither: just the default. ``runtime``: the
+    kernel's runtime parameter names (a space may not vary them). ``require_declared``: every constexpr
+    varied must have a default under ``constexprs`` (the autotune list is read with False: the pipeline
+    picks the default first, :func:`autotune_default`)."""
+    runtime = list(runtime)
+    if space and configs:
+        raise SpaceError("space", "declare either space (a grid) or configs (a list), not both")
+    if space:
+        if len(space) > 32:
+            raise SpaceError("space", "more than 32 keys")
+        _check_names(space, default["constexprs"], runtime, lambda n: f"space.{n}")
+        lists: list[list[Any]] = []
+        for name, values in space.items():
+            if not isinstance(values, (list, tuple)) or not values:
+                raise SpaceError(f"space.{name}", "expected a non-empty list of values")
+            checked = [(_apply(default, {name: v}, lambda n, i=i: f"space.{n}[{i}]")) for i, v in enumerate(values)]
+            current = default[name] if name in OPTION_KEYS else default["constexprs"][name]
+            got = [p[name] if name in OPTION_KEYS else p["constexprs"][name] for p in checked]
+            if not any(_same(current, g) for g in got):
+                shown = 0 if name == "maxnreg" and current is None else current
+                where = name if name in OPTION_KEYS else f"constexprs.{name}"
+                raise SpaceError(f"space.{name}", f"the default {shown!r} ({where}) is not in the list {list(values)!r}; "
+                                                  "the default configuration must be one of the space's points")
+            lists.append(list(values))
+        names = list(space)
+        total = 1
+        for values in lists:
+            total *= len(values)
+        if total > MAX_POINTS:
+            raise SpaceError("space", f"{total} configurations (the product of the lists); at most {MAX_POINTS}")
+        product = (_apply(default, dict(zip(names, combo)), lambda n: f"space.{n}")
+                   for combo in itertools.product(*lists))
+        return _dedup_default_first(default, product)
+    if configs:
+        if len(configs) > MAX_POINTS:
+            raise SpaceError("configs", f"{len(configs)} configurations; at most {MAX_POINTS}")
+        points: list[dict[str, Any]] = []
+        for i, entry in enumerate(configs):
+            if not isinstance(entry, Mapping):
+                raise SpaceError(f"configs[{i}]", "expected a table")
+            _check_names(entry, default["constexprs"], runtime, lambda n, i=i: f"configs[{i}].{n}",
+                         need_default=require_declared)
+            points.append(_apply(default, entry, lambda n, i=i: f"configs[{i}].{n}"))
+        return _dedup_default_first(default, points)
+    return [default]
+
+
+def _same(a: Any, b: Any) -> bool:
+    return type(a) is type(b) and a == b
+
+
+def autotune_configs(autotuner: Any) -> list[dict[str, Any]]:
+    """The configs of an ``@triton.autotune`` object, as ``configs`` entries (constexprs and options mixed, as
+    ``[tool.kbuild.kernels].configs`` writes them). :class:`SpaceError` (key ``autotune``) when it has none or one
+    is not a ``triton.Config``."""
+    configs = getattr(autotuner, "configs", None)
+    if not isinstance(configs, (list, tuple)) or not configs:
+        raise SpaceError("autotune", "the @triton.autotune object has no configs")
+    out = []
+    for i, c in enumerate(configs):
+        kwargs = getattr(c, "kwargs", None)
+        if not isinstance(kwargs, Mapping):
+            raise SpaceError(f"autotune.configs[{i}]", f"not a triton.Config ({type(c).__name__})")
+        entry: dict[str, Any] = dict(kwargs)
+        for name in OPTION_KEYS:
+            value = getattr(c, name, None)
+            if value is not None:
+                entry[name] = value
+        out.append(entry)
+    return out
+
+
+def autotune_default(declared: dict[str, Any], entries: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """The default of an autotuned kernel: the declared point when its ``constexprs`` give every constexpr the
+    configs set, else the first config applied over it."""
+    varied = {n for e in entries for n in e if n not in OPTION_KEYS}
+    if varied <= set(declared["constexprs"]):
+        return declared
+    return _apply(declared, entries[0], lambda n: f"autotune.configs[0].{n}")
+
+
+__all__ = ["MAX_POINTS", "OPTION_KEYS", "SpaceError", "autotune_configs", "autotune_default", "check_option", "expand",
+           "label", "make_point", "normalize_point", "point_id"]
