@@ -29,6 +29,9 @@ MAX_STALL = 15
 #: With the yield bit set, nvdisasm rejects stalls of 12 and above for some opclasses (the stall and
 #: yield bits share an "opex" table). Seen: ISETP and STG with yield and stall 13/12 do not decode.
 MAX_STALL_YIELD = 11
+#: The lowest stall a stall-lowering edit may leave. ptxas writes stall 0 only on NOP and BRA in the suite's
+#: cubins (Triton 3.6, sm_80/sm_90), so an edit never goes below 1.
+MIN_STALL_EDIT = 1
 
 #: Every control bit (105–125); an instruction's "body" is its word with these cleared.
 CONTROL_MASK = ((1 << 21) - 1) << STALL_SHIFT
@@ -92,6 +95,11 @@ def with_stall(word: int, value: int) -> int:
     return (word & ~STALL_MASK) | (value << STALL_SHIFT)
 
 
+def with_yield(word: int, value: bool) -> int:
+    """``word`` with its yield bit set or cleared."""
+    return (word & ~(1 << YIELD_SHIFT)) | (int(bool(value)) << YIELD_SHIFT)
+
+
 def with_wait(word: int, mask: int) -> int:
     """``word`` with its wait mask replaced (one bit per scoreboard 0–5)."""
     if not 0 <= mask < 1 << WAIT_BITS:
@@ -133,6 +141,8 @@ HI_REUSE_SHIFT = REUSE_SHIFT - 64
 HI_STALL_MASK = STALL_MASK >> 64
 HI_REUSE_MASK = REUSE_MASK >> 64
 HI_CONTROL_MASK = CONTROL_MASK >> 64
+HI_YIELD_SHIFT = YIELD_SHIFT - 64
+HI_YIELD_MASK = 1 << HI_YIELD_SHIFT
 
 
 def words_from_bytes(data: bytes) -> list[int]:

@@ -178,6 +178,12 @@ class Analysis:
     cons_c: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     cons_req: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))
     offset_records: list[tuple[int, int]] = field(default_factory=list)  # (file offset of u32, attr)
+    #: Per instruction: reuse bit → operand index, read from the ``.reuse`` annotations nvdisasm printed on
+    #: the original (empty when the bits and the annotations do not pair up one to one).
+    reuse_map: list[dict[int, int]] = field(default_factory=list)
+    #: Per instruction: inside a loop that holds a polling instruction (``OpInfo.polls``, or a memory access
+    #: pinned for its ordering modifiers); its yield bit is never cleared.
+    in_poll_loop: np.ndarray = field(default_factory=lambda: np.zeros(0, bool))
 
     @property
     def n(self) -> int:
@@ -216,6 +222,87 @@ class Analysis:
         if sa.sets & sb.sets & self.depbar_mask:
             return "scoreboard: two setters of a DEPBAR-counted barrier keep their order"
         return None
+
+
+# --- control-code edits -----------------------------------------------------------------------------
+#
+# The rules for editing control codes in place (kbuild.sass.schedule applies them, kbuild.sass.verify re-checks
+# them on the written cubin). Each is stated for instruction ``x`` of the original kernel.
+
+
+def yield_editable(an: Analysis, x: int, value: bool) -> str | None:
+    """Why the yield bit of ``x`` may not become ``value`` (None: it may).
+
+    The yield bit is a hint to the warp scheduler; it changes when other warps issue, never what this
+    warp computes. Edits stay off pinned instructions (control flow, barriers, fences, atomics: nothing
+    whose meaning we do not model), and a yield bit inside a loop that polls another warp or agent is
+    never cleared (ptxas's yield may be what lets the other side progress). Setting it needs a stall
+    of at most 11 (:data:`control.MAX_STALL_YIELD`: nvdisasm rejects more with yield); the caller checks
+    that against the current stall."""
+    sem = an.sems[x]
+    if sem.pinned:
+        return f"pinned: instruction at 0x{16 * x:x} ({sem.pinned})"
+    if not value and len(an.in_poll_loop) and an.in_poll_loop[x]:
+        return "yield: never cleared inside a loop that polls another warp (mbarrier wait, atomics, sleep)"
+    return None
+
+
+def stall_lowerable(sem: Sem) -> str | None:
+    """Why the stall of an instruction with semantics ``sem`` may never be lowered (None: it may, as far
+    as the distance constraints allow).
+
+    A stall is only lowered on fixed-latency work: variable-latency instructions and anything that
+    sets or waits on a scoreboard are covered by scoreboards, whose setting and clearing ptxas times with
+    these stalls in ways the table does not model; pinned instructions keep everything."""
+    if sem.pinned:
+        return f"pinned ({sem.pinned})"
+    if sem.variable:
+        return "variable-latency instruction (its hand-over is the scoreboard's, not the stall's)"
+    if sem.sets or sem.wait:
+        return "sets or waits on a scoreboard"
+    return None
+
+
+def _reuse_map(ins: Instruction, word: int) -> dict[int, int]:
+    flags = control.decode(word).reuse
+    annotated = [j for j, o in enumerate(ins.operands) if o.endswith(".reuse")]
+    bits = [k for k in range(control.REUSE_BITS) if flags >> k & 1]
+    return dict(zip(bits, annotated)) if len(bits) == len(annotated) else {}
+
+
+def reuse_settable(an: Analysis, x: int, y: int | None) -> int:
+    """The reuse bits that may be set on ``x`` when ``y`` is the instruction issued right after it.
+
+    A reuse flag keeps the operand's value in the operand cache for the next instruction. Setting one is
+    allowed only where it cannot feed a stale value:
+
+    * only bits ptxas itself set on ``x`` (so we know which operand each one annotates: nvdisasm's
+      ``.reuse`` text on the original), on a plain register operand other than RZ/URZ;
+    * ``x`` does not write that register (over-approximated as 4 wide) — otherwise the cache would hold
+      the value from before the write;
+    * ``y`` is in the same basic block, neither is pinned, ``y`` has the same opcode (modifiers included),
+      the same number of operands and the same guard as ``x`` (so the operand sits in the same hardware
+      slot), and names the very same operand text there (modulo ``.reuse``): the next reader reads it in
+      the same slot with no write in between."""
+    if y is None or not an.reuse_map or not an.reuse_map[x]:
+        return 0
+    sx, sy = an.sems[x], an.sems[y]
+    if sx.pinned or sy.pinned or an.block_of[x] != an.block_of[y]:
+        return 0
+    ix, iy = an.instructions[x], an.instructions[y]
+    if ix.opcode != iy.opcode or ix.guard != iy.guard or len(ix.operands) != len(iy.operands):
+        return 0
+    bits = 0
+    for k, j in an.reuse_map[x].items():
+        op = ix.operands[j].removesuffix(".reuse")
+        if not is_plain_reg(op) or op.startswith(("RZ", "URZ")) or "." in op:
+            continue
+        if iy.operands[j].removesuffix(".reuse") != op:
+            continue
+        if registers(op, 4) & sx.writes:
+            continue
+        bits |= 1 << k
+    return bits
 
 
 def branch_targets(ins: Instruction, n: int) -> list[int]:
@@ -331,8 +418,25 @@ def analyze_parts(kernel: str, instructions: list[Instruction], words: list[int]
     block_of, starts, ends = _blocks(instructions, spec, extra_leaders)
     an = Analysis(kernel, spec, instructions, words, sems, block_of, starts, ends, _depbar_mask(instructions, spec),
                   offset_records=offset_records)
+    an.reuse_map = [_reuse_map(x, w) for x, w in zip(instructions, words)]
+    an.in_poll_loop = _poll_loops(an)
     _constraints(an)
     return an
+
+
+def _may_poll(spec: ArchSpec, ins: Instruction, sem: Sem) -> bool:
+    info = spec.lookup(ins.base)
+    if info is None:
+        return True  # unknown: assume the worst
+    return info.polls or (info.space is not None and sem.pinned is not None)
+
+
+def _poll_loops(an: Analysis) -> np.ndarray:
+    out = np.zeros(an.n, dtype=bool)
+    for s, e in an.loops():
+        if any(_may_poll(an.spec, an.instructions[i], an.sems[i]) for i in range(s, e)):
+            out[s:e] = True
+    return out
 
 
 # --- distance constraints ---------------------------------------------------------------------------

@@ -20,8 +20,12 @@ It checks:
 
 1. identical ELF layout; every byte outside ``.text.<kernel>`` and the remapped nv.info offsets equal;
 2. each slot holds an instruction of the same basic block; pinned instructions keep their slot;
-3. control codes: wait mask, barriers and yield unchanged; stall never lower; reuse flags either
-   unchanged on an instruction that kept its slot and its successor, or cleared;
+3. control codes: wait mask and barriers unchanged; the yield bit changed only where
+   :func:`~kbuild.sass.deps.yield_editable` allows, and never with a stall above 11; a stall lowered only on
+   an instruction :func:`~kbuild.sass.deps.stall_lowerable` allows, never below
+   :data:`~kbuild.sass.control.MIN_STALL_EDIT` (the distance constraints of item 5 then decide); every
+   reuse flag either one the original had on an instruction that kept its slot and its successor, or one
+   :func:`~kbuild.sass.deps.reuse_settable` proves for the instruction that now follows it;
 4. every pair that must keep its order still does (register, memory and scoreboard conflicts, anything
    against a pinned instruction, and anything after a wait-carrier) — checked for *all* pairs of a
    block, not only neighbours;
@@ -41,13 +45,14 @@ import numpy as np
 from kbuild.errors import KBuildError, VerificationError
 
 from . import control, elf
-from .deps import Analysis, analyze, mem_conflict
+from .deps import Analysis, analyze, mem_conflict, reuse_settable, stall_lowerable, yield_editable
 from .disasm import disassemble
 from .isa import arch_spec
 from .operands import NREGS
 
-_KEY_MASK = ~(control.STALL_MASK | control.REUSE_MASK)
-_HI_KEY = np.uint64(~(control.HI_STALL_MASK | control.HI_REUSE_MASK) & 0xFFFFFFFFFFFFFFFF)
+# An instruction is identified by its word without stall, yield and reuse bits (the editable control fields).
+_KEY_MASK = ~(control.STALL_MASK | control.REUSE_MASK | (1 << control.YIELD_SHIFT))
+_HI_KEY = np.uint64(~(control.HI_STALL_MASK | control.HI_REUSE_MASK | control.HI_YIELD_MASK) & 0xFFFFFFFFFFFFFFFF)
 _REUSE_TEXT = re.compile(r"\.reuse\b")
 
 
@@ -78,6 +83,7 @@ class Verifier:
                                                          self.hi_key.tolist())], dtype=bool)
         self.stall = np.array([s.stall for s in an.sems], dtype=np.int64)
         self.reuse = np.array([control.decode(w).reuse for w in an.words], dtype=np.int64)
+        self.yield0 = np.array([control.decode(w).yield_ for w in an.words], dtype=bool)
         self.pinned = an.pinned
         self.offset_set = {off for off, _ in an.offset_records}
         # must-keep-order matrices per block (upper triangle)
@@ -178,22 +184,40 @@ class Verifier:
         slot_yield = ((hi >> np.uint64(control.YIELD_SHIFT - 64)) & np.uint64(1)).astype(bool)
         new_stall = np.empty(n, dtype=np.int64)
         new_stall[order] = slot_stall
-        lowered = np.flatnonzero(new_stall < self.stall)
-        for x in lowered[:5].tolist():
-            problems.append(f"stall of 0x{16 * x:x} lowered from {self.stall[x]} to {new_stall[x]}")
+        lowered = np.flatnonzero(new_stall < self.stall).tolist()
+        bad_low = [x for x in lowered if new_stall[x] < control.MIN_STALL_EDIT or stall_lowerable(an.sems[x])]
+        for x in bad_low[:5]:
+            why = stall_lowerable(an.sems[x]) or f"below the minimum {control.MIN_STALL_EDIT}"
+            problems.append(f"stall of 0x{16 * x:x} lowered from {self.stall[x]} to {new_stall[x]}: {why}")
+        new_yield = np.empty(n, dtype=bool)
+        new_yield[order] = slot_yield
+        yield_changed = new_yield != self.yield0
+        for x in np.flatnonzero(yield_changed).tolist():
+            refused = yield_editable(an, x, bool(new_yield[x]))
+            if refused:
+                problems.append(f"yield bit of 0x{16 * x:x} changed: {refused}")
         limit = np.where(slot_yield, control.MAX_STALL_YIELD, control.MAX_STALL)
-        over = np.flatnonzero((slot_stall > limit) & (slot_stall != self.stall[order]))
+        over = np.flatnonzero((slot_stall > limit) & ((slot_stall != self.stall[order]) | yield_changed[order]))
         for t in over[:5].tolist():
-            problems.append(f"stall of 0x{16 * int(order[t]):x} raised to {slot_stall[t]}, beyond what its yield bit allows")
-        other = np.flatnonzero(((hi ^ self.hi[order]) & _HI_KEY) != 0)  # wait/barriers/yield and body
+            problems.append(f"stall of 0x{16 * int(order[t]):x} is {slot_stall[t]}, beyond what its yield bit allows")
+        other = np.flatnonzero(((hi ^ self.hi[order]) & _HI_KEY) != 0)  # wait/barriers and body
         for t in other[:5].tolist():
-            problems.append(f"control bits other than stall/reuse changed on 0x{16 * int(order[t]):x}")
+            problems.append(f"control bits other than stall/yield/reuse changed on 0x{16 * int(order[t]):x}")
         ar = np.arange(n)
         nxt_same = np.ones(n, dtype=bool)
         nxt_same[:-1] = order[1:] == ar[1:]
-        keep_ok = (slot_reuse == 0) | ((slot_reuse == self.reuse[order]) & (order == ar) & nxt_same)
-        for t in np.flatnonzero(~keep_ok)[:5].tolist():
-            problems.append(f"reuse flags kept on 0x{16 * int(order[t]):x}, whose neighbourhood changed")
+        kept = (order == ar) & nxt_same
+        # fast path: no flag at all, or a subset of the original's on an unchanged neighbourhood
+        keep_ok = (slot_reuse == 0) | (kept & ((slot_reuse & ~self.reuse[order]) == 0))
+        bad_reuse = []
+        for t in np.flatnonzero(~keep_ok).tolist():
+            x = int(order[t])
+            allowed = (int(self.reuse[x]) if kept[t] else 0) | reuse_settable(
+                an, x, int(order[t + 1]) if t + 1 < n else None)
+            if int(slot_reuse[t]) & ~allowed:
+                bad_reuse.append(x)
+        for x in bad_reuse[:5]:
+            problems.append(f"reuse flags on 0x{16 * x:x} that are not proven safe for the instruction after it")
         for _s, i, j in self.blocks:
             bad = pos[i] > pos[j]
             for a, b in list(zip(i[bad].tolist(), j[bad].tolist()))[:10]:

@@ -33,6 +33,10 @@ MODS = -1
 
 FIXED_CAP = 16  # cycles; covers the integer/float ALU pipes (latency 4–6, up to ~13 for some)
 LONG_CAP = 64  # anything else that might be fixed latency (MMA pipes, conversions, memory WAR)
+# ``OpInfo.cap`` is the table's upper bound on an opcode's fixed latency (FIXED_CAP or LONG_CAP). The
+# distance constraints (kbuild.sass.deps) require ``min(ptxas's distance, cap)`` cycles between a producer
+# and each consumer; a stall may be *lowered* only while every such constraint still holds, so the proof
+# that a lowered stall is safe is "cap ≥ the producer's real latency", the same fact the moves rely on.
 
 #: The cost model's latency classes (:mod:`kbuild.tune.measure.model`). Only an instruction that sets a
 #: write scoreboard waits for its class's latency; ``fixed`` work is covered by the stall counts.
@@ -84,6 +88,10 @@ class OpInfo:
     latency: str = "fixed"
     #: A tensor-core operation (the tuner's ``tensor`` feature class).
     tensor: bool = False
+    #: Waits for another warp or agent by polling (mbarrier try-wait, ``NANOSLEEP``, the ``YIELD``
+    #: instruction). ptxas's yield bits in a loop around one may be what lets the other warps progress,
+    #: so the control-code edits never *clear* a yield bit inside such a loop (setting one is allowed).
+    polls: bool = False
 
 
 @dataclass(frozen=True)

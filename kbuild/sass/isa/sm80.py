@@ -27,8 +27,10 @@ def _store(space: str, width: int = MODS, latency: str | None = None) -> OpInfo:
                   pin_modifiers=_MEM_PIN, variable=True, latency=latency or space)
 
 
-def _pin(reason: str, latency: str = "fixed", *, tensor: bool = False, counts_scoreboards: bool = False) -> OpInfo:
-    return OpInfo(outs="", pinned=reason, latency=latency, tensor=tensor, counts_scoreboards=counts_scoreboards)
+def _pin(reason: str, latency: str = "fixed", *, tensor: bool = False, counts_scoreboards: bool = False,
+         polls: bool = False) -> OpInfo:
+    return OpInfo(outs="", pinned=reason, latency=latency, tensor=tensor, counts_scoreboards=counts_scoreboards,
+                  polls=polls)
 
 
 def _flow(latency: str = "fixed", *, branch: bool = False) -> OpInfo:
@@ -81,17 +83,17 @@ TABLE: dict[str, OpInfo] = {
     "EXIT": _flow("control"), "BSSY": _flow("control"), "BSYNC": _flow("control"),
     "BREAK": _flow(), "WARPSYNC": _flow("barrier"), "BPT": _flow(),
     "KILL": _flow(), "BMOV": _flow(),
-    "YIELD": _pin("control flow"),  # a scheduling hint: pinned, but it does not split its basic block
+    "YIELD": _pin("control flow", polls=True),  # a scheduling hint: pinned, but it does not split its basic block
     "BAR": _pin("barrier", "barrier"), "MEMBAR": _pin("fence", "barrier"), "FENCE": _pin("fence", "barrier"),
     "ERRBAR": _pin("fence", "barrier"),
     "CCTL": _pin("cache control", "global"), "CCTLL": _pin("cache control"),
     "DEPBAR": _pin("scoreboard barrier", "barrier", counts_scoreboards=True),
     "LDGDEPBAR": _pin("async-copy group barrier"), "LDGSTS": _pin("async copy (global→shared)", "global"),
-    "ARRIVES": _pin("async-copy arrive", "barrier"), "ATOM": _pin("atomic", "global"),
-    "ATOMG": _pin("atomic", "global"), "ATOMS": _pin("atomic", "shared"), "RED": _pin("atomic", "global"),
+    "ARRIVES": _pin("async-copy arrive", "barrier"), "ATOM": _pin("atomic", "global", polls=True),
+    "ATOMG": _pin("atomic", "global", polls=True), "ATOMS": _pin("atomic", "shared", polls=True), "RED": _pin("atomic", "global"),
     "REDG": _pin("atomic", "global"), "REDUX": _pin("warp-wide"),
     "VOTE": _pin("warp-wide (vote)"), "VOTEU": _pin("warp-wide (vote; nv.info 0x31)"),
-    "MATCH": _pin("warp-wide"), "NANOSLEEP": _pin("timing"), "PMTRIG": _pin("profiling"),
+    "MATCH": _pin("warp-wide"), "NANOSLEEP": _pin("timing", polls=True), "PMTRIG": _pin("profiling"),
     "SULD": _pin("surface memory", "global"), "SUST": _pin("surface memory", "global"),
     "TEX": _pin("texture", "global"), "TLD": _pin("texture", "global"), "TLD4": _pin("texture"),
     "TXQ": _pin("texture"),

@@ -8,8 +8,8 @@ from .sm80 import SPEC as SM80
 from .sm80 import TABLE as SM80_TABLE
 
 
-def _pin(reason: str, latency: str = "fixed", *, tensor: bool = False) -> OpInfo:
-    return OpInfo(outs="", pinned=reason, latency=latency, tensor=tensor)
+def _pin(reason: str, latency: str = "fixed", *, tensor: bool = False, polls: bool = False) -> OpInfo:
+    return OpInfo(outs="", pinned=reason, latency=latency, tensor=tensor, polls=polls)
 
 
 TABLE: dict[str, OpInfo] = {
@@ -19,7 +19,7 @@ TABLE: dict[str, OpInfo] = {
     "IGMMA": _pin("Hopper async (wgmma)", "tensor", tensor=True),
     "BGMMA": _pin("Hopper async (wgmma)", "tensor", tensor=True),
     "WARPGROUP": _pin("Hopper async (warpgroup arrive/depbar)"),
-    "SYNCS": _pin("Hopper async (mbarrier)", "barrier"), "UTMALDG": _pin("Hopper async (TMA)", "global"),
+    "SYNCS": _pin("Hopper async (mbarrier)", "barrier", polls=True), "UTMALDG": _pin("Hopper async (TMA)", "global"),
     "UTMASTG": _pin("Hopper async (TMA)", "global"), "UTMAPF": _pin("Hopper async (TMA)"),
     "UTMACCTL": _pin("Hopper async (TMA)"), "UTMACMDFLUSH": _pin("Hopper async (TMA)"),
     "UBLKCP": _pin("Hopper async (bulk copy)", "global"), "UBLKRED": _pin("Hopper async (bulk copy)"),
