@@ -1,9 +1,12 @@
 """``kbuild bench``: run the kernel suite on this machine's GPU and record the numbers.
 
 Per kernel it prints the autotuned baseline's time, TFLOP/s or GB/s, the percentage of the
-machine's ceilings measured in the same run, and the A/A spread; it writes ``bench.json`` (raw
-samples, GPU, driver, clocks, versions, command line), ``bench.png`` and ``bench.md`` under
-``--out``. Without a GPU it exits 2 with "no sm_90 GPU here; measurement needs one".
+machine's ceilings measured in the same run, the A/A spread, and its peers (cuBLAS, torch SDPA
+backends, torch composites: ``peer_ms / kernel_ms``, above 1 when the kernel is faster, timed in the
+same rounds; ``--no-peers`` skips them); it writes ``bench.json`` (raw samples, GPU, driver, clocks,
+versions, command line), ``bench.png`` and ``bench.md`` under ``--out``. ``--config KERNEL=LABEL``
+or ``--configs-from FILE`` times a given configuration (what ships) instead of the autotune best.
+Without a GPU it exits 2 with "no sm_90 GPU here; measurement needs one".
 """
 
 from __future__ import annotations
@@ -40,6 +43,52 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--autotune-reps", type=int, default=10,
                    help="launches per configuration while picking the baseline (default 10)")
     p.add_argument("--no-chart", action="store_true", help="skip the PNG chart")
+    p.add_argument("--peers", action=argparse.BooleanOptionalAction, default=True,
+                   help="time each kernel's peers (cuBLAS, torch SDPA backends, torch composites) in the same "
+                        "rounds and report peer/kernel time ratios (default: on)")
+    p.add_argument("--config", action="append", default=[], metavar="KERNEL=LABEL",
+                   help="time this configuration of KERNEL (a label of its search space, as in bench.json) "
+                        "instead of the autotune best; repeatable")
+    p.add_argument("--configs-from", type=Path, metavar="FILE",
+                   help="JSON object {kernel: label or config object (constexprs, num_warps, ...)}: the "
+                        "configurations to time (what ships); --config overrides it")
+
+
+def pinned_configs(args: argparse.Namespace) -> dict[str, Any]:
+    """``--configs-from`` then ``--config`` as {kernel: label or config mapping}, each checked against its spec
+    (a label of its search space, or a configuration that validates). Bad input is a UsageError naming the file,
+    the key or the argument; nothing runs. Needs no GPU."""
+    from kbuild.bench.runner import resolve_config
+    from kbuild.bench.spec import load_spec
+    from kbuild.jsonio import read_json_file
+
+    pinned: dict[str, tuple[str, Any]] = {}
+    if args.configs_from is not None:
+        where = str(args.configs_from)
+        doc = read_json_file(args.configs_from, where=where)
+        if not isinstance(doc, dict):
+            raise UsageError(f"{where}: expected a JSON object {{kernel: label or config}}, got {type(doc).__name__}")
+        for name, choice in doc.items():
+            pinned[name] = (f"{where}: key {name!r}", choice)
+    for item in args.config:
+        name, sep, label = item.partition("=")
+        if not sep or not name or not label:
+            raise UsageError(f"--config {item!r}: expected KERNEL=LABEL (labels as in bench.json, e.g. w8,s1)")
+        pinned[name] = (f"--config {item!r}", label)
+    if not pinned:
+        return {}
+    specs = dict(SUITE)
+    for ref in args.spec:
+        spec = load_spec(ref, small=args.small, python_path=[os.getcwd()])
+        specs[spec.name] = ref
+    for name, (where, choice) in pinned.items():
+        if name not in specs:
+            raise UsageError(f"{where}: {name!r} is not a suite kernel or the name of a --spec")
+        run = (args.kernels or ([] if args.spec else list(SUITE))) + [n for n, r in specs.items() if r in args.spec]
+        if where.startswith("--config") and name not in run:
+            raise UsageError(f"{where}: {name!r} is not one of the kernels this run benchmarks")
+        resolve_config(load_spec(specs[name], small=args.small, python_path=[os.getcwd()]), choice, where=where)
+    return {name: choice for name, (_, choice) in pinned.items()}
 
 
 def handler(args: argparse.Namespace) -> int:
@@ -62,6 +111,7 @@ def handler(args: argparse.Namespace) -> int:
     if args.rounds < 2 or args.reps < 1 or args.autotune_reps < 1:
         raise UsageError("--rounds must be at least 2, --reps and --autotune-reps at least 1")
     names = list(args.kernels) or ([] if args.spec else list(SUITE))
+    pinned = pinned_configs(args)  # bad pins are exit 2 before the GPU is looked for
 
     from kbuild.device.timing import require_gpu
 
@@ -70,7 +120,8 @@ def handler(args: argparse.Namespace) -> int:
     from kbuild.bench import report as rep
     from kbuild.bench.runner import BenchOptions, run_suite
 
-    opts = BenchOptions(small=args.small, rounds=args.rounds, reps=args.reps, autotune_reps=args.autotune_reps)
+    opts = BenchOptions(small=args.small, rounds=args.rounds, reps=args.reps, autotune_reps=args.autotune_reps,
+                        peers=args.peers, pinned=pinned)
     total = len(names) + len(args.spec) + 1
     started = time.time()
     out: Path = args.out
@@ -91,6 +142,8 @@ def handler(args: argparse.Namespace) -> int:
         console.emit_json(result)
     console.info(rep.ceiling_line(result))
     console.print_table(f"kbuild bench ({result['elapsed_s']} s)", rep.COLUMNS, rep.rows(result))
+    if peer_rows := rep.peer_rows(result):
+        console.print_table("peers, same run (peer/kernel > 1: the kernel is faster)", rep.PEER_COLUMNS, peer_rows)
     console.info(f"wrote {out / 'bench.json'}" + (f", {out / 'bench.png'}" if chart else "") + f", {out / 'bench.md'}")
     return ExitCode.FAILED if any("error" in k for k in result["kernels"]) else ExitCode.OK
 

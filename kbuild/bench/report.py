@@ -1,4 +1,8 @@
-"""Write what ``kbuild bench`` measured: the JSON record (atomically), a PNG chart, and table rows."""
+"""Write what ``kbuild bench`` measured: the JSON record (atomically), a PNG chart, and table rows.
+
+Two tables: one row per kernel (:data:`COLUMNS`, :func:`rows`; the last column names the fastest peer that
+agrees with the reference), and one row per kernel × peer (:data:`PEER_COLUMNS`, :func:`peer_rows`) with
+``peer_ms / kernel_ms`` and its 95% interval: above 1 the kernel is faster than the peer."""
 
 from __future__ import annotations
 
@@ -9,20 +13,61 @@ from typing import Any
 
 from kbuild.fsutil import write_atomic
 
-COLUMNS = ["kernel", "config", "time ms", "TFLOP/s", "GB/s", "bound", "% ceiling", "A/A spread"]
+COLUMNS = ["kernel", "config", "time ms", "TFLOP/s", "GB/s", "bound", "% ceiling", "A/A spread", "fastest peer"]
+PEER_COLUMNS = ["kernel", "kernel ms", "peer", "peer ms", "peer/kernel [95% CI]", "rel err", "status"]
+
+
+def fastest_peer(kernel: dict[str, Any]) -> dict[str, Any] | None:
+    """The timed peer of ``kernel``'s record with the lowest ratio among those that agree with the reference."""
+    timed = [p for p in kernel.get("peers", []) if "ratio" in p and p.get("agrees", True)]
+    return min(timed, key=lambda p: p["ratio"]) if timed else None
+
+
+def _fastest(kernel: dict[str, Any]) -> str:
+    if not kernel.get("peers"):
+        return "-"
+    p = fastest_peer(kernel)
+    return f"{p['label']} {p['ratio']:.2f}x" if p else "none timed"
+
+
+def peer_rows(report: dict[str, Any]) -> list[list[str]]:
+    """One row per kernel × peer; unavailable peers and peers that disagree with the reference are listed too."""
+    out = []
+    for k in report["kernels"]:
+        if "error" in k:
+            continue
+        for p in k.get("peers", []):
+            kms = f"{k['time_ms']:.4f}"
+            if not p.get("available"):
+                out.append([k["name"], kms, p["label"], "-", "-", "-", f"unavailable: {p.get('reason', '?')[:90]}"])
+                continue
+            errs = p.get("rel_err") or {}
+            err = f"{max(errs.values()):.1e}" if errs else "-"
+            if errs and not p.get("agrees"):
+                status = f"DISAGREES (rel err > {p.get('tol', '?')})"
+            else:
+                status = "ok" + (f"; {p['note']}" if p.get("note") else "")
+            if "ratio" in p:
+                lo, hi = p["ratio_ci"]
+                ms, ratio = f"{p['median_ms']:.4f}", f"{p['ratio']:.3f}x [{lo:.3f}, {hi:.3f}]"
+            else:
+                ms = ratio = "-"
+            out.append([k["name"], kms, p["label"], ms, ratio, err, status])
+    return out
 
 
 def rows(report: dict[str, Any]) -> list[list[str]]:
     out = []
     for k in report["kernels"]:
         if "error" in k:
-            out.append([k["name"], "error", "-", "-", "-", "-", "-", k["error"][:60]])
+            out.append([k["name"], "error", "-", "-", "-", "-", "-", k["error"][:60], "-"])
             continue
         out.append([k["name"], k["best_label"], f"{k['time_ms']:.4f}", f"{k['tflops']:.1f}", f"{k['gbps']:.0f}",
                     k["bound"], f"{k['pct_of_ceiling']:.1f}%",
-                    f"{k['aa']['spread_pct']:.2f}% [{(k['aa']['ci'][0] - 1) * 100:+.2f}, {(k['aa']['ci'][1] - 1) * 100:+.2f}]"])
+                    f"{k['aa']['spread_pct']:.2f}% [{(k['aa']['ci'][0] - 1) * 100:+.2f}, {(k['aa']['ci'][1] - 1) * 100:+.2f}]",
+                    _fastest(k)])
     for s in report.get("skipped", []):
-        out.append([s["name"], "skipped", "-", "-", "-", "-", "-", s["reason"]])
+        out.append([s["name"], "skipped", "-", "-", "-", "-", "-", s["reason"], "-"])
     return out
 
 
@@ -32,10 +77,20 @@ def ceiling_line(report: dict[str, Any]) -> str:
             f"({report['device']['gpu']}, driver {report['device'].get('driver')})")
 
 
-def markdown_table(report: dict[str, Any]) -> str:
-    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
-    lines += ["| " + " | ".join(r) + " |" for r in rows(report)]
+def _markdown(columns: list[str], body: list[list[str]]) -> str:
+    lines = ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+    lines += ["| " + " | ".join(c.replace("|", "/") for c in r) + " |" for r in body]
     return "\n".join(lines) + "\n"
+
+
+def markdown_table(report: dict[str, Any]) -> str:
+    """The kernel table, then the peer table when any kernel has peers."""
+    text = _markdown(COLUMNS, rows(report))
+    prs = peer_rows(report)
+    if prs:
+        text += ("\nPeers, timed interleaved with the kernel in the same rounds (peer/kernel > 1: the kernel is "
+                 "faster):\n\n" + _markdown(PEER_COLUMNS, prs))
+    return text
 
 
 def write_json(report: dict[str, Any], path: Path) -> None:

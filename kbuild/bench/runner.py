@@ -1,10 +1,12 @@
-"""Run the suite on the GPU: machine ceilings, autotuned baselines, A/A spread. GPU only.
+"""Run the suite on the GPU: machine ceilings, autotuned baselines, A/A spread, peers. GPU only.
 
-For each kernel: compile every configuration of its space for this GPU, check each against the
-spec's torch reference, time them interleaved with each other (L2 flushed before each launch),
-keep the fastest correct one as the baseline, then time that baseline against itself, interleaved
-over ``rounds`` rounds (the A/A control). Throughput is compared with the two ceilings measured in
-the same run: a large device-to-device copy and a large bf16 matmul through PyTorch.
+For each kernel: compile every configuration of its autotune list for this GPU (or only the configuration
+pinned by ``BenchOptions.pinned``: what ships), check each against the spec's torch reference, time them
+interleaved with each other (L2 flushed before each launch), keep the fastest correct one as the baseline,
+then time that baseline against itself and against its peers (:mod:`kbuild.bench.peers`: cuBLAS, torch
+SDPA backends, torch composites), all interleaved over ``rounds`` rounds: the A/A control and the
+``peer_ms / kernel_ms`` ratios come from the same run. Throughput is compared with the two ceilings measured
+in the same run: a large device-to-device copy and a large bf16 matmul through PyTorch.
 """
 
 from __future__ import annotations
@@ -12,12 +14,21 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
+from kbuild.bench import peers as peer_mod
 from kbuild.bench.kernels import SUITE
-from kbuild.bench.spec import BenchSpec, compile_spec, load_spec, validate_inputs
+from kbuild.bench.spec import (
+    BenchSpec,
+    BenchSpecError,
+    Config,
+    compile_spec,
+    load_spec,
+    validate_inputs,
+    validate_spec,
+)
 from kbuild.device import stats, timing
 from kbuild.errors import KBuildError
 
@@ -31,6 +42,37 @@ class BenchOptions:
     rounds: int = 6
     reps: int = 10
     ceiling_reps: int = 10
+    peers: bool = True
+    """Time the kernel's peers (:mod:`kbuild.bench.peers`) in the A/A run."""
+    pinned: Mapping[str, str | Mapping[str, Any]] = field(default_factory=dict)
+    """Kernel name → the configuration to time instead of autotuning (a label of its search space, or a
+    :meth:`Config.as_dict` mapping): what ships."""
+
+
+def resolve_config(spec: BenchSpec, choice: str | Mapping[str, Any], *, where: str = "--config") -> Config:
+    """The configuration ``choice`` names for ``spec``: a label from ``spec.search_space()``, or a config mapping
+    (:meth:`Config.from_dict`) that must validate against the spec. :class:`BenchSpecError` (exit 2) otherwise,
+    naming ``where``."""
+    if isinstance(choice, str):
+        by_label = {c.label(): c for c in spec.search_space()}
+        if choice in by_label:
+            return by_label[choice]
+        import difflib
+
+        near = difflib.get_close_matches(choice, list(by_label), n=3, cutoff=0.5)
+        raise BenchSpecError(spec.label(), f"{where}: {choice!r} is not a configuration label of its search space "
+                                           f"({len(by_label)} points)" + (f"; close: {', '.join(near)}" if near else ""))
+    if not isinstance(choice, Mapping):
+        raise BenchSpecError(spec.label(), f"{where}: expected a label or a config object, got {type(choice).__name__}")
+    try:
+        cfg = Config.from_dict(choice)
+    except (TypeError, ValueError, AttributeError) as exc:
+        raise BenchSpecError(spec.label(), f"{where}: not a configuration: {exc}") from None
+    try:
+        validate_spec(dataclasses.replace(spec, configs=[cfg], space=[]))
+    except BenchSpecError as exc:
+        raise BenchSpecError(spec.label(), f"{where}: {exc.detail.replace('configs[0]: ', '')}") from None
+    return cfg
 
 
 def measure_ceilings(opts: BenchOptions) -> dict[str, Any]:
@@ -63,8 +105,7 @@ def measure_ceilings(opts: BenchOptions) -> dict[str, Any]:
     }
 
 
-def _rel_err(out: Any, ref: Any) -> float:
-    return float((out.double() - ref.double()).norm() / max(float(ref.double().norm()), 1e-30))
+_rel_err = peer_mod.rel_err
 
 
 def _launcher(kernel: Any, grid: tuple[int, int, int], args: list[Any]) -> Callable[[], object]:
@@ -76,8 +117,9 @@ def _launcher(kernel: Any, grid: tuple[int, int, int], args: list[Any]) -> Calla
 
 def bench_kernel(spec: BenchSpec, arch: int, flush: timing.L2Flush, ceilings: dict[str, Any],
                  opts: BenchOptions) -> dict[str, Any]:
-    """Autotune over the spec's space (configurations checked against the reference, then timed interleaved),
-    then an interleaved A/A measurement of the best configuration."""
+    """Autotune over the spec's autotune list, or take the pinned configuration (each checked against the
+    reference, then timed interleaved), then an interleaved A/A measurement of the best configuration with its
+    peers timed in the same rounds."""
     import torch
 
     if spec.needs_allocator:
@@ -87,7 +129,9 @@ def bench_kernel(spec: BenchSpec, arch: int, flush: timing.L2Flush, ceilings: di
     ref = spec.reference(inputs) if spec.reference is not None else None
     tried: list[dict[str, Any]] = []
     candidates: list[tuple[int, dict[str, Any], Any, tuple[int, int, int], list[Any]]] = []
-    for idx, cfg in enumerate(spec.configs):
+    pinned = opts.pinned.get(spec.name)
+    configs = [resolve_config(spec, pinned)] if pinned is not None else list(spec.configs)
+    for idx, cfg in enumerate(configs):
         entry: dict[str, Any] = {"config": cfg.as_dict(), "label": cfg.label()}
         tried.append(entry)
         t0 = time.perf_counter()
@@ -134,7 +178,16 @@ def bench_kernel(spec: BenchSpec, arch: int, flush: timing.L2Flush, ceilings: di
     assert best is not None
     _, idx, kernel, (grid, args) = best
     fn = _launcher(kernel, grid, args)
-    a, a2 = timing.time_interleaved([fn, fn], rounds=opts.rounds, reps=opts.reps, flush=flush)
+    prepared = []
+    if opts.peers:
+        import torch
+
+        prepared = [peer_mod.prepare(p, spec, inputs, ref, torch.cuda.synchronize) for p in peer_mod.peers_for(spec)]
+    timed_peers = [p for p in prepared if p.fn is not None]
+    a, a2, *peer_samples = timing.time_interleaved([fn, fn, *[p.fn for p in timed_peers if p.fn is not None]],
+                                                   rounds=opts.rounds, reps=opts.reps, flush=flush)
+    for p, samples in zip(timed_peers, peer_samples, strict=True):
+        p.record.update(peer_mod.summarize(a, samples))
     ms = stats.median(a)
     aa, aa_lo, aa_hi = stats.ratio_ci(a, a2)
     seconds = ms / 1e3
@@ -146,12 +199,14 @@ def bench_kernel(spec: BenchSpec, arch: int, flush: timing.L2Flush, ceilings: di
            else 100.0 * gbps / ceilings["copy"]["gbps"])
     return {
         "name": spec.name, "description": spec.description, "ref": spec.ref,
-        "best_config": spec.configs[idx].as_dict(), "best_label": spec.configs[idx].label(),
+        "best_config": configs[idx].as_dict(), "best_label": configs[idx].label(),
+        "config_source": "pinned" if pinned is not None else "autotune",
         "time_ms": ms, "tflops": tflops, "gbps": gbps, "flops": spec.flops, "bytes_moved": spec.bytes_moved,
         "bound": bound, "pct_of_ceiling": pct,
         "aa": {"ratio": aa, "ci": [aa_lo, aa_hi], "spread_pct": 100.0 * abs(aa - 1.0),
                "iqr_pct": 100.0 * stats.spread([x for r in a for x in r])},
         "samples_ms": {"a": a, "a_prime": a2}, "autotune": tried,
+        **({"peers": [p.record for p in prepared]} if opts.peers else {}),
     }
 
 

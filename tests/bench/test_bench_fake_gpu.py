@@ -36,3 +36,10 @@ def test_bench_and_session_plumbing_on_a_fake_gpu(tmp_path: Path) -> None:
         assert len(k["samples_ms"]["a"]) == 2
         assert all(t["rel_err"] and max(t["rel_err"].values()) < 1e-2 for t in k["autotune"])
     assert (tmp_path / "bench.md").exists() and not (tmp_path / "bench.partial.json").exists()
+    # Peers ran in the same run (on CPU tensors here: torch's CPU kernels stand in for cuBLAS; plumbing only).
+    peers = {k["name"]: {p["label"]: p for p in k["peers"]} for k in record["kernels"]}
+    assert set(peers["softmax"]) == {"torch_softmax"} and set(peers["tma_matmul_4096"]) == {"cublas"}
+    for by_label in peers.values():
+        for p in by_label.values():
+            assert p["available"] and p["agrees"] and p["ratio"] > 0 and len(p["samples_ms"]) == 2, p
+    assert "peer/kernel" in (tmp_path / "bench.md").read_text()
