@@ -5,8 +5,18 @@
 * ``greedy``: hill-climbing. From the current best, try legal moves in a random order; keep the
   first that improves the ratio by more than ``min_gain``; restart the scan from there. Stops
   when no move improves or the budget is spent.
-* ``ppo``: ``MaskablePPO`` from sb3-contrib over :class:`~kbuild.tune.env.SassScheduleEnv`,
-  trained on the CPU, stopped by a callback the moment the budget is spent.
+* ``ppo``: ``MaskablePPO`` from sb3-contrib over :class:`~kbuild.tune.env.SassScheduleEnv` with the
+  size-independent :class:`~kbuild.tune.policy.InstructionPolicy`, trained on the CPU, stopped by a
+  callback the moment the budget is spent. It starts from a checkpoint when given one (``policy``:
+  a path; by default the shipped checkpoint, pretrained across the suite on the cost model, when
+  present) and fine-tunes it on this kernel within the budget; ``policy=None`` starts from scratch.
+
+One searcher per budget: :data:`DEFAULT_ALGORITHM` is the searcher that ``kbuild tune``, prewarm and
+builds run alone on a kernel's whole budget; the other searchers stay for comparison reports. It is
+greedy on the evidence so far: on the H200 (benchmarks/results/h200/tune, 333 evaluations each, 12
+kernels) greedy had the best or tied-best re-timed ratio most often, converged within 52–333
+evaluations, and PPO from scratch won on none; benchmarks/ppo_compare.py re-asks the question with
+pretrained PPO.
 
 Every search returns a :class:`SearchResult` with the best ratio, the moves that reproduce it
 from the original schedule, and the learning curve (best ratio after each evaluation).
@@ -16,6 +26,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -23,6 +34,10 @@ import numpy as np
 from kbuild.tune.env import SassScheduleEnv
 
 ALGORITHMS = ("ppo", "random", "greedy")
+DEFAULT_ALGORITHM = "greedy"
+"""The one searcher run on a kernel's whole budget when no algorithm is named (see the module docstring)."""
+DEFAULT_POLICY = "default"
+"""``ppo_search(policy=DEFAULT_POLICY)``: the shipped checkpoint when present, else from scratch."""
 
 
 @dataclass
@@ -46,13 +61,16 @@ class SearchResult:
     """95% CI of ``confirmed_ratio``."""
     confirmed_aa_spread: float | None = None
     """The A/A spread of that re-timing: differences smaller than this are noise."""
+    policy: str | None = None
+    """PPO only: where the policy started ("scratch", or the checkpoint and what it was trained on)."""
 
     def as_dict(self) -> dict[str, Any]:
         return {"algorithm": self.algorithm, "best_ratio": self.best_ratio, "confirmed_ratio": self.confirmed_ratio,
                 "confirmed_ci": self.confirmed_ci, "confirmed_aa_spread": self.confirmed_aa_spread,
                 "moves": len(self.best_moves), "candidates": len(self.candidates),
                 "evaluations": self.evaluations, "seconds": round(self.seconds, 3), "cache_hits": self.cache_hits,
-                "invalid_candidates": self.invalid, "curve": self.curve}
+                "invalid_candidates": self.invalid, "curve": self.curve,
+                **({"policy": self.policy} if self.policy is not None else {})}
 
 
 class _Recorder:
@@ -125,12 +143,31 @@ def greedy_search(env: SassScheduleEnv, *, seed: int, min_gain: float = 0.0005) 
     return rec.result("greedy", started)
 
 
-def ppo_search(env: SassScheduleEnv, *, seed: int, n_steps: int = 64, batch_size: int = 32,
-               learning_rate: float = 3e-4, verbose: int = 0) -> SearchResult:
+def resolve_policy(policy: str | Path | None) -> Path | None:
+    """The checkpoint ``ppo_search`` starts from: ``DEFAULT_POLICY`` → the shipped one if present (else None),
+    ``None`` or ``"scratch"`` → None, anything else → that path."""
+    if policy is None or policy == "scratch":
+        return None
+    if policy == DEFAULT_POLICY:
+        from kbuild.tune.policy import default_checkpoint
+
+        return default_checkpoint()
+    return Path(policy)
+
+
+def ppo_search(env: SassScheduleEnv, *, seed: int, policy: str | Path | None = DEFAULT_POLICY, n_steps: int = 64,
+               batch_size: int = 32, learning_rate: float | None = None, verbose: int = 0) -> SearchResult:
+    """MaskablePPO on this kernel until the budget is spent, from ``policy`` (see :func:`resolve_policy`).
+
+    Fine-tuning a checkpoint uses a smaller learning rate (1e-4) than training from scratch (3e-4) unless
+    ``learning_rate`` is given. A checkpoint that does not fit this env is a UsageError naming the key."""
     from sb3_contrib import MaskablePPO
     from stable_baselines3.common.callbacks import BaseCallback
 
+    from kbuild.tune.policy import InstructionPolicy, load_into, policy_kwargs
+
     budget = env.evaluator.budget
+    checkpoint = resolve_policy(policy)
     rec, started = _Recorder(env), time.monotonic()
 
     class StopAtBudget(BaseCallback):
@@ -140,17 +177,27 @@ def ppo_search(env: SassScheduleEnv, *, seed: int, n_steps: int = 64, batch_size
             self.logger.record("kbuild/evaluations", budget.used)
             return not budget.exhausted
 
-    model = MaskablePPO("MlpPolicy", env, n_steps=n_steps, batch_size=batch_size, learning_rate=learning_rate,
+    lr = learning_rate if learning_rate is not None else (1e-4 if checkpoint is not None else 3e-4)
+    model = MaskablePPO(InstructionPolicy, env, n_steps=n_steps, batch_size=batch_size, learning_rate=lr,
                         n_epochs=4, gamma=0.99, seed=seed, verbose=verbose, device="cpu",
-                        policy_kwargs={"net_arch": [128, 128]})
+                        policy_kwargs=policy_kwargs(env))
+    origin = "scratch"
+    if checkpoint is not None:
+        meta = load_into(model.policy, checkpoint)  # type: ignore[arg-type]
+        origin = f"{checkpoint.name} ({meta.get('trained_on', 'unknown training')}; " \
+                 f"kernels: {', '.join(meta.get('kernels', [])) or 'unknown'})"
     # total_timesteps is an upper bound; the callback stops training at the evaluation/seconds budget.
     model.learn(total_timesteps=max(budget.evaluations * 8, n_steps * 2), callback=StopAtBudget())
-    return rec.result("ppo", started)
+    result = rec.result("ppo", started)
+    result.policy = origin
+    return result
 
 
-def run_search(algorithm: str, env: SassScheduleEnv, *, seed: int) -> SearchResult:
+def run_search(algorithm: str, env: SassScheduleEnv, *, seed: int,
+               policy: str | Path | None = DEFAULT_POLICY) -> SearchResult:
+    """Run one searcher on ``env``'s budget; ``policy`` is PPO's starting point (ignored by the others)."""
     if algorithm == "ppo":
-        return ppo_search(env, seed=seed)
+        return ppo_search(env, seed=seed, policy=policy)
     if algorithm == "random":
         return random_search(env, seed=seed)
     if algorithm == "greedy":
