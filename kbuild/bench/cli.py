@@ -50,8 +50,9 @@ def configure(p: argparse.ArgumentParser) -> None:
                    help="time this configuration of KERNEL (a label of its search space, as in bench.json) "
                         "instead of the autotune best; repeatable")
     p.add_argument("--configs-from", type=Path, metavar="FILE",
-                   help="JSON object {kernel: label or config object (constexprs, num_warps, ...)}: the "
-                        "configurations to time (what ships); --config overrides it")
+                   help="the configurations to time (what ships): a JSON object {kernel: label or config object "
+                        "(constexprs, num_warps, ...)}, or a bench/tune JSON record (each kernel's best_label); "
+                        "--config overrides it")
 
 
 def pinned_configs(args: argparse.Namespace) -> dict[str, Any]:
@@ -68,8 +69,18 @@ def pinned_configs(args: argparse.Namespace) -> dict[str, Any]:
         doc = read_json_file(args.configs_from, where=where)
         if not isinstance(doc, dict):
             raise UsageError(f"{where}: expected a JSON object {{kernel: label or config}}, got {type(doc).__name__}")
-        for name, choice in doc.items():
-            pinned[name] = (f"{where}: key {name!r}", choice)
+        if isinstance(doc.get("kernels"), list):  # a `kbuild bench`/`kbuild tune` record: each kernel's best_label
+            for i, k in enumerate(doc["kernels"]):
+                if not isinstance(k, dict):
+                    raise UsageError(f"{where}: kernels[{i}]: expected an object")
+                if "best_label" not in k:
+                    continue
+                if not isinstance(k.get("name"), str) or not isinstance(k["best_label"], str):
+                    raise UsageError(f"{where}: kernels[{i}]: name and best_label must be strings")
+                pinned[k["name"]] = (f"{where}: kernels[{i}].best_label", k["best_label"])
+        else:
+            for name, choice in doc.items():
+                pinned[name] = (f"{where}: key {name!r}", choice)
     for item in args.config:
         name, sep, label = item.partition("=")
         if not sep or not name or not label:

@@ -252,6 +252,8 @@ def test_bad_pins_are_usage_errors(args: list[str], message: str) -> None:
     ('{"softmax": {"num_warps": 3, "num_stages": 1}}', "key 'softmax'"),
     ('{"softmax": 7}', "expected a label or a config object"),
     ('{"nope": "w8,s1"}', "key 'nope': 'nope' is not a suite kernel"),
+    ('{"kernels": [{"name": "softmax", "best_label": "w8,s9"}]}', "kernels[0].best_label: 'w8,s9' is not"),
+    ('{"kernels": [{"name": 5, "best_label": "w8,s1"}]}', "kernels[0]: name and best_label must be strings"),
 ])
 def test_bad_configs_file_is_a_usage_error(tmp_path: Path, doc: str, message: str) -> None:
     path = tmp_path / "ships.json"
@@ -265,5 +267,14 @@ def test_configs_file_for_kernels_not_run_is_accepted(tmp_path: Path) -> None:
     path = tmp_path / "ships.json"
     path.write_text(json.dumps({"softmax": "w4,s1,r64", "rmsnorm": {"constexprs": {}, "num_warps": 8,
                                                                    "num_stages": 1}}))
+    res = run_cli("softmax", "--configs-from", str(path))
+    assert res.returncode == 2 and "no sm_90 GPU here" in res.stderr, res.stderr
+
+
+def test_a_bench_record_can_say_what_to_time(tmp_path: Path) -> None:
+    """A previous bench.json (or a tune record) names each kernel's configuration by its best_label."""
+    path = tmp_path / "bench.json"
+    path.write_text(json.dumps({"kernels": [{"name": "softmax", "best_label": "w16,s1,r32"},
+                                            {"name": "rmsnorm", "error": "no configuration compiled"}]}))
     res = run_cli("softmax", "--configs-from", str(path))
     assert res.returncode == 2 and "no sm_90 GPU here" in res.stderr, res.stderr
