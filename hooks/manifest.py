@@ -10,7 +10,16 @@ that depends on the machine or the time of the build (no paths, no host, no reas
      "kernels": [{"kernel": "softmax", "target": "sm_90", "arch": "sm_90a", "key": "…",
                   "baseline_key": "…", "cubin_sha256": "…", "cubin_bytes": 6432,
                   "symbol": "softmax", "source": "pkg.mod:softmax", "state": "baseline",
-                  "speedup": null}, …]}
+                  "speedup": null, "config": {"constexprs": {"BLOCK": 1024}, "num_warps": 4,
+                  "num_stages": 3, "maxnreg": null, "num_ctas": 1}, "default_config": true,
+                  "gains": null, "grid": ["n_rows"]}, …]}
+
+``config`` is the configuration the shipped cubin was compiled with (:mod:`kbuild.space`; per target, since
+a tuned target may ship another than the default), ``default_config`` whether it is the declared default,
+``gains`` the tuner's ``{"level1": ×, "level2": ×}`` (configuration over the default, SASS schedule over the
+configuration) for a tuned entry that recorded them, and ``grid`` the kernel's grid expressions (empty: the
+launcher takes the grid), which :func:`manifest_kernels` hands to the emitter. Manifests from before these
+fields read as before (each is optional).
 """
 
 from __future__ import annotations
@@ -53,7 +62,20 @@ def manifest_entry(build: Any) -> dict[str, Any]:
         "source": build.spec.source,
         "state": build.state,
         "speedup": speedup if isinstance(speedup, (int, float)) else None,
+        "config": build.config,
+        "default_config": build.is_default_config,
+        "gains": _gains(art.meta.get("gains")) if build.tuned else None,
+        "grid": list(build.spec.grid),
     }
+
+
+def _gains(value: Any) -> dict[str, float] | None:
+    """The tuner's gains when they are a table of positive numbers, else None."""
+    if not isinstance(value, dict):
+        return None
+    out = {str(k): float(v) for k, v in value.items()
+           if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0}
+    return out if out and len(out) == len(value) else None
 
 
 def build_manifest(builds: Iterable[Any], *, tune: str) -> dict[str, Any]:
@@ -106,6 +128,40 @@ def _check_entry(e: Any, at: str, bad: Any) -> None:
     speedup = e.get("speedup")
     if speedup is not None and (not isinstance(speedup, (int, float)) or isinstance(speedup, bool) or speedup <= 0):
         bad(f"{at}.speedup", f"expected a positive number or null, got {_kind(speedup)}")
+    _check_config_fields(e, at, bad)
+
+
+def _check_config_fields(e: dict[str, Any], at: str, bad: Any) -> None:
+    """``config``, ``default_config``, ``gains`` and ``grid``: each optional, each of its shape when present."""
+    from kbuild.grid import GridExprError, parse_grid
+    from kbuild.space import SpaceError, normalize_point
+
+    if e.get("config") is not None:
+        try:
+            normalize_point(e["config"], where="config")
+        except SpaceError as exc:
+            bad(f"{at}.{exc.key}", exc.detail)
+        if not all(isinstance(v, (bool, int, float, str)) for v in (e["config"].get("constexprs") or {}).values()):
+            bad(f"{at}.config.constexprs", "expected scalar constexpr values")
+    if e.get("default_config") is not None and not isinstance(e["default_config"], bool):
+        bad(f"{at}.default_config", f"expected true, false or null, got {_kind(e['default_config'])}")
+    gains = e.get("gains")
+    if gains is not None:
+        if not isinstance(gains, dict):
+            bad(f"{at}.gains", f"expected a table of positive numbers or null, got {_kind(gains)}")
+        for name, value in gains.items():
+            if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 < value < float("inf"):
+                bad(f"{at}.gains.{name!s:.40}", f"expected a positive number, got {_kind(value)}")
+    grid = e.get("grid")
+    if grid is not None:
+        if not isinstance(grid, list) or not all(isinstance(g, str) for g in grid) or len(grid) > 3:
+            bad(f"{at}.grid", "expected a list of at most 3 expression strings")
+        if grid:
+            try:
+                parse_grid(grid)
+            except GridExprError as exc:
+                key, _, message = str(exc).partition(": ")
+                bad(f"{at}.{key}", message)
 
 
 def check_manifest(doc: Any, where: str) -> dict[str, Any]:
@@ -195,6 +251,7 @@ def manifest_kernels(manifest: dict[str, Any], store: Any, *, where: str) -> lis
 
     grouped: dict[str, list[Any]] = {}
     sources: dict[str, str] = {}
+    grids: dict[str, tuple[str, ...]] = {}
     problems = []
     for e in manifest["kernels"]:
         art = store.get(e["key"])
@@ -204,9 +261,10 @@ def manifest_kernels(manifest: dict[str, Any], store: Any, *, where: str) -> lis
             continue
         grouped.setdefault(e["kernel"], []).append((parse_target(e["target"]), art))
         sources[e["kernel"]] = str(e.get("source", ""))
+        grids[e["kernel"]] = tuple(e.get("grid") or ())
     if problems:
         raise UsageError(f"{where}: {len(problems)} artefact(s) unavailable:\n" + "\n".join(problems))
-    return [EmitKernel(n, sources[n], tuple(v)) for n, v in grouped.items()]
+    return [EmitKernel(n, sources[n], tuple(v), grids[n]) for n, v in grouped.items()]
 
 
 __all__ = [

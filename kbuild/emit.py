@@ -8,6 +8,13 @@ byte-deterministic: kernels sorted by name, cubins by target, no timestamps, no 
 Each launcher takes ``(CUstream stream, unsigned grid_x, grid_y, grid_z, <non-constexpr
 arguments>)`` and passes Triton 3.6's two trailing scratch pointers (``global_scratch``,
 ``profile_scratch``) as 0; kernels that need scratch memory or clusters are refused here.
+A kernel declared with a ``grid`` (:mod:`kbuild.grid`) gets a launcher of ``(CUstream stream,
+<non-constexpr arguments>)`` instead (``kernel_grid.*.in``): it computes the grid in 64-bit
+arithmetic from the integer arguments and the constexprs of the artefact that ships for the GPU it
+runs on (each target's configuration may differ, so the grid follows the tuned configuration), and
+fails with ``CUDA_ERROR_INVALID_VALUE`` (and a message in ``last_error``) on an overflow, a division
+by zero or a dimension outside CUDA's limits. Shared memory and threads per block are each shipped
+artefact's own, as always.
 
 Kernel parameter names are Python identifiers chosen by the kernel's author, and any of them may
 be a C keyword (``char``, ``auto``), a macro of the included headers (``NULL``, ``linux``) or a
@@ -149,6 +156,8 @@ class EmitKernel:
     name: str
     source: str
     images: tuple[tuple[Target, Any], ...] = field(default=())
+    grid: tuple[str, ...] = ()
+    """The declared grid expressions (``[tool.kbuild.kernels].grid``); empty: the launcher takes the grid."""
 
 
 def c_type(ty: str) -> str:
@@ -164,10 +173,12 @@ def kernels_from_builds(builds: Iterable[Any]) -> list[EmitKernel]:
     """Group pipeline results (:class:`kbuild.hooks.pipeline.KernelBuild`) by kernel."""
     grouped: dict[str, list[Any]] = {}
     sources: dict[str, str] = {}
+    grids: dict[str, tuple[str, ...]] = {}
     for b in builds:
         grouped.setdefault(b.spec.name, []).append((b.target, b.artefact))
         sources[b.spec.name] = b.spec.source
-    return [EmitKernel(name, sources[name], tuple(images)) for name, images in grouped.items()]
+        grids[b.spec.name] = tuple(b.spec.grid)
+    return [EmitKernel(name, sources[name], tuple(images), grids[name]) for name, images in grouped.items()]
 
 
 _HEX = [f"0x{b:02x}" for b in range(256)]
@@ -224,6 +235,66 @@ def _kernel_params(kernel: EmitKernel) -> list[tuple[str, str]]:
     return lists[0] if lists else []
 
 
+def _kernel_param_types(kernel: EmitKernel) -> dict[str, str]:
+    """Declared type (without hint) of each runtime parameter, by name, from the first image's metadata."""
+    meta = kernel.images[0][1].meta if kernel.images else {}
+    return {str(p.get("name")): str(p.get("type", "")).strip().partition(":")[0]
+            for p in meta.get("params", []) if not p.get("constexpr")}
+
+
+def _grid_code(kernel: EmitKernel, images: Sequence[tuple[Target, Any]], params: Sequence[tuple[str, str]],
+               c_names: Sequence[str]) -> tuple[str, str, str]:
+    """(the switch's cases, the grid function's extra parameters, the launcher's arguments to it) of a kernel
+    with a grid; EmitError naming the kernel, target and expression when it cannot be computed."""
+    from kbuild import grid as gridmod
+    from kbuild.compile.signature import INTEGER_TYPES
+
+    where = f"kernel {kernel.name!r}: grid"
+    grid = gridmod.parse_grid(list(kernel.grid), on_error=lambda i, m: EmitError(
+        f"{where}" + ("" if i is None else f"[{i}] {kernel.grid[i]!r}") + f": {m}"))
+    types = _kernel_param_types(kernel)
+    runtime = {name: (ty, cn) for (ty, name), cn in zip(params, c_names)}
+    used_runtime: list[str] = []
+    cases = []
+    for index, (target, art) in enumerate(images):
+        constants = {n: v for n, v in (art.meta.get("constexprs") or {}).items()
+                     if isinstance(v, int) and not isinstance(v, bool)}
+        variables: dict[str, str] = {}
+        for name in sorted(grid.names()):
+            if name in constants:
+                continue
+            if name in runtime and types.get(name) in INTEGER_TYPES:
+                cty, cn = runtime[name]
+                variables[name] = f"kb_i64_u64({cn}, &kbl_err)" if cty == "uint64_t" else f"(int64_t){cn}"
+                if name not in used_runtime:
+                    used_runtime.append(name)
+                continue
+            raise EmitError(f"{where} reads {name!r}, which is neither an integer argument nor an integer constexpr "
+                            f"of the {target.name} artefact (key {art.key[:12]}); fix [tool.kbuild.kernels].grid")
+        lines = []
+        for axis, tree in enumerate(grid.trees):
+            try:
+                folded = gridmod.fold(tree, constants)
+            except gridmod.GridEvalError as exc:
+                cx = ", ".join(f"{n}={constants[n]}" for n in sorted(constants))
+                raise EmitError(f"{where}[{axis}] {grid.texts[axis] if axis < len(grid.texts) else '1'!r} for "
+                                f"{target.name} ({cx}): {exc}") from None
+            lines.append(f"    kbl_g[{axis}] = {gridmod.c_expr(folded, variables)};\n")
+        label = _comment(", ".join(f"{n}={constants[n]}" for n in sorted(constants)) or "no constexprs")
+        cases.append(f"  case {index}: /* {target.name} ({target.arch}): {label} */\n{''.join(lines)}    break;\n")
+    order = [name for _, name in params if name in used_runtime]
+    grid_params = "".join(f", {runtime[n][0]} {runtime[n][1]}" for n in order)
+    grid_args = "".join(f", {runtime[n][1]}" for n in order)
+    return "".join(cases), grid_params, grid_args
+
+
+def _config_label(art: Any) -> str:
+    from kbuild.space import label
+
+    config = art.meta.get("config")
+    return label(config) if isinstance(config, dict) else "default"
+
+
 def _check_public_name(name: str, what: str, header_macros: Iterable[str]) -> None:
     """A launcher's C name must be a plain C/C++ name outside the generated code's own namespaces."""
     problem = c_name_problem(name, extra=header_macros)
@@ -248,6 +319,7 @@ def render_sources(kernels: Sequence[EmitKernel], *, prefix: str = "kbuild_", ba
         raise UsageError("no kernels to emit")
     all_targets = sorted({t for k in ordered for t, _ in k.images})
     decls, bodies = [], []
+    grid_helpers = False
     upper = prefix.upper()
     guard = f"KBUILD_{basename.upper()}_H"
     header_macros = (f"{upper}API", f"{upper}KERNEL_COUNT", guard)
@@ -272,9 +344,17 @@ def render_sources(kernels: Sequence[EmitKernel], *, prefix: str = "kbuild_", ba
             (art.meta["constexprs"] for _, art in images if art.meta.get("constexprs")), {})
         cx_text = ", ".join(f"{n}={constexprs[n]}" for n in sorted(constexprs)) or "none"
         num_warps = int(images[0][1].meta.get("num_warps", 4))
-        decls.append(render("kernel.h.in", PREFIX=prefix, PREFIX_UPPER=upper, KERNEL=k.name, SOURCE=_comment(k.source),
-                            NUM_WARPS=num_warps, CONSTEXPRS=_comment(cx_text), TARGET_LIST=target_list,
-                            PARAMS="".join(f", {ty} {n}" for (ty, _), n in zip(params, h_names))))
+        h_params = "".join(f", {ty} {n}" for (ty, _), n in zip(params, h_names))
+        if k.grid:
+            configs = "; ".join(f"{t.name}: {_config_label(art)}" for t, art in images)
+            decls.append(render("kernel_grid.h.in", PREFIX=prefix, PREFIX_UPPER=upper, KERNEL=k.name,
+                                SOURCE=_comment(k.source), NUM_WARPS=num_warps, CONSTEXPRS=_comment(cx_text),
+                                TARGET_LIST=target_list, GRID=_comment(", ".join(k.grid)),
+                                CONFIGS=_comment(configs), PARAMS=h_params))
+        else:
+            decls.append(render("kernel.h.in", PREFIX=prefix, PREFIX_UPPER=upper, KERNEL=k.name,
+                                SOURCE=_comment(k.source), NUM_WARPS=num_warps, CONSTEXPRS=_comment(cx_text),
+                                TARGET_LIST=target_list, PARAMS=h_params))
         cubins, rows = [], []
         for target, art in images:
             var = f"kbc_{target.arch}_{k.name}"
@@ -287,11 +367,22 @@ def render_sources(kernels: Sequence[EmitKernel], *, prefix: str = "kbuild_", ba
             rows.append(f'  {{{target.cc}, {exact}, "{target.arch}", {var}, {int(art.meta.get("shared", 0))}u, '
                         f"{threads}u}},\n")
         arg_pointers = ", ".join([f"&{n}" for n in c_names] + ["&kbl_global_scratch", "&kbl_profile_scratch"])
-        bodies.append(render("kernel.c.in", PREFIX=prefix, KERNEL=k.name, SOURCE=_comment(k.source),
-                             CUBINS="\n".join(cubins), IMAGES="".join(rows), IMAGE_COUNT=len(images),
-                             SYMBOL=_c_string(symbol), TARGET_LIST=_c_string(", ".join(t.name for t, _ in images)),
-                             PARAMS="".join(f", {ty} {n}" for (ty, _), n in zip(params, c_names)),
-                             ARG_COUNT=len(params) + 2, ARG_POINTERS=arg_pointers))
+        common_body = {"PREFIX": prefix, "KERNEL": k.name, "SOURCE": _comment(k.source), "CUBINS": "\n".join(cubins),
+                       "IMAGES": "".join(rows), "IMAGE_COUNT": len(images), "SYMBOL": _c_string(symbol),
+                       "TARGET_LIST": _c_string(", ".join(t.name for t, _ in images)),
+                       "PARAMS": "".join(f", {ty} {n}" for (ty, _), n in zip(params, c_names)),
+                       "ARG_COUNT": len(params) + 2, "ARG_POINTERS": arg_pointers}
+        if k.grid:
+            cases, grid_params, grid_args = _grid_code(k, images, params, c_names)
+            if not grid_helpers:  # once, before the first kernel with a grid; files without grids are unchanged
+                from kbuild.grid import C_HELPERS
+
+                bodies.append(C_HELPERS + "\n")
+                grid_helpers = True
+            bodies.append(render("kernel_grid.c.in", **common_body, GRID=_comment(", ".join(k.grid)),
+                                 GRID_CASES=cases, GRID_PARAMS=grid_params, GRID_ARGS=grid_args))
+        else:
+            bodies.append(render("kernel.c.in", **common_body))
     header_name = f"{basename}.h"
     common = {"KBUILD_VERSION": __version__, "CONFIG_NAME": _comment(config_name)}
     header = render("launcher.h.in", **common, PREFIX=prefix, PREFIX_UPPER=upper,
