@@ -63,8 +63,11 @@ def build(lines: list[str], sm: int = 90, nvinfo: list[NvInfoRecord] | None = No
         m = _LINE.match(line.strip())
         assert m, line
         wait, rbar, wbar, yld, stall, text = m.groups()
-        ins.append(instruction(i, text))
-        words.append(word(i, wait, rbar, wbar, yld, int(stall)))
+        x = instruction(i, text)
+        ins.append(x)
+        # ``.reuse`` on the k-th annotated operand sets reuse bit k (a stand-in for ptxas's slot encoding)
+        flags = (1 << sum(o.endswith(".reuse") for o in x.operands)) - 1
+        words.append(word(i, wait, rbar, wbar, yld, int(stall)) | flags << control.REUSE_SHIFT)
     return analyze_parts("synthetic", ins, words, arch_spec(sm), nvinfo or [], relocs or [])
 
 
