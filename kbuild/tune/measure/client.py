@@ -255,6 +255,104 @@ class WorkerClient:
             self._kill()
 
 
+class ConfigWorkerClient(WorkerClient):
+    """Level 1's side of the same worker process: one spec loaded, many configurations' kernels added
+    (compiled elsewhere: :mod:`kbuild.tune.measure.handover`), checked and timed in interleaved batches.
+
+    A fault, crash or hang costs the configuration that caused it (status ``launch-error`` or ``timeout``)
+    and the worker; the next request starts a fresh worker, replays ``cfg_load`` and re-adds the kernels it
+    needs. A batch that breaks while timing is retimed one configuration at a time for a single round to
+    find the culprit, then timed again without it."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._payloads: dict[str, tuple[dict[str, Any], Any]] = {}
+        self._in_worker: set[str] = set()
+
+    def _ensure_loaded(self) -> None:
+        if not (self._proc is not None and self._loaded):
+            self._in_worker.clear()  # a fresh worker holds no kernels
+        super()._ensure_loaded()
+
+    def load_spec(self, kernel: KernelRef) -> LoadInfo:
+        """Start (or reuse) the worker and load ``kernel``'s spec (inputs, reference, L2 flush buffer)."""
+        self._load_msg = {"op": "cfg_load", "version": protocol.PROTOCOL_VERSION, "spec": kernel.spec,
+                          "small": kernel.small, "python_path": list(kernel.python_path)}
+        self._loaded = False
+        self._payloads.clear()
+        self._ensure_loaded()
+        assert self._info is not None
+        return self._info
+
+    def add(self, key: str, config: dict[str, Any], payload: Any) -> dict[str, Any]:
+        """Load and check one configuration's kernel: ``{"status", "rel_err", "error", "registers", "spills"}``."""
+        self._ensure_loaded()
+        try:
+            reply = self._request({"op": "cfg_add", "key": key, "config": config, "payload": payload},
+                                  self.timeout_s)
+        except WorkerFailure as exc:
+            status = "timeout" if exc.reason.startswith("hang") else "launch-error"
+            return {"status": status, "error": exc.reason}
+        if not reply.get("ok"):
+            if reply.get("kind") in ("usage", "no-gpu"):
+                raise UsageError(str(reply.get("error")))
+            return {"status": "launch-error", "error": f"{reply.get('kind')}: {reply.get('error')}"}
+        out = {k: v for k, v in reply.items() if k != "ok"}
+        if out.get("status") == "ok":
+            self._payloads[key] = (config, payload)
+            self._in_worker.add(key)
+        return out
+
+    def _readd(self, keys: Sequence[str]) -> dict[str, tuple[str, str]]:
+        failed: dict[str, tuple[str, str]] = {}
+        for key in keys:
+            self._ensure_loaded()
+            if key in self._in_worker:
+                continue
+            config, payload = self._payloads[key]
+            reply = self.add(key, config, payload)
+            if reply.get("status") != "ok":
+                failed[key] = (str(reply.get("status")), f"after a worker restart: {reply.get('error')}")
+        return failed
+
+    def _time_once(self, keys: Sequence[str], rounds: int, reps: int) -> dict[str, list[list[float]]]:
+        reply = self._request({"op": "cfg_time", "keys": list(keys), "rounds": rounds, "reps": reps},
+                              self.timeout_s + 0.05 * rounds * reps * len(keys))
+        if not reply.get("ok"):
+            raise WorkerFailure(f"{reply.get('kind')}: {reply.get('error')}")
+        samples: dict[str, list[list[float]]] = reply["samples"]
+        return samples
+
+    def time_configs(self, keys: Sequence[str], *, rounds: int, reps: int
+                     ) -> tuple[dict[str, list[list[float]]], dict[str, tuple[str, str]]]:
+        """Samples ``[round][rep]`` per key, timed interleaved; and the keys that broke (status, reason)."""
+        unknown = [k for k in keys if k not in self._payloads]
+        if unknown:
+            raise UsageError(f"not added (or not ok): {unknown}")
+        failed = self._readd(keys)
+        live = [k for k in keys if k not in failed]
+        try:
+            return self._time_once(live, rounds, reps), failed
+        except WorkerFailure as exc:
+            log.debug("batch of %d failed (%s); timing one at a time", len(live), exc.reason)
+        for key in live:  # find the culprit(s): one round each, alone
+            failed.update(self._readd([key]))
+            if key in failed:
+                continue
+            try:
+                self._time_once([key], 1, 1)
+            except WorkerFailure as exc:
+                failed[key] = ("timeout" if exc.reason.startswith("hang") else "launch-error", exc.reason)
+                self._payloads.pop(key, None)
+        live = [k for k in live if k not in failed]
+        failed.update(self._readd(live))
+        live = [k for k in live if k not in failed]
+        try:
+            return (self._time_once(live, rounds, reps) if live else {}), failed
+        except WorkerFailure as exc:
+            return {}, {**failed, **{k: ("launch-error", f"batch failed twice: {exc.reason}") for k in live}}
+
+
 def time_result(backend: str, samples: dict[str, list[list[float]]], *, seed: int = 0) -> TimeResult:
     """Turn interleaved samples (``baseline``, ``candidate``, ``baseline_aa``; ms per launch) into a result."""
     base, cand, aa = samples["baseline"], samples["candidate"], samples["baseline_aa"]

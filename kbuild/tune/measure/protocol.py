@@ -1,6 +1,7 @@
 """Messages between the parent and the measurement worker: length-prefixed pickles over two pipes.
 
-Requests are dicts with an ``op`` (``load``, ``check``, ``time``, ``ping``, ``quit``). Replies
+Requests are dicts with an ``op`` (``load``, ``check``, ``time``, ``ping``, ``quit``; level 1's
+``cfg_load``, ``cfg_add``, ``cfg_time``). Replies
 are dicts with ``ok``; a failed request has ``error`` (text) and ``kind``:
 
 * ``"usage"``: bad input (no GPU, wrong architecture, bad spec); the worker stays usable;

@@ -1,6 +1,8 @@
 """The measurement worker process: ``python -m kbuild.tune.measure.worker --read-fd R --write-fd W``.
 
-Reads requests from fd R and writes replies to fd W (:mod:`kbuild.tune.measure.protocol`). After
+Reads requests from fd R and writes replies to fd W (:mod:`kbuild.tune.measure.protocol`): the SASS
+level's ``load``/``check``/``time`` (:mod:`.session`) and level 1's ``cfg_load``/``cfg_add``/``cfg_time``
+(:mod:`.config_session`). After
 a CUDA error the context is unusable (errors are sticky), so the worker replies ``kind="fault"``
 and exits; the parent starts a new one. Only this process touches the GPU.
 """
@@ -46,6 +48,8 @@ def handle(state: dict[str, Any], msg: dict[str, Any]) -> dict[str, Any]:
 
         return {"ok": True, "kernel": sess.spec.name, "arch": sess.arch, "baseline_digest": sess.baseline_digest,
                 "device": torch.cuda.get_device_name(0), "details": sess.details}
+    if op in ("cfg_load", "cfg_add", "cfg_time"):
+        return handle_config(state, msg)
     current: Session | None = state.get("session")
     if current is None:
         return {"ok": False, "kind": "usage", "error": "no kernel loaded"}
@@ -62,6 +66,42 @@ def handle(state: dict[str, Any], msg: dict[str, Any]) -> dict[str, Any]:
     return {"ok": False, "kind": "usage", "error": f"unknown op {op!r}"}
 
 
+def handle_config(state: dict[str, Any], msg: dict[str, Any]) -> dict[str, Any]:
+    """Level 1's requests (:mod:`kbuild.tune.measure.config_session`): load a spec, add a configuration's
+    compiled kernel (checked against the reference), time configurations in one interleaved batch."""
+    from kbuild.bench.spec import Config
+
+    from .config_session import ConfigSession
+    from .session import CandidateError, SessionUsageError
+
+    op = msg["op"]
+    if op == "cfg_load":
+        if msg.get("version") != protocol.PROTOCOL_VERSION:
+            return {"ok": False, "kind": "usage", "error": f"protocol version {msg.get('version')} not supported"}
+        state.pop("configs", None)
+        try:
+            sess = ConfigSession(msg["spec"], small=bool(msg.get("small")),
+                                 python_path=tuple(msg.get("python_path", ())))
+        except SessionUsageError as exc:
+            return {"ok": False, "kind": exc.kind, "error": str(exc)}
+        state["configs"] = sess
+        import torch
+
+        return {"ok": True, "kernel": sess.spec.name, "arch": sess.arch, "baseline_digest": "",
+                "device": torch.cuda.get_device_name(0), "details": {}}
+    current: ConfigSession | None = state.get("configs")
+    if current is None:
+        return {"ok": False, "kind": "usage", "error": "no spec loaded (cfg_load)"}
+    try:
+        if op == "cfg_add":
+            return {"ok": True, **current.add(msg["key"], Config.from_dict(msg["config"]), msg["payload"])}
+        return {"ok": True, "samples": current.time(list(msg["keys"]), int(msg["rounds"]), int(msg["reps"]))}
+    except CandidateError as exc:
+        return {"ok": False, "kind": "candidate", "error": str(exc)}
+    except SessionUsageError as exc:
+        return {"ok": False, "kind": exc.kind, "error": str(exc)}
+
+
 def serve(read_fd: int, write_fd: int) -> int:
     state: dict[str, Any] = {}
     while True:
@@ -76,7 +116,7 @@ def serve(read_fd: int, write_fd: int) -> int:
             reply = handle(state, msg)
         except Exception as exc:
             # After anything unexpected during a launch the context may be poisoned: start afresh.
-            fault = msg.get("op") in ("check", "time") or _is_cuda_fault(exc)
+            fault = msg.get("op") in ("check", "time", "cfg_add", "cfg_time") or _is_cuda_fault(exc)
             log.debug("request %s failed:\n%s", msg.get("op"), traceback.format_exc())
             kind = "fault" if fault else "error"
             protocol.send(write_fd, {"ok": False, "kind": kind, "error": f"{type(exc).__name__}: {exc}".strip()[:2000]})

@@ -1,0 +1,140 @@
+"""Compiling level-1 configurations ahead of the GPU, in a pool of CPU processes.
+
+:func:`kbuild.bench.spec.compile_spec` holds a process-wide lock (``hermetic_compile``), so
+parallel compiles need processes. :class:`CompilePool` keeps ``jobs`` spawned processes; each
+loads the bench spec by its reference once, compiles a configuration exactly as ``kbuild compile``
+does (line info off, private Triton cache) and sends back a
+:class:`~kbuild.tune.measure.handover.KernelPayload` (cubin + metadata). ``submit`` returns at once,
+so the searcher can ask for the next configurations while the GPU measures the current ones;
+``result`` waits for one. ``jobs=0`` compiles in this process, on demand (specs without a
+reference, tests).
+"""
+
+from __future__ import annotations
+
+import functools
+import multiprocessing
+import os
+import time
+from collections.abc import Iterable
+from concurrent.futures import Future, ProcessPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from kbuild.bench.spec import BenchSpec, Config, compile_spec, load_spec
+from kbuild.errors import KBuildError
+from kbuild.tune.measure.handover import KernelPayload, kernel_payload
+
+
+@dataclass(frozen=True)
+class CompiledConfig:
+    """One configuration's compile: the payload, or the error (first lines of it)."""
+
+    label: str
+    payload: KernelPayload | None
+    compile_s: float
+    error: str | None = None
+    shared: int = 0
+    """Shared memory per CTA in bytes (Triton's metadata)."""
+
+
+@functools.cache
+def _spec(ref: str, small: bool, python_path: tuple[str, ...]) -> BenchSpec:
+    return load_spec(ref, small=small, python_path=python_path)
+
+
+def compile_one(spec: BenchSpec, config: Config, arch: int) -> CompiledConfig:
+    """Compile ``config`` for ``sm_<arch>``; a failure is a result with ``error``, never an exception."""
+    started = time.perf_counter()
+    try:
+        compiled = compile_spec(spec, config, arch)
+    except KBuildError as exc:
+        return CompiledConfig(config.label(), None, time.perf_counter() - started, _first_lines(str(exc)))
+    except Exception as exc:  # Triton raises many kinds; any of them means this configuration does not build
+        return CompiledConfig(config.label(), None, time.perf_counter() - started,
+                              _first_lines(f"{type(exc).__name__}: {exc}"))
+    seconds = time.perf_counter() - started
+    return CompiledConfig(config.label(), kernel_payload(compiled), seconds, None, int(compiled.metadata.shared))
+
+
+def _compile_in_child(ref: str, small: bool, python_path: tuple[str, ...], config: dict[str, Any],
+                      arch: int) -> CompiledConfig:
+    return compile_one(_spec(ref, small, python_path), Config.from_dict(config), arch)
+
+
+def _first_lines(text: str, limit: int = 600) -> str:
+    return " | ".join(line.strip() for line in text.strip().splitlines()[:4])[:limit]
+
+
+def default_jobs() -> int:
+    """One compile process per CPU core this process may use, leaving one for the GPU worker's host side."""
+    try:
+        cores = len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        cores = os.cpu_count() or 1
+    return max(1, cores - 1)
+
+
+class CompilePool:
+    """Compiles configurations of one spec for one architecture, ``jobs`` at a time, each once."""
+
+    def __init__(self, spec: BenchSpec, arch: int, *, jobs: int | None = None, small: bool = False,
+                 python_path: tuple[str, ...] = ()) -> None:
+        self.spec = spec
+        self.arch = arch
+        self.small = small
+        self.python_path = python_path
+        self.jobs = default_jobs() if jobs is None else jobs
+        if not spec.ref:
+            self.jobs = 0  # a spec that cannot be imported by reference compiles here
+        self._futures: dict[str, Future[CompiledConfig]] = {}
+        self._done: dict[str, CompiledConfig] = {}
+        self._executor: ProcessPoolExecutor | None = None
+        self.submitted = 0
+
+    def _pool(self) -> ProcessPoolExecutor:
+        if self._executor is None:
+            # spawn: the children import Triton afresh (no forked locks or CUDA state from the parent).
+            self._executor = ProcessPoolExecutor(max_workers=self.jobs, mp_context=multiprocessing.get_context("spawn"))
+        return self._executor
+
+    def submit(self, configs: Iterable[Config]) -> None:
+        """Start compiling every configuration not compiled or submitted yet (returns at once)."""
+        if self.jobs == 0:
+            return
+        for config in configs:
+            label = config.label()
+            if label in self._futures or label in self._done:
+                continue
+            self.submitted += 1
+            self._futures[label] = self._pool().submit(_compile_in_child, self.spec.ref, self.small,
+                                                       self.python_path, config.as_dict(), self.arch)
+
+    def result(self, config: Config) -> CompiledConfig:
+        """The compile of ``config`` (submitted now if it was not); waits for it."""
+        label = config.label()
+        if label in self._done:
+            return self._done[label]
+        if self.jobs == 0:
+            self.submitted += 1
+            out = compile_one(self.spec, config, self.arch)
+        else:
+            self.submit([config])
+            try:
+                out = self._futures.pop(label).result()
+            except Exception as exc:  # the child died (killed, out of memory): this configuration failed
+                out = CompiledConfig(label, None, 0.0, _first_lines(f"compile process failed: {type(exc).__name__}: "
+                                                                    f"{exc}"))
+        self._done[label] = out
+        return out
+
+    def close(self) -> None:
+        if self._executor is not None:
+            self._executor.shutdown(wait=True, cancel_futures=True)
+            self._executor = None
+
+    def __enter__(self) -> CompilePool:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
