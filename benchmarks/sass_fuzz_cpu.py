@@ -8,6 +8,10 @@ sequence is written, checked by the independent verifier and re-decoded by nvdis
 0 only when every fixture has 0 mismatches and 0 verifier rejections. The run is deterministic: the same
 code gives the same move counts, so a refactor that claims no behaviour change can be checked against
 the committed file.
+
+``--kinds moves,far,yield,reuse,stall`` (issue 15) mixes the far moves and control-code edits in (each step a
+kind drawn uniformly; ``kbuild sass fuzz --kinds``), and records the edit counts per kind; the default is the
+one-slot moves of the committed file.
 """
 
 from __future__ import annotations
@@ -28,7 +32,10 @@ COMMAND = "kbuild sass fuzz tests/fixtures/sass/<k>.cubin --sequences 1000 --max
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "sass_fuzz_cpu.json")
+    ap.add_argument("--kinds", default="", help="edit kinds to mix in (moves,far,yield,reuse,stall)")
+    ap.add_argument("--sequences", type=int, default=1000)
     args = ap.parse_args()
+    extra = ["--kinds", args.kinds] if args.kinds else []
     from kbuild.cli import main as kbuild
 
     kernels = {}
@@ -36,16 +43,18 @@ def main() -> int:
     for path in sorted(FIXTURES.glob("*.cubin")):
         buf = io.StringIO()
         with contextlib.redirect_stdout(buf):
-            rc = kbuild(["sass", "fuzz", str(path), "--sequences", "1000", "--max-depth", "64", "--seed", "1",
-                         "--json"])
+            rc = kbuild(["sass", "fuzz", str(path), "--sequences", str(args.sequences), "--max-depth", "64",
+                         "--seed", "1", "--json", *extra])
         res = json.loads(buf.getvalue())
         res.pop("examples", None)
         kernels[path.stem] = res
         ok = ok and rc == 0
         print(f"{path.stem:20s} verified {res['verified']:4d}  mismatches {res['mismatches']}  "
-              f"rejections {res['verifier_rejections']}  moves {res['moves']}  ({res['seconds']} s)",
+              f"rejections {res['verifier_rejections']}  moves {res['moves']}  {res.get('kinds', '')} "
+              f"({res['seconds']} s)",
               file=sys.stderr)
-    doc = {"command": COMMAND, "script": "python benchmarks/sass_fuzz_cpu.py", "kernels": kernels}
+    command = COMMAND.replace("1000", str(args.sequences)) + (f" --kinds {args.kinds}" if args.kinds else "")
+    doc = {"command": command, "script": "python benchmarks/sass_fuzz_cpu.py", "kernels": kernels}
     tmp = args.out.with_name(args.out.name + ".tmp")
     tmp.write_text(json.dumps(doc, indent=2) + "\n")
     os.replace(tmp, args.out)

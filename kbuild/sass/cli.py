@@ -47,6 +47,8 @@ def add_parser(subparsers: Any) -> None:
     sp.add_argument("--max-depth", type=int, default=64)
     sp.add_argument("--seed", type=int, default=0)
     sp.add_argument("--full-checks", type=int, default=2, help="sequences also re-decoded as whole ELF files")
+    sp.add_argument("--kinds", help="comma-separated edit kinds to mix in: moves,far,yield,reuse,stall "
+                                    "(default: one-slot moves only, as before issue 15)")
     sp.set_defaults(func=_fuzz)
 
 
@@ -144,14 +146,20 @@ def _verify(args: argparse.Namespace) -> int:
 
 
 def _fuzz(args: argparse.Namespace) -> int:
-    from .fuzz import fuzz
+    from .fuzz import KINDS, fuzz
 
     if args.sequences < 1 or args.max_depth < 1:
         raise UsageError("--sequences and --max-depth must be at least 1")
+    kinds = None
+    if args.kinds:
+        kinds = tuple(k.strip() for k in args.kinds.split(",") if k.strip())
+        unknown = sorted(set(kinds) - set(KINDS))
+        if unknown or not kinds:
+            raise UsageError(f"--kinds: unknown kind(s) {unknown}; choose from {','.join(KINDS)}")
     sched = _schedule(args.cubin, args.kernel)
     with console.progress(f"fuzz {sched.kernel}", args.sequences, enabled=not args.json) as advance:
         res = fuzz(sched, sequences=args.sequences, max_depth=args.max_depth, seed=args.seed,
-                   full_checks=args.full_checks, progress=advance)
+                   full_checks=args.full_checks, progress=advance, kinds=kinds)
     if args.json:
         console.emit_json(res)
     else:

@@ -453,6 +453,9 @@ class Schedule:
             why = yield_editable(an, x, bool(value))
             if why:
                 return why
+            if not value and int(self.reuse()[x]):
+                return (f"yield: 0x{16 * x:x} carries reuse flags, which ptxas only writes with the yield bit "
+                        "(nvdisasm decodes them away without it); clear the flags first")
             if value and int(self.stall[x]) > control.MAX_STALL_YIELD:
                 return (f"yield: stall {int(self.stall[x])} of 0x{16 * x:x} is above {control.MAX_STALL_YIELD}, "
                         "which the yield bit does not allow")
@@ -464,6 +467,8 @@ class Schedule:
             if value == cur:
                 return "reuse: no change"
             added = value & ~cur
+            if added and not self.yield_[x]:
+                return f"reuse: 0x{16 * x:x} has no yield bit; ptxas writes reuse flags only with it"
             if added & ~self.reuse_settable(x):
                 return (f"reuse: flags {added:#x} of 0x{16 * x:x} are not proven safe (the next instruction must "
                         "read the same register in the same operand slot, with no write in between)")

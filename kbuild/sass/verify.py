@@ -25,7 +25,8 @@ It checks:
    an instruction :func:`~kbuild.sass.deps.stall_lowerable` allows, never below
    :data:`~kbuild.sass.control.MIN_STALL_EDIT` (the distance constraints of item 5 then decide); every
    reuse flag either one the original had on an instruction that kept its slot and its successor, or one
-   :func:`~kbuild.sass.deps.reuse_settable` proves for the instruction that now follows it;
+   :func:`~kbuild.sass.deps.reuse_settable` proves for the instruction that now follows it, and none on a
+   word whose yield bit is clear (ptxas never writes that; nvdisasm decodes the flags away);
 4. every pair that must keep its order still does (register, memory and scoreboard conflicts, anything
    against a pinned instruction, and anything after a wait-carrier) — checked for *all* pairs of a
    block, not only neighbours;
@@ -218,6 +219,12 @@ class Verifier:
                 bad_reuse.append(x)
         for x in bad_reuse[:5]:
             problems.append(f"reuse flags on 0x{16 * x:x} that are not proven safe for the instruction after it")
+        # ptxas writes reuse flags only with the yield bit; nvdisasm decodes them away without it
+        orig_reuse_slot = self.reuse[order]
+        no_yield = np.flatnonzero((slot_reuse != 0) & ~slot_yield & ((slot_reuse != orig_reuse_slot)
+                                                                    | (slot_yield != self.yield0[order])))
+        for t in no_yield[:5].tolist():
+            problems.append(f"reuse flags without the yield bit on 0x{16 * int(order[t]):x}")
         for _s, i, j in self.blocks:
             bad = pos[i] > pos[j]
             for a, b in list(zip(i[bad].tolist(), j[bad].tolist()))[:10]:

@@ -293,3 +293,22 @@ def test_verifier_rejects_a_reuse_flag_whose_next_reader_changed(path, fixture_s
                     return
                 s.undo()
     pytest.fail("no reuse-flagged instruction with a legal neighbouring move")
+
+
+def test_reuse_flags_and_the_yield_bit_go_together():
+    # seen (Triton 3.6, sm_90): ptxas writes reuse flags only with the yield bit, and nvdisasm prints no
+    # .reuse on a word whose yield bit is clear; the engine never writes that combination
+    s = schedule(FFMA2)
+    assert "reuse flags" in (s.why_edit_illegal(("yield", P, 0)) or "")
+    s.apply_edit(("reuse", P, 0))
+    assert s.why_edit_illegal(("yield", P, 0)) is None
+    s.apply_edit(("yield", P, 0))
+    assert "no yield bit" in (s.why_edit_illegal(("reuse", P, 1)) or "")
+
+
+@pytest.mark.parametrize("path", SM90, ids=lambda p: p.stem)
+def test_verifier_rejects_reuse_flags_without_yield(path, fixture_schedule):
+    s = fixture_schedule(path)
+    x = next(x for x in range(s.n) if s.reuse()[x] and s.analysis.sems[x].pinned is None)
+    problems = s.verifier().check(_words_with(s, x, lambda w: control.with_yield(w, False)))
+    assert any("without the yield bit" in pr for pr in problems), problems
