@@ -2,6 +2,7 @@
 
     python benchmarks/gpu_sass_fuzz.py                 # on the H200: writes $OUT/gpu_sass_fuzz.json
     python benchmarks/gpu_sass_fuzz.py --dry-run       # CPU only: builds and checks every candidate
+    python benchmarks/gpu_sass_fuzz.py --kinds moves,far,yield,reuse,stall   # issue 15's edits mixed in
 
 For every fixture kernel's sm_90 build (tests/fixtures/sass/kernels.py), the script
 
@@ -68,12 +69,13 @@ def seq_seed(base: int, name: str, q: int) -> int:
     return int.from_bytes(hashlib.sha256(f"{base}:{name}:{q}".encode()).digest()[:8], "little")
 
 
-def cpu_generate(name: str, cubin: bytes, base_seed: int, first: int, count: int, max_depth: int) -> list[dict]:
+def cpu_generate(name: str, cubin: bytes, base_seed: int, first: int, count: int, max_depth: int,
+                 kinds: tuple[str, ...] | None = None) -> list[dict]:
     """Candidates ``first .. first+count-1`` of kernel ``name``; each verified and its changed words decoded."""
     import numpy as np
 
     from kbuild.sass.disasm import disassemble_raw
-    from kbuild.sass.fuzz import random_walk
+    from kbuild.sass.fuzz import random_edits, random_walk
 
     sched, verifier = _schedule(name, cubin)
     an = sched.analysis
@@ -84,14 +86,19 @@ def cpu_generate(name: str, cubin: bytes, base_seed: int, first: int, count: int
         rng = np.random.default_rng(seed)
         sched.reset()
         depth = int(rng.integers(1, max_depth + 1))
-        applied = random_walk(sched, depth, rng)
+        if kinds is None:
+            applied = random_walk(sched, depth, rng)
+            per_kind = {"moves": applied}
+        else:
+            per_kind = random_edits(sched, depth, rng, kinds)
+            applied = sum(per_kind.values())
         data = sched.to_cubin(verify=False)
         problems = verifier.check(data, expected_order=sched.order)
-        moves = [(m.slot, m.direction) for m in sched.moves]
+        moves = [list(r) for r in sched.records]
         for t, w in enumerate(sched.words()):
             if w != an.words[t]:
                 changed.setdefault(w, []).append((len(out), int(sched.order[t])))
-        out.append({"sequence": q, "seed": seed, "depth": depth, "applied": applied, "moves": moves,
+        out.append({"sequence": q, "seed": seed, "depth": depth, "applied": applied, "kinds": per_kind, "moves": moves,
                     "problems": problems[:5], "cubin": data if not problems else b""})
     words = list(changed)
     xs = sorted({x for v in changed.values() for _, x in v})
@@ -232,10 +239,17 @@ def main() -> int:
     ap.add_argument("--chunk", type=int, default=25, help="sequences per CPU task")
     ap.add_argument("--timeout", type=float, default=60.0, help="seconds one candidate may take on the GPU")
     ap.add_argument("--dry-run", action="store_true", help="build and check every candidate; launch nothing")
+    ap.add_argument("--kinds", default="", help="comma-separated edit kinds mixed into each sequence: "
+                                               "moves,far,yield,reuse,stall (default: one-slot moves only)")
     ap.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", str(ROOT / "benchmarks" / "results")))
                     / "gpu_sass_fuzz.json")
     args = ap.parse_args()
     t_start = time.time()
+    from kbuild.sass.fuzz import KINDS
+
+    kinds = tuple(k for k in args.kinds.split(",") if k) or None
+    if kinds is not None and (set(kinds) - set(KINDS)):
+        ap.error(f"--kinds: unknown {sorted(set(kinds) - set(KINDS))}; choose from {','.join(KINDS)}")
 
     def log(msg: str) -> None:
         print(f"[{time.time() - t_start:6.1f}s] {msg}", file=sys.stderr, flush=True)
@@ -252,7 +266,8 @@ def main() -> int:
     ctx = mp.get_context("spawn")
     report: dict[str, Any] = {
         "command": " ".join([Path(sys.argv[0]).name, *sys.argv[1:]]), "sequences_per_kernel": args.sequences,
-        "max_depth": args.max_depth, "seed": args.seed, "dry_run": args.dry_run, "kernels": {},
+        "max_depth": args.max_depth, "seed": args.seed, "dry_run": args.dry_run,
+        "kinds": list(kinds) if kinds else ["moves"], "kernels": {},
     }
     with ctx.Pool(min(args.cpu_workers, 64)) as pool:
         compiled = pool.map(cpu_compile, names)
@@ -260,7 +275,8 @@ def main() -> int:
         jobs = []
         for name, cubin, _kname in compiled:
             for first in range(0, args.sequences, args.chunk):
-                jobs.append((name, cubin, args.seed, first, min(args.chunk, args.sequences - first), args.max_depth))
+                jobs.append((name, cubin, args.seed, first, min(args.chunk, args.sequences - first), args.max_depth,
+                             kinds))
         chunks = pool.starmap(cpu_generate, jobs)
     cands: dict[str, list[dict]] = {n: [] for n in names}
     for (name, *_rest), chunk in zip(jobs, chunks):
@@ -276,6 +292,7 @@ def main() -> int:
             "triton_kernel": kname, "cubin_sha256": hashlib.sha256(cubin).hexdigest(),
             "matches_committed_fixture": fixture.exists() and fixture.read_bytes() == cubin,
             "sequences": len(cs), "moves_total": sum(c["applied"] for c in cs),
+            "kind_counts": {k: sum(c["kinds"].get(k, 0) for c in cs) for k in (kinds or ("moves",))},
             "max_depth_reached": max((c["applied"] for c in cs), default=0),
             "rejected_on_cpu": len(rejected),
             "cpu_rejections": [{k: c[k] for k in ("sequence", "seed", "depth", "moves", "problems")}
@@ -293,7 +310,7 @@ def main() -> int:
             entry.update(counts, launched=len(res), gpu_seconds=round(time.time() - t0, 1))
             entry["failures"] = [
                 {"sequence": cs[i]["sequence"], "seed": cs[i]["seed"], "depth": cs[i]["depth"],
-                 "moves": cs[i]["moves"], "status": st, "detail": d}
+                 "moves": cs[i]["moves"], "kinds": cs[i]["kinds"], "status": st, "detail": d}
                 for i, (st, d) in sorted(res.items()) if st != "ok"]
             if counts["wrong"] or counts["fault"] or counts["hang"]:
                 exit_ok = False
