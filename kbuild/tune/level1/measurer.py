@@ -134,7 +134,8 @@ class ModelConfigMeasurer:
         gx, gy, gz = self.spec.grid(self.spec.all_constexprs(config))
         ctas = gx * gy * gz
         waves = math.ceil(ctas / (MODEL_SMS * ctas_per_sm))
-        warps_per_scheduler = max(1, math.ceil(min(ctas, ctas_per_sm) * w / 4))
+        resident = min(ctas_per_sm, math.ceil(ctas / MODEL_SMS))  # CTAs sharing one SM in the first wave
+        warps_per_scheduler = max(1, math.ceil(resident * w / 4))
         cycles = estimate_cycles(self.decode(cubin), warps=warps_per_scheduler)
         ms = waves * cycles / (MODEL_CLOCK_GHZ * 1e6)
         return ms, {"waves": waves, "ctas_per_sm": ctas_per_sm, "wave_cycles": cycles, "shared": shared}
