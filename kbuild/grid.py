@@ -227,6 +227,10 @@ def fold(node: Node, constants: Mapping[str, int]) -> Node:
         out = ("bin", node[1], fold(node[2], constants), fold(node[3], constants))
     else:
         out = ("call", node[1], tuple(fold(a, constants) for a in node[2]))
+    divisor = out[3] if out[0] == "bin" and out[1] in ("//", "%") else out[2][1] if out[0] == "call" and \
+        out[1] == "cdiv" else None
+    if divisor == ("int", 0):  # whatever the other operand, this divides by zero at every launch
+        raise GridEvalError(_flag_text(DIV_ZERO), DIV_ZERO)
     if names_of(out):
         return out
     value, flags = eval_node(out, {})
@@ -344,46 +348,47 @@ def check_names(grid: Grid, *, integers: Iterable[str], others: Mapping[str, str
 
 #: C helpers of the generated launchers (emitted once, before the first kernel with a grid).
 C_HELPERS = """\
-/* ---- grid expressions: 64-bit integer arithmetic, every failure flagged (kbuild/grid.py) ---- */
+/* ---- grid expressions: 64-bit integer arithmetic, every failure flagged (kbuild/grid.py); inline, so that
+ * helpers a file does not use raise no warning ---- */
 #define KB_OVERFLOW 1
 #define KB_DIV_ZERO 2
-static int64_t kb_i64_add(int64_t a, int64_t b, int *err) {
+static inline int64_t kb_i64_add(int64_t a, int64_t b, int *err) {
   if ((b > 0 && a > INT64_MAX - b) || (b < 0 && a < INT64_MIN - b)) { *err |= KB_OVERFLOW; return 0; }
   return a + b;
 }
-static int64_t kb_i64_sub(int64_t a, int64_t b, int *err) {
+static inline int64_t kb_i64_sub(int64_t a, int64_t b, int *err) {
   if ((b < 0 && a > INT64_MAX + b) || (b > 0 && a < INT64_MIN + b)) { *err |= KB_OVERFLOW; return 0; }
   return a - b;
 }
-static int64_t kb_i64_mul(int64_t a, int64_t b, int *err) {
+static inline int64_t kb_i64_mul(int64_t a, int64_t b, int *err) {
   int bad = a > 0 ? (b > 0 ? a > INT64_MAX / b : b < INT64_MIN / a)
                   : (b > 0 ? a < INT64_MIN / b : (a != 0 && b < INT64_MAX / a));
   if (bad) { *err |= KB_OVERFLOW; return 0; }
   return a * b;
 }
-static int64_t kb_i64_fdiv(int64_t a, int64_t b, int *err) { /* Python's a // b */
+static inline int64_t kb_i64_fdiv(int64_t a, int64_t b, int *err) { /* Python's a // b */
   if (b == 0) { *err |= KB_DIV_ZERO; return 0; }
   if (a == INT64_MIN && b == -1) { *err |= KB_OVERFLOW; return 0; }
   int64_t q = a / b;
   return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
 }
-static int64_t kb_i64_fmod(int64_t a, int64_t b, int *err) { /* Python's a % b */
+static inline int64_t kb_i64_fmod(int64_t a, int64_t b, int *err) { /* Python's a % b */
   if (b == 0) { *err |= KB_DIV_ZERO; return 0; }
   if (b == -1) return 0;
   int64_t r = a % b;
   return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
 }
-static int64_t kb_i64_cdiv(int64_t a, int64_t b, int *err) { /* Triton's cdiv: (a + b - 1) // b */
+static inline int64_t kb_i64_cdiv(int64_t a, int64_t b, int *err) { /* Triton's cdiv: (a + b - 1) // b */
   return kb_i64_fdiv(kb_i64_sub(kb_i64_add(a, b, err), 1, err), b, err);
 }
-static int64_t kb_i64_min(int64_t a, int64_t b) { return a < b ? a : b; }
-static int64_t kb_i64_max(int64_t a, int64_t b) { return a > b ? a : b; }
-static int64_t kb_i64_u64(uint64_t a, int *err) {
+static inline int64_t kb_i64_min(int64_t a, int64_t b) { return a < b ? a : b; }
+static inline int64_t kb_i64_max(int64_t a, int64_t b) { return a > b ? a : b; }
+static inline int64_t kb_i64_u64(uint64_t a, int *err) {
   if (a > (uint64_t)INT64_MAX) { *err |= KB_OVERFLOW; return 0; }
   return (int64_t)a;
 }
 /* The grid g of kernel k, checked: no flag set, each dimension within CUDA's limits. */
-static CUresult kb_griddims(const char *k, const char *arch, int err, const int64_t g[3], unsigned int out[3]) {
+static inline CUresult kb_griddims(const char *k, const char *arch, int err, const int64_t g[3], unsigned int out[3]) {
   static const int64_t limit[3] = {INT64_C(2147483647), INT64_C(65535), INT64_C(65535)};
   if (err != 0) {
     kb_set_error("kbuild: %s (%s): the grid expression failed: %s%s%s", k, arch,
