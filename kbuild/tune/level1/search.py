@@ -154,7 +154,11 @@ class _Run:
         self.ref: str | None = None
         self.on_progress = on_progress
         self.started = time.perf_counter()
-        self.final: dict[str, float] = {}
+        self.prefetched: set[str] = set()
+
+    def prefetch(self, configs: Sequence[Config]) -> None:
+        self.prefetched.update(c.label() for c in configs)
+        self.measurer.prefetch(configs)
 
     def prepare(self, config: Config) -> Trial:
         label = config.label()
@@ -225,7 +229,7 @@ class _Run:
             raise NoWorkingConfig(f"bench spec {self.spec.label()}: no entry of its autotune list compiled, ran and "
                                   "matched the reference (no baseline for the gain)")
         best = order[0]
-        compiles = getattr(getattr(self.measurer, "pool", None), "submitted", len(self.trials))
+        compiles = len(self.prefetched | set(self.trials))  # this run's, prefetched-but-unused ones included
         return Level1Result(
             method=method, backend=self.measurer.backend, space_size=len(self.space),
             space_kind="grid" if self.space.grid else "list", evaluations=self.evaluations, launches=self.launches,
@@ -238,7 +242,7 @@ class _Run:
 
 def _exhaustive(run: _Run, seed: int, top: int) -> Level1Result:
     configs = list(run.space.configs)
-    run.measurer.prefetch(configs)
+    run.prefetch(configs)
     for c in configs:
         run.prepare(c)
     labels = [t.label for t in run.ok()]
@@ -348,7 +352,7 @@ def _racing(run: _Run, *, budget: int, max_trials: int, seed: int, top: int, bat
     def propose(n: int, first: Sequence[Config] = ()) -> list[Config]:
         n = min(n, max_trials - len(seen) - len(proposer.pending))
         configs = proposer.ask(n, seen, first=first) if n > 0 else []
-        run.measurer.prefetch(configs)
+        run.prefetch(configs)
         return configs
 
     def prepare_all(configs: Sequence[Config]) -> list[str]:
