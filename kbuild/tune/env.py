@@ -6,12 +6,22 @@
   capped at ``max_movable`` instructions, memory operations first. Moves that would leave the
   region are masked, so the set never changes within an episode. (Until 2026-12-02 the region
   was the largest basic block, which in the suite's matmuls is the prologue or the epilogue.)
-* **Action**: ``Discrete(2 × movable)``; action ``2m + d`` moves movable instruction ``m`` up
-  (``d = 0``) or down (``d = 1``). :meth:`action_masks` (sb3-contrib's convention) comes from the
-  engine's legal-move mask.
+* **Action**: ``Discrete(A × movable)``; action ``A·m + j`` applies action ``j`` of :attr:`actions` to
+  movable instruction ``m``. With the default ``kinds=("moves",)``, ``A = 2`` and action ``2m + d``
+  moves instruction ``m`` one slot up (``d = 0``) or down (``d = 1``), as before issue 15. More kinds
+  (issue 15; :data:`ACTIONS`): ``far`` (``far_up``/``far_down``: as far as :meth:`Schedule.reach` allows
+  inside the region), ``yield`` (toggle the yield bit), ``reuse`` (``reuse_clear`` drops every flag,
+  ``reuse_set`` sets every flag the engine proves), ``stall`` (``stall_up``/``stall_down`` by one cycle).
+  :meth:`action_masks` (sb3-contrib's convention) comes from the engine's legality checks, so a masked
+  policy never proposes an edit the engine would refuse. Every kind is an engine edit with a replayable
+  record (:meth:`kbuild.sass.schedule.Schedule.apply_edit`): :attr:`best_moves` and :attr:`top` hold
+  records. Only ``moves`` is on by default: the new kinds wait for their H200 fuzz before the tuner
+  uses them (issue 15).
 * **Observation**: per movable instruction, ``FEATURES`` values (opcode class, memory space and
   direction, variable latency, control-code fields, register-use counts, current and original
-  position in the region), flattened to ``(movable × FEATURES,)``, float32 in [-1, 1].
+  position in the region), flattened to ``(movable × FEATURES,)``, float32 in [-1, 1]. With the
+  ``yield`` or ``reuse`` kind on, two more per instruction: its yield bit and its reuse-flag count / 4
+  (the CPU cost model does not model either: on it those edits never change the ratio).
 * **Reward**: ``previous ratio − new ratio`` (ratios are times over the baseline time, so the
   reward is the throughput change normalised by the baseline). An invalid or faulting candidate
   gives ``-1`` and ends the episode. Episodes are truncated at ``horizon`` steps.
@@ -29,6 +39,15 @@ from kbuild.sass.isa import FEATURE_CLASSES, feature_class
 from kbuild.tune.evaluate import BudgetExhausted, Evaluator, schedule_digest
 
 FEATURES = 14
+#: The per-instruction actions of each kind, in the order they take in the action space.
+ACTIONS: dict[str, tuple[str, ...]] = {
+    "moves": ("up", "down"),
+    "far": ("far_up", "far_down"),
+    "yield": ("yield",),
+    "reuse": ("reuse_clear", "reuse_set"),
+    "stall": ("stall_up", "stall_down"),
+}
+KINDS = tuple(ACTIONS)
 TOP_K = 4
 """Distinct schedules each search keeps as candidates for re-timing (its ``TOP_K`` fastest)."""
 
@@ -77,8 +96,15 @@ class SassScheduleEnv(gym.Env):
     metadata = {"render_modes": ["ansi"]}
 
     def __init__(self, schedule: Any, evaluator: Evaluator, *, horizon: int = 32, max_movable: int = 256,
-                 invalid_reward: float = -1.0, render_mode: str | None = None) -> None:
+                 invalid_reward: float = -1.0, render_mode: str | None = None,
+                 kinds: tuple[str, ...] | list[str] = ("moves",)) -> None:
         super().__init__()
+        unknown = sorted(set(kinds) - set(KINDS))
+        if unknown or not kinds:
+            raise ValueError(f"unknown action kinds {unknown}; choose from {', '.join(KINDS)}")
+        self.kinds = tuple(k for k in KINDS if k in kinds)
+        self.actions: tuple[str, ...] = tuple(a for k in self.kinds for a in ACTIONS[k])
+        self.features = FEATURES + (2 if {"yield", "reuse"} & set(self.kinds) else 0)
         self.schedule = schedule
         self.evaluator = evaluator
         self.horizon = horizon
@@ -96,13 +122,14 @@ class SassScheduleEnv(gym.Env):
             raise ValueError(f"kernel {schedule.kernel!r} has no movable instruction in its hot region")
         self.movable = np.array(candidates, dtype=np.int64)  # instruction ids (= original slots)
         m = len(self.movable)
-        self.action_space = gym.spaces.Discrete(2 * m)
-        self.observation_space = gym.spaces.Box(-1.0, 1.0, shape=(m * FEATURES,), dtype=np.float32)
+        self.action_space = gym.spaces.Discrete(len(self.actions) * m)
+        self.observation_space = gym.spaces.Box(-1.0, 1.0, shape=(m * self.features,), dtype=np.float32)
         self._static = self._static_features()
         self.ratio = 1.0
         self.best_ratio = 1.0
-        self.best_moves: list[tuple[int, int]] = []
-        self.top: list[tuple[float, str, list[tuple[int, int]]]] = []
+        self.best_moves: list[tuple] = []
+        """Records (:meth:`Schedule.apply_edit`) of the best schedule; ``(slot, direction)`` for one-slot moves."""
+        self.top: list[tuple[float, str, list[tuple]]] = []
         """The ``TOP_K`` fastest distinct schedules seen: (ratio, digest, moves from the original), fastest first."""
         self.steps = 0
         self.history: list[dict[str, Any]] = []
@@ -110,7 +137,7 @@ class SassScheduleEnv(gym.Env):
     # --- features ---------------------------------------------------------------------------
     def _static_features(self) -> np.ndarray:
         an = self.schedule.analysis
-        feats = np.zeros((len(self.movable), FEATURES), dtype=np.float32)
+        feats = np.zeros((len(self.movable), self.features), dtype=np.float32)
         span = max(self.region[1] - self.region[0] - 1, 1)
         for row, i in enumerate(self.movable.tolist()):
             sem, ins = an.sems[i], an.instructions[i]
@@ -133,19 +160,55 @@ class SassScheduleEnv(gym.Env):
         obs[:, 11] = 2.0 * (pos - self.region[0]) / span - 1.0
         obs[:, 12] = sched.stall[self.movable] / 15.0
         obs[:, 13] = np.clip(pos - self.movable, -16, 16) / 16.0
+        if self.features > FEATURES:
+            obs[:, FEATURES] = sched.yield_[self.movable]
+            obs[:, FEATURES + 1] = [bin(int(r)).count("1") / 4 for r in sched.reuse()[self.movable]]
         return obs.reshape(-1)
 
     # --- gymnasium API ----------------------------------------------------------------------
     def action_masks(self) -> np.ndarray:
-        legal = self.schedule.legal_moves()
-        pos = self.schedule.pos[self.movable]
+        sched = self.schedule
+        pos = sched.pos[self.movable]
         start, end = self.region
-        up = legal[pos, 0] & (pos - 1 >= start)
-        down = legal[pos, 1] & (pos + 1 < end)
-        mask = np.empty(2 * len(self.movable), dtype=bool)
-        mask[0::2] = up
-        mask[1::2] = down
-        return mask
+        cols: dict[str, np.ndarray] = {}
+        if {"moves", "far"} & set(self.kinds):
+            legal = sched.legal_moves()
+            cols["up"] = cols["far_up"] = legal[pos, 0] & (pos - 1 >= start)
+            cols["down"] = cols["far_down"] = legal[pos, 1] & (pos + 1 < end)
+        xs = self.movable.tolist()
+        if "yield" in self.kinds:
+            cols["yield"] = np.array([sched.why_edit_illegal(("yield", x, int(not sched.yield_[x]))) is None
+                                      for x in xs], dtype=bool)
+        if "reuse" in self.kinds:
+            cur = sched.reuse()[self.movable]
+            cols["reuse_clear"] = cur != 0
+            cols["reuse_set"] = np.array([bool(sched.yield_[x]) and bool(sched.reuse_settable(x) & ~int(c))
+                                          for x, c in zip(xs, cur.tolist())], dtype=bool)
+        if "stall" in self.kinds:
+            st = sched.stall[self.movable]
+            cols["stall_up"] = st < sched._max_stall[self.movable]
+            cols["stall_down"] = np.array([sched.why_edit_illegal(("stall", x, int(s) - 1)) is None
+                                           for x, s in zip(xs, st.tolist())], dtype=bool)
+        return np.stack([cols[a] for a in self.actions], axis=1).reshape(-1)
+
+    def _apply(self, x: int, name: str) -> None:
+        """Apply action ``name`` to instruction ``x`` through the engine (one entry of ``schedule.moves``)."""
+        sched = self.schedule
+        slot = int(sched.pos[x])
+        if name in ("up", "down"):
+            sched.apply(slot, 0 if name == "up" else 1)
+        elif name in ("far_up", "far_down"):
+            d = 0 if name == "far_up" else 1
+            sched.apply_far(slot, d, max(1, sched.reach(slot, d, bounds=self.region)))
+        elif name == "yield":
+            sched.apply_edit(("yield", x, int(not sched.yield_[x])))
+        elif name == "reuse_clear":
+            sched.apply_edit(("reuse", x, 0))
+        elif name == "reuse_set":
+            cur = int(sched.reuse()[x])
+            sched.apply_edit(("reuse", x, cur | sched.reuse_settable(x)))
+        else:
+            sched.apply_edit(("stall", x, int(sched.stall[x]) + (1 if name == "stall_up" else -1)))
 
     def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None):
         super().reset(seed=seed)
@@ -156,12 +219,11 @@ class SassScheduleEnv(gym.Env):
 
     def step(self, action: int):
         self.steps += 1
-        m, d = divmod(int(action), 2)
+        m, j = divmod(int(action), len(self.actions))
         if not self.action_masks()[int(action)]:
             # An illegal action never reaches the engine: it ends the episode like an invalid candidate.
             return self._obs(), float(self.invalid_reward), True, False, {"ratio": self.ratio, "illegal": True}
-        slot = int(self.schedule.pos[self.movable[m]])
-        self.schedule.apply(slot, d)
+        self._apply(int(self.movable[m]), self.actions[j])
         try:
             ev = self.evaluator.evaluate(self.schedule)
         except BudgetExhausted:
@@ -178,7 +240,7 @@ class SassScheduleEnv(gym.Env):
         self.ratio = ev.ratio
         if ev.ratio < self.best_ratio:
             self.best_ratio = ev.ratio
-            self.best_moves = [(mv.slot, mv.direction) for mv in self.schedule.moves]
+            self.best_moves = list(self.schedule.records)
         if ev.ratio < 1.0:
             self._keep(ev.ratio)
         truncated = self.steps >= self.horizon or self.evaluator.budget.exhausted
@@ -189,7 +251,7 @@ class SassScheduleEnv(gym.Env):
         if any(d == digest for _, d, _ in self.top):
             return
         if len(self.top) < TOP_K or ratio < self.top[-1][0]:
-            self.top.append((ratio, digest, [(mv.slot, mv.direction) for mv in self.schedule.moves]))
+            self.top.append((ratio, digest, list(self.schedule.records)))
             self.top.sort(key=lambda t: t[0])
             del self.top[TOP_K:]
 

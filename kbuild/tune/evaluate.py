@@ -80,10 +80,15 @@ class Evaluator(Protocol):
 
 
 def schedule_digest(schedule: Any) -> str:
-    """Identity of a schedule's machine code: instruction order plus stall counts."""
+    """Identity of a schedule's machine code: instruction order plus stall counts, plus the yield bits and reuse
+    flags when a control-code edit changed them (issue 15; nothing is added otherwise, so digests of move-only
+    schedules are unchanged)."""
     h = hashlib.sha256()
     h.update(np.asarray(schedule.order, dtype=np.int64).tobytes())
     h.update(np.asarray(schedule.stall, dtype=np.int64).tobytes())
+    control_state = getattr(schedule, "control_state", None)
+    if control_state is not None:
+        h.update(control_state())
     return h.hexdigest()
 
 
