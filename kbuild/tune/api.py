@@ -123,12 +123,12 @@ def confirm(schedule: Any, searches: dict[str, SearchResult], backend: Backend) 
     timed: dict[tuple[tuple[int, int], ...], TimeResult] = {}
     for r in searches.values():
         candidates = r.candidates or ([(r.best_ratio, r.best_moves)] if r.best_moves else [])
-        mine = [tuple(moves) for ratio, moves in candidates if moves and not math.isnan(ratio) and ratio < 1.0]
+        mine = [tuple(tuple(m) for m in moves) for ratio, moves in candidates if moves and not math.isnan(ratio) and ratio < 1.0]
         for moves in mine:
             if moves not in timed:
                 schedule.reset()
-                for slot, direction in moves:
-                    schedule.apply(slot, direction)
+                for record in moves:
+                    schedule.apply_edit(record)
                 timed[moves] = backend.time(schedule.to_cubin(verify=False, disassemble_check=False),
                                             rounds=CONFIRM_ROUNDS, reps=CONFIRM_REPS)
         valid = [m for m in mine if timed[m].valid]
@@ -145,8 +145,12 @@ def confirm(schedule: Any, searches: dict[str, SearchResult], backend: Backend) 
 def tune(baseline: bytes, *, kernel: str | None = None, backend: Backend | None = None,
          kernel_ref: KernelRef | None = None, algorithms: Sequence[str] = ("ppo",), evaluations: int = 200,
          seconds: float = 600.0, seed: int = 0, horizon: int = 32, max_movable: int = 256,
+         kinds: Sequence[str] = ("moves",),
          on_progress: Callable[[str, int, float], None] | None = None) -> TuneResult:
-    """Search every algorithm on its own budget; verify and (on a GPU backend) accept the best."""
+    """Search every algorithm on its own budget; verify and (on a GPU backend) accept the best.
+
+    ``kinds`` are the SASS edit kinds the searches may use (:data:`kbuild.tune.env.KINDS`: one-slot
+    ``moves``, ``far`` moves, ``yield``, ``reuse`` and ``stall`` edits)."""
     from kbuild.sass.schedule import Schedule
     from kbuild.sass.verify import Verifier
 
@@ -171,7 +175,7 @@ def tune(baseline: bytes, *, kernel: str | None = None, backend: Backend | None 
         budget = Budget(evaluations, seconds)
         evaluator: Evaluator = (BackendEvaluator(backend, budget, seed=seed * 1000 + i) if backend is not None
                                 else ModelEvaluator(schedule, budget))
-        env = SassScheduleEnv(schedule, evaluator, horizon=horizon, max_movable=max_movable)
+        env = SassScheduleEnv(schedule, evaluator, horizon=horizon, max_movable=max_movable, kinds=tuple(kinds))
         movable = len(env.movable)
         region = describe_region(schedule, env.region)
         searches[algorithm] = run_search(algorithm, env, seed=seed)
@@ -192,8 +196,8 @@ def tune(baseline: bytes, *, kernel: str | None = None, backend: Backend | None 
                                    "baseline kept: no schedule beat the baseline during the search")
         return TuneResult(schedule.kernel, backend_name, baseline, baseline, decision, searches, None,
                           "no moves", time.monotonic() - started, pinned_fraction, movable, region)
-    for slot, direction in searches[winner].confirmed_moves or searches[winner].best_moves:
-        schedule.apply(slot, direction)
+    for record in searches[winner].confirmed_moves or searches[winner].best_moves:
+        schedule.apply_edit(record)
     candidate = schedule.to_cubin(verify=True, disassemble_check=True)
     problems = Verifier.from_bytes(baseline, schedule.kernel).check(candidate, disassemble_check=True)
     check = timing = None
