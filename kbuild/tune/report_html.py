@@ -328,7 +328,7 @@ def _x(v: Any, digits: int = 3) -> str:
 
 def _ms(v: Any) -> str:
     f = _num(v)
-    return "—" if f is None else f"{f:.4f}"
+    return "—" if f is None else f"{f:.4g}"
 
 
 def _pct(v: Any) -> str:
@@ -453,35 +453,36 @@ def _diff_rows_html(d: SassDiff) -> str:
 
 
 def _moves_html(d: SassDiff, limit: int = 40) -> str:
-    items = []
-    for r in d.rows:
-        s = r.right
-        if s is None or s.partner is None or not ({"moved-up", "moved-down"} & s.marks):
-            continue
+    """The moved and edited instructions as a list: where each went and which instructions it now issues
+    before (moved up) or after (moved down), i.e. whose relative order with it flipped."""
+    lefts = [r.left for r in d.rows if r.left is not None and r.left.partner is not None]
+    moved = [s for s in lefts if {"moved-up", "moved-down"} & s.marks]
+    edited = [s for s in lefts if not ({"moved-up", "moved-down"} & s.marks) and s.marks & set(CONTROL_FIELDS)]
+    items: list[str] = []
+    for s in sorted(moved, key=lambda x: x.partner or 0)[:limit]:
+        assert s.partner is not None
+        b, j = s.index, s.partner
         up = "moved-up" in s.marks
-        # the instructions it passed: in the baseline, between its old and new place
-        lo, hi = sorted((s.partner, s.index))
-        passed = [x.left for x in d.rows if x.left is not None and x.left.partner is not None
-                  and (lo <= x.left.index < hi if up else lo < x.left.index <= hi) and x.left.index != s.partner]
-        ops = [p.text.split()[0] if not p.text.startswith("@") else p.text.split()[1] for p in passed[:4]]
+        passed = [x for x in lefts if x is not s and x.partner is not None
+                  and ((x.index < b and x.partner > j) if up else (x.index > b and x.partner < j))]
+        ops = [p.text.split()[1] if p.text.startswith("@") else p.text.split()[0] for p in passed[:4]]
         more = f" and {len(passed) - 4} more" if len(passed) > 4 else ""
-        passed_txt = f" past {', '.join(_e(o) for o in ops)}{more}" if ops else ""
+        rel = "before" if up else "after"
+        passed_txt = f", now issued {rel} {', '.join(_e(o) for o in ops)}{more}" if ops else ""
         edits = sorted(m for m in s.marks if m in CONTROL_FIELDS)
         edit_txt = f"; control edited: {', '.join(edits)}" if edits else ""
-        items.append(f'<li><a href="#s{s.index}"><code>{_e(s.text)}</code></a> {"up" if up else "down"} '
-                     f"{abs(s.index - s.partner)} slot(s), 0x{16 * s.partner:04x} → 0x{16 * s.index:04x}"
-                     f"{passed_txt}{edit_txt}</li>")
-    edits_only = [r.right for r in d.rows if r.right is not None and r.right.partner is not None
-                  and not ({"moved-up", "moved-down"} & r.right.marks) and r.right.marks & set(CONTROL_FIELDS)]
-    for s in edits_only:
-        assert s is not None
+        items.append(f'<li><a href="#s{j}"><code>{_e(s.text)}</code></a> {"up" if up else "down"} '
+                     f"{abs(j - b)} slot(s), 0x{16 * b:04x} → 0x{16 * j:04x}{passed_txt}{edit_txt}</li>")
+    for s in edited[:max(0, limit - len(items))]:
+        assert s.partner is not None
         fields = ", ".join(sorted(m for m in s.marks if m in CONTROL_FIELDS))
-        items.append(f'<li><a href="#s{s.index}"><code>{_e(s.text)}</code></a> at 0x{16 * s.index:04x}: '
+        items.append(f'<li><a href="#s{s.partner}"><code>{_e(s.text)}</code></a> at 0x{16 * s.partner:04x}: '
                      f"control edited ({fields})</li>")
-    if not items:
+    total = len(moved) + len(edited)
+    if not total:
         return '<p class="muted">No instruction moved and no control code changed.</p>'
-    extra = f"<li class=muted>… and {len(items) - limit} more (marked in the diff below)</li>" if len(items) > limit else ""
-    return f'<ul class="moves">{"".join(items[:limit])}{extra}</ul>'
+    extra = f"<li class=muted>… and {total - len(items)} more (marked in the diff below)</li>" if total > len(items) else ""
+    return f'<ul class="moves">{"".join(items)}{extra}</ul>'
 
 
 def _config_table(l1: Mapping[str, Any], chosen: str | None, est: str) -> str:
@@ -514,7 +515,10 @@ def _config_table(l1: Mapping[str, Any], chosen: str | None, est: str) -> str:
         c = f' class="{" ".join(cls)}"' if cls else ""
         rows.append(f"<tr{c}><td class=n>{rank}</td><td><code>{_e(t['label'])}</code>{tags}</td>"
                     f"<td class=n>{_ms(ms)}</td><td class=n>{_x(vs)}</td><td class=n>{_sci(t.get('rel_err'))}</td></tr>")
-    out = [f"<p>{len(ok)} configuration(s) ran and matched the reference; sorted by time{est}. "
+    unchecked = est and all(_num(t.get("rel_err")) is None for t in ok)
+    what = ("were estimated (the cost model runs nothing, so no output was checked)" if unchecked
+            else "ran and matched the reference")
+    out = [f"<p>{len(ok)} configuration(s) {what}; sorted by time{est}. "
            f"“vs autotune best” is the autotune list’s best time over the row’s.</p>",
            "<table class=configs><tr><th>#</th><th>configuration</th><th>median ms</th><th>vs autotune best</th>"
            f"<th>max rel. error</th></tr>{''.join(rows)}</table>"]
@@ -632,14 +636,20 @@ def render_report_html(report: Mapping[str, Any], baseline_cubin: bytes, shipped
               f"{_pct(decision.get('aa_spread'))})") if decision.get("speedup") is not None else _x(g2)
     verdict = (f'<span class={"ok" if accepted else "muted"}>{_e(decision.get("reason", ""))}</span>'
                if decision else "")
+    rejected = f"{len(wrong)} configuration(s) with wrong results rejected"
     if shipped_trial is not None and shipped_trial.get("status", "ok") != "ok":
         wrong_txt = f'<span class=bad>the shipped configuration has status {_e(shipped_trial.get("status"))}</span>'
+    elif shipped_trial is None:
+        wrong_txt = f"unknown — the shipped configuration is not in the level-1 table; {rejected}"
+    elif estimate and _num(shipped_trial.get("rel_err")) is None:
+        wrong_txt = (f"not checked — {ESTIMATE_LABEL}: nothing ran, so no output was compared with the reference "
+                     "(a GPU run checks every configuration before it may ship)")
     else:
-        checked = "checked against the reference" if shipped_trial is not None else "not in the level-1 table"
-        wrong_txt = (f"<span class=ok>0</span> — shipped configuration {checked}; "
-                     f"{len(wrong)} configuration(s) with wrong results rejected")
+        rel = _num(shipped_trial.get("rel_err"))
+        wrong_txt = (f"<span class=ok>0</span> — the shipped configuration matched the reference"
+                     f"{f' (max rel. error {rel:.2e})' if rel is not None else ''}; {rejected}")
         if decision.get("checks"):
-            wrong_txt += f"; schedule bit-exact on {_e(decision['checks'])} input sets"
+            wrong_txt += f"; its schedule bit-exact on {_e(decision['checks'])} input sets"
     parts.append("<h2>Summary</h2><dl class=summary>"
                  f"<dt>What ships</dt><dd>{ships}</dd>"
                  f"<dt>Total gain</dt><dd><span class=big>{_x(total)}</span> over the autotune list’s best "

@@ -224,6 +224,11 @@ def test_page_marks_moves_and_edits_and_labels_the_estimate(case: Case, tmp_path
     assert "ships" in ok_rows[0] and "autotune best" in ok_rows[1]
     assert "BN<256>&w4" in text and "max rel err 0.7 > tol 0.01" in text and "out of resource" in text
     assert "1 configuration(s) with wrong results rejected" in text
+    # the list of moves says where the far-moved instruction went and which instructions it now precedes
+    ins = case.original.analysis.instructions
+    far_item = next(e["text"] for e in dom.elements if e["tag"] == "li" and ins[case.far_moved].text in e["text"])
+    passed = ", ".join(ins[x].text.split()[0] for x in range(case.far_moved - case.far_k, case.far_moved))
+    assert f"up {case.far_k} slot(s)" in far_item and f"now issued before {passed}" in far_item, far_item
     # folded runs of unchanged instructions
     folds = [e for e in dom.elements if e["tag"] == "details"]
     assert folds and all("unchanged instructions" in e["text"] for e in folds)
@@ -265,6 +270,18 @@ def test_accepted_gpu_result_shows_ci_and_aa_spread_without_the_estimate_label(c
     assert "1.031× (95% CI 1.020–1.042×, A/A spread 0.40%)" in text
     assert "1.520× (95% CI 1.500–1.540×, A/A spread 0.30%)" in text and "1.547×" in text
     assert "shipped schedule (tuned)" in text and "bit-exact on 10 input sets" in text and "NVIDIA H200" in text
+
+
+def test_cost_model_never_claims_an_output_check(case: Case):
+    """On the cost model nothing runs: the page must not say the shipped configuration matched the reference."""
+    report = _report()
+    for t in report["level1"]["trials"]:
+        t["rel_err"] = None
+    text = "".join(Dom(render_report_html(report, case.baseline, case.shipped, kernel_symbol=case.symbol)).text)
+    assert "not checked — " + ESTIMATE_LABEL in text and "matched the reference" not in text
+    gpu = _report(backend=GPU_BACKEND, level1=dict(report["level1"], backend=GPU_BACKEND), level2={})
+    text = "".join(Dom(render_report_html(gpu, case.baseline, case.shipped, kernel_symbol=case.symbol)).text)
+    assert "0 — the shipped configuration matched the reference" in text and "not checked" not in text
 
 
 def test_learning_curve_is_inlined(case: Case):
