@@ -364,7 +364,7 @@ tr.chosen td{background:#e7f7ee;font-weight:600}tr.atbest td{background:#f3f6ff}
 .diffhead div{font-weight:700;padding:.2em .4em;background:#eef1f6}
 .s{display:grid;grid-template-columns:6.5ch 24ch 1fr 7ch;font-family:"DejaVu Sans Mono",Menlo,monospace;
 font-size:11.5px;line-height:1.5;white-space:pre;overflow:hidden;border-left:4px solid transparent;padding-left:2px}
-.s>span{overflow:hidden;text-overflow:ellipsis}
+.s>span{overflow:hidden;text-overflow:ellipsis}.s>span:nth-child(3){white-space:pre-wrap;overflow-wrap:anywhere}
 .r.hot .s{border-left-color:var(--hot)}
 .s.blank{background:repeating-linear-gradient(45deg,#fafafa,#fafafa 4px,#f0f0f0 4px,#f0f0f0 8px)}
 .s.moved-up,.s.moved-down{background:var(--moved)}.s .mv{color:var(--moved-b);font-weight:700}
