@@ -318,14 +318,21 @@ Tuner = Callable[[Settings, KernelBuild], Any]
 
 
 def gpu_tuner(settings: Settings, b: KernelBuild) -> Any:
-    """Tune ``b``'s baseline on this machine's GPU within the settings' budget; the artefact to store."""
+    """Tune ``b`` on this machine's GPU within the settings' budget; the artefact to store.
+
+    A kernel with a configuration space gets the two-level search (:func:`kbuild.tune.two_level.tune_two_level`:
+    its declared space on the GPU, then the SASS schedule of the best configurations); one without gets the SASS
+    level alone on its baseline."""
     from kbuild.tune.api import tune
     from kbuild.tune.measure.backend import KernelRef
     from kbuild.tune.measure.client import WorkerClient
 
     assert b.tuned_key is not None and b.spec.bench
     base = b.artefact
-    ref = KernelRef(spec=b.spec.bench, python_path=tuple(str(settings.project_dir / p) for p in settings.python_path))
+    python_path = tuple(str(settings.project_dir / p) for p in settings.python_path)
+    if len(b.space) > 1:
+        return _two_level_tuner(settings, b, python_path)
+    ref = KernelRef(spec=b.spec.bench, python_path=python_path)
     backend = WorkerClient()
     started = time.time()
     try:
@@ -336,6 +343,46 @@ def gpu_tuner(settings: Settings, b: KernelBuild) -> Any:
         backend.close()
     return tuned_artefact(b, result.cubin, accepted=result.decision.accepted, speedup=result.decision.speedup,
                           reason=result.decision.reason, report=result.report(), seconds=time.time() - started)
+
+
+def _two_level_tuner(settings: Settings, b: KernelBuild, python_path: tuple[str, ...]) -> Any:
+    from kbuild.bench.spec import Config, load_spec
+    from kbuild.tune.level1 import GpuConfigMeasurer
+    from kbuild.tune.measure.backend import KernelRef
+    from kbuild.tune.measure.client import WorkerClient
+    from kbuild.tune.two_level import project_spec, tune_two_level
+
+    assert b.spec.bench
+    bench_ref = b.spec.bench
+    spec = project_spec(load_spec(bench_ref, python_path=python_path), b.space)
+    compiled: dict[str, Any] = {}
+
+    def baseline(config: Config) -> tuple[bytes, str, dict[str, Any]]:
+        art = compiled.setdefault(config.label(), compile_config(settings, b, config.as_dict()))
+        return art.cubin, str(art.meta.get("symbol")), {}
+
+    started = time.time()
+    measurer = GpuConfigMeasurer(spec, python_path=python_path)
+    backend = WorkerClient()
+    try:
+        result = tune_two_level(spec, b.target.cc, measurer=measurer, backend=backend,
+                                kernel_ref=lambda c: KernelRef(spec=bench_ref, config=c.as_dict(),
+                                                               python_path=python_path),
+                                baseline=baseline, evaluations=settings.budget.evaluations,
+                                seconds=settings.budget.seconds, algorithms=(settings.algorithm,), seed=settings.seed)
+    finally:
+        backend.close()
+        measurer.close()
+    default = result.config.label() == result.default.label()
+    total = result.gains.get("final") or result.gains.get("total")
+    reason = (result.final or {}).get("reason") or (
+        result.level2[result.config.label()].decision.reason if result.config.label() in result.level2 else "")
+    return tuned_artefact(b, result.cubin, accepted=result.accepted, speedup=total, reason=str(reason),
+                          report=result.report(), seconds=time.time() - started,
+                          base=None if default else compiled.get(result.config.label()) or
+                          compile_config(settings, b, result.config.as_dict()),
+                          gains={"level1": float(result.gains.get("level1") or 1.0),
+                                 "level2": float(result.gains.get("level2") or 1.0)})
 
 
 def tuned_artefact(b: KernelBuild, cubin: bytes, *, accepted: bool, speedup: float | None, reason: str,

@@ -37,14 +37,27 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="with --suite: finish within about S seconds, sharing them out among the kernels and "
                         "algorithms still to run (never more than --budget-seconds each)")
     p.add_argument("--target", default="sm_90", metavar="SM", help="target architecture (default sm_90)")
-    p.add_argument("--algo", default="all", choices=["ppo", "random", "greedy", "all"])
+    p.add_argument("--algo", default="default", choices=["default", "ppo", "random", "greedy", "all"],
+                   help="SASS searcher: default (the project's `algorithm`, else greedy, on the whole budget), one "
+                        "by name, or all three side by side, each on its own budget (a comparison report)")
     p.add_argument("--budget-evals", type=int, default=None, metavar="N", help="evaluations per algorithm")
     p.add_argument("--budget-seconds", type=float, default=None, metavar="S", help="seconds per algorithm")
     p.add_argument("--seed", type=int, default=None)
     p.add_argument("--horizon", type=int, default=32, help="steps per episode")
     p.add_argument("--backend", choices=["gpu", "model"], default="gpu",
                    help="gpu: measure on the GPU (default); model: CPU cost model estimate")
-    p.add_argument("--out", metavar="DIR", help="write <kernel>.tune.json and <kernel>.tune.png here")
+    p.add_argument("--levels", choices=["both", "sass"], default="both",
+                   help="both: search the configuration space, then the SASS schedule of the best configurations "
+                        "(default); sass: the SASS schedule of one configuration only (--configs-from picks it)")
+    p.add_argument("--method", choices=["racing", "exhaustive"], default="racing",
+                   help="level-1 search: racing (Optuna TPE + successive halving, default) or the exhaustive sweep")
+    p.add_argument("--top", type=int, default=2, metavar="N", help="configurations that get a SASS search (default 2)")
+    p.add_argument("--kinds", default="moves", metavar="K,...",
+                   help="SASS edit kinds: moves (one slot), far, yield, reuse, stall (default: moves)")
+    p.add_argument("--jobs", type=int, default=None, metavar="N",
+                   help="compile processes for level 1 (default: one per core, less one)")
+    p.add_argument("--out", metavar="DIR",
+                   help="write <kernel>.tune.json, <kernel>.tune.png and <kernel>.tune.html (two-level) here")
     p.set_defaults(func=run)
 
 
@@ -141,6 +154,17 @@ def _jobs(args: argparse.Namespace, target: Any) -> list[tuple[str, bytes, str |
     return [(spec.name, build.artefact.cubin, build.artefact.meta.get("symbol"), ref)]
 
 
+def _kinds(args: argparse.Namespace) -> tuple[str, ...]:
+    from kbuild.tune.env import KINDS
+
+    kinds = tuple(k.strip() for k in args.kinds.split(",") if k.strip())
+    unknown = [k for k in kinds if k not in KINDS]
+    if unknown or not kinds:
+        raise UsageError(f"--kinds: unknown kind {unknown[0] if unknown else '(none)'!r}; choose from "
+                         f"{', '.join(KINDS)}")
+    return kinds
+
+
 def run(args: argparse.Namespace) -> int:
     from kbuild.hooks.pipeline import select_targets
     from kbuild.tune.api import learning_curve_png, tune
@@ -150,7 +174,16 @@ def run(args: argparse.Namespace) -> int:
     evals, secs, seed = _budget(args, settings)
     if args.total_seconds is not None and args.total_seconds <= 0:
         raise UsageError(f"--total-seconds must be positive, got {args.total_seconds}")
+    if args.top < 1:
+        raise UsageError(f"--top must be at least 1, got {args.top}")
+    kinds = _kinds(args)
+    if args.algo == "default":
+        from kbuild.tune.search import DEFAULT_ALGORITHM
+
+        args.algo = settings.algorithm if settings else DEFAULT_ALGORITHM
     algorithms = ("random", "greedy", "ppo") if args.algo == "all" else (args.algo,)
+    if args.levels == "both" and (args.suite or _has_space(settings, args.kernel)):
+        return run_two_level(args, target, settings, evals, secs, seed, algorithms, kinds)
     backend = _backend(args, target)
     jobs = _jobs(args, target)
     results = []
@@ -166,7 +199,7 @@ def run(args: argparse.Namespace) -> int:
                     kernel_secs = min(secs, share_of_deadline(deadline - time.monotonic(), len(jobs) - i,
                                                               len(algorithms)))
                 r = tune(cubin, kernel=symbol, backend=backend, kernel_ref=ref, algorithms=algorithms,
-                         evaluations=evals, seconds=kernel_secs, seed=seed, horizon=args.horizon,
+                         evaluations=evals, seconds=kernel_secs, seed=seed, horizon=args.horizon, kinds=kinds,
                          on_progress=report)
                 rep = r.report()
                 rep["name"] = name
@@ -233,3 +266,112 @@ def _target(name: str) -> Any:
         return parse_target(name)
     except ValueError as exc:
         raise UsageError(f"--target: {exc}") from None
+
+
+def _has_space(settings: Any, kernel: str | None) -> bool:
+    """Whether the project kernel declares a configuration space (more than its one default point)."""
+    if settings is None or not kernel:
+        return False
+    from kbuild.hooks.pipeline import resolve
+
+    (b,) = resolve(settings, [settings.kernel(kernel)], [next(iter(_targets_of(settings)))])
+    return len(b.space) > 1
+
+
+def _targets_of(settings: Any) -> list[Any]:
+    from kbuild.hooks.pipeline import select_targets
+
+    return select_targets(settings, None)
+
+
+def run_two_level(args: argparse.Namespace, target: Any, settings: Any, evals: int, secs: float, seed: int,
+                  algorithms: tuple[str, ...], kinds: tuple[str, ...]) -> int:
+    """Both levels (:func:`kbuild.tune.two_level.tune_two_level`) for each suite kernel, or the project kernel."""
+    from kbuild.bench.spec import Config, load_spec
+    from kbuild.tune.api import learning_curve_png
+    from kbuild.tune.level1 import GpuConfigMeasurer, ModelConfigMeasurer
+    from kbuild.tune.measure.backend import KernelRef
+    from kbuild.tune.two_level import project_spec, tune_two_level
+
+    jobs: list[tuple[str, Any, tuple[str, ...]]] = []
+    if args.suite:
+        from kbuild.bench.kernels import SUITE
+
+        names = args.only or list(SUITE)
+        unknown = [n for n in names if n not in SUITE]
+        if unknown:
+            raise UsageError(f"--only: unknown suite kernel {unknown[0]!r}; known: {', '.join(SUITE)}")
+        for name in names:
+            spec = load_spec(SUITE[name])
+            if target.cc in spec.archs:
+                jobs.append((name, spec, ()))
+    else:
+        from kbuild.hooks.pipeline import resolve
+
+        kspec = settings.kernel(args.kernel)
+        if not kspec.bench:
+            idx = [k.name for k in settings.kernels].index(kspec.name)
+            raise UsageError(f"{settings.config_file}: [tool.kbuild.kernels][{idx}].bench: kernel {kspec.name!r} "
+                             f"has no bench spec; measuring it needs one")
+        python_path = tuple(str(settings.project_dir / p) for p in settings.python_path)
+        (b,) = resolve(settings, [kspec], [target])
+        jobs.append((kspec.name, project_spec(load_spec(kspec.bench, python_path=python_path), b.space), python_path))
+    sass_backend = _backend(args, target)
+    results = []
+    deadline = time.monotonic() + args.total_seconds if args.total_seconds is not None else None
+    try:
+        with progress("tune", len(jobs), enabled=not args.json) as advance:
+            for i, (name, spec, python_path) in enumerate(jobs):
+                kernel_secs = secs
+                if deadline is not None:
+                    kernel_secs = min(secs, share_of_deadline(deadline - time.monotonic(), len(jobs) - i, 1))
+                measurer: Any = (ModelConfigMeasurer(spec, arch=target.cc, jobs=args.jobs, python_path=python_path)
+                                 if sass_backend is None else
+                                 GpuConfigMeasurer(spec, python_path=python_path, jobs=args.jobs))
+
+                def ref(c: Config, spec: Any = spec, python_path: tuple[str, ...] = python_path) -> KernelRef:
+                    return KernelRef(spec=spec.ref, config=c.as_dict(), python_path=python_path)
+
+                try:
+                    r = tune_two_level(spec, target.cc, measurer=measurer, backend=sass_backend, kernel_ref=ref,
+                                       evaluations=evals, seconds=kernel_secs, top=args.top, algorithms=algorithms,
+                                       kinds=kinds, seed=seed, method=args.method,
+                                       on_progress=lambda msg: advance(0, status=msg))
+                finally:
+                    measurer.close()
+                rep = r.report()
+                rep.update({"name": name, "budget": {"evaluations": evals, "seconds": round(kernel_secs, 2),
+                                                     "seed": seed, "kinds": list(kinds)}})
+                if args.out:
+                    _write_outputs(Path(args.out), name, rep, r, learning_curve_png)
+                results.append(rep)
+                advance(status=f"{name}: {r.config.label()} ×{(r.gains.get('final') or r.gains.get('total') or 1):.3f}")
+    finally:
+        if sass_backend is not None:
+            sass_backend.close()
+    if args.json:
+        emit_json(results if args.suite else results[0])
+        return 0
+
+    def x(v: Any) -> str:
+        return "-" if v is None else f"{v:.3f}×"
+
+    rows = [(rep["name"], rep["level1"]["autotune_best_label"] if rep.get("level1") else "-", rep["config_label"],
+             x(rep["gains"]["level1"]), x(rep["gains"]["level2"]), x(rep["gains"]["final"]), rep["evaluations"],
+             f"{rep['seconds']:.0f}s") for rep in results]
+    print_table(f"kbuild tune, two levels ({results[0]['backend'] if results else args.backend}; gains against the "
+                "autotune list's best)", ["kernel", "autotune best", "ships", "level 1", "level 2",
+                                          "side by side", "evals", "time"], rows)
+    return 0
+
+
+def _write_outputs(out: Path, name: str, rep: dict[str, Any], r: Any, learning_curve_png: Any) -> None:
+    """``<name>.tune.json``, the chosen configuration's learning curve and the HTML report."""
+    from kbuild.tune.report_html import write_report_html
+
+    write_atomic(out / f"{name}.tune.json", report_json(rep))
+    chosen = r.level2.get(r.config.label())
+    png = None
+    if chosen is not None and learning_curve_png(chosen, str(out / f"{name}.tune.png")):
+        png = (out / f"{name}.tune.png").read_bytes()
+    write_report_html(rep, r.baseline, r.cubin, out / f"{name}.tune.html", kernel_symbol=r.symbol, curve_png=png)

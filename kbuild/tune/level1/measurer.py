@@ -202,6 +202,39 @@ class GpuConfigMeasurer:
         samples, failed = self.client.time_configs([c.label() for c in configs], rounds=rounds, reps=reps)
         return TimedBatch(samples, {k: (_status(s), why) for k, (s, why) in failed.items()})
 
+    def time_shipped(self, reference: Config, config: Config, cubin: bytes, *, rounds: int = 15,
+                     reps: int = 20) -> dict[str, Any]:
+        """What ships (``config`` compiled, its cubin replaced by ``cubin``: a tuned schedule) against
+        ``reference`` (the autotune list's best), checked against the spec's reference and timed interleaved in
+        one fresh batch, with ``reference`` twice for the A/A control. ``speedup`` is reference time / shipped
+        time."""
+        import dataclasses
+
+        from kbuild.device import stats
+
+        compiled = self.pool.result(config)
+        if compiled.payload is None:
+            return {"error": f"{config.label()} does not compile: {compiled.error}"}
+        key, aa = "shipped:" + config.label(), "aa:" + reference.label()
+        added = self.client.add(key, config.as_dict(), dataclasses.replace(compiled.payload, cubin=cubin))
+        if added["status"] != "ok":
+            return {"error": f"the shipped kernel failed its check: {added.get('status')}: {added.get('error')}"}
+        ref_compiled = self.pool.result(reference)
+        if ref_compiled.payload is None:
+            return {"error": f"{reference.label()} does not compile: {ref_compiled.error}"}
+        self.client.add(aa, reference.as_dict(), ref_compiled.payload)
+        samples, failed = self.client.time_configs([reference.label(), key, aa], rounds=rounds, reps=reps)
+        if failed:
+            return {"error": f"timing failed: {failed}"}
+        ref_s, ship_s, aa_s = samples[reference.label()], samples[key], samples[aa]
+        ratio, lo, hi = stats.ratio_ci(ref_s, ship_s)
+        aa_ratio, aa_lo, aa_hi = stats.ratio_ci(ref_s, aa_s)
+        return {"reference": reference.label(), "shipped": config.label(), "speedup": 1.0 / ratio,
+                "speedup_ci": [1.0 / hi, 1.0 / lo], "aa_ratio": aa_ratio, "aa_ci": [aa_lo, aa_hi],
+                "rel_err": added.get("rel_err"), "reference_ms": stats.median(ref_s),
+                "shipped_ms": stats.median(ship_s), "samples_ms": {"reference": ref_s, "shipped": ship_s,
+                                                                   "reference_aa": aa_s}}
+
     def close(self) -> None:
         self.pool.close()
         self.client.close()

@@ -28,8 +28,9 @@ class KernelRef:
 
     spec: str
     """Bench spec reference, ``package.module:callable``."""
-    config: int = 0
-    """Index into the spec's configuration space (the one the baseline was compiled with)."""
+    config: int | dict[str, Any] = 0
+    """The configuration the baseline was compiled with: an index into the spec's autotune list, or any point of
+    its level-1 space as :meth:`kbuild.bench.spec.Config.as_dict` gives it."""
     small: bool = False
     """Ask the spec for its reduced problem size."""
     python_path: tuple[str, ...] = ()

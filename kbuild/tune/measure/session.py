@@ -10,7 +10,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from kbuild.bench.spec import BenchSpec, compile_spec, load_spec, validate_inputs
+from kbuild.bench.spec import BenchSpec, Config, compile_spec, load_spec, validate_inputs
 from kbuild.device import timing
 
 from .cubin import CubinFormatError, cubin_arch, cubin_digest
@@ -33,7 +33,7 @@ class SessionUsageError(Exception):
 
 
 class Session:
-    def __init__(self, spec_ref: str, config: int, baseline: bytes, *, small: bool = False,
+    def __init__(self, spec_ref: str, config: int | dict[str, Any], baseline: bytes, *, small: bool = False,
                  python_path: tuple[str, ...] = ()) -> None:
         import torch
 
@@ -55,9 +55,15 @@ class Session:
             self.arch = timing.require_gpu((base_arch,))
         except GPUUnavailableError as exc:
             raise SessionUsageError(str(exc), kind="no-gpu") from None
-        if not 0 <= config < len(self.spec.configs):
+        if isinstance(config, dict):
+            try:
+                self.config = Config.from_dict(config)
+            except (TypeError, ValueError) as exc:
+                raise SessionUsageError(f"config {config!r}: {exc}") from None
+        elif not 0 <= config < len(self.spec.configs):
             raise SessionUsageError(f"config {config} out of range (spec has {len(self.spec.configs)})")
-        self.config = self.spec.configs[config]
+        else:
+            self.config = self.spec.configs[config]
         if self.spec.needs_allocator:
             timing.set_scratch_allocator()
         self.shell = compile_spec(self.spec, self.config, self.arch)

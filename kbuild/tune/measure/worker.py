@@ -39,7 +39,8 @@ def handle(state: dict[str, Any], msg: dict[str, Any]) -> dict[str, Any]:
             return {"ok": False, "kind": "usage", "error": f"protocol version {msg.get('version')} not supported"}
         state.pop("session", None)
         try:
-            sess = Session(msg["spec"], int(msg["config"]), msg["baseline"], small=bool(msg.get("small")),
+            config = msg["config"]
+            sess = Session(msg["spec"], config if isinstance(config, dict) else int(config), msg["baseline"], small=bool(msg.get("small")),
                            python_path=tuple(msg.get("python_path", ())))
         except SessionUsageError as exc:
             return {"ok": False, "kind": exc.kind, "error": str(exc)}
