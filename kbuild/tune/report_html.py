@@ -25,7 +25,8 @@ key                             meaning
 ``config_label``                the configuration that ships (else ``level1.chosen`` / ``best_label``)
 ``default_label``               the configuration that ships untuned
 ``gains``                       ``{level1, level2, total, final}``: speedups (× faster, > 1 is better)
-``final``                       ``{speedup, ci, aa_spread, ...}``: side-by-side re-timing, or None
+``final``                       ``{speedup, speedup_ci, aa_ratio, aa_ci, ...}`` (or ``aa_spread``): the
+                                side-by-side re-timing against the autotune best; ``{error}``; or None
 ``evaluations``, ``seconds``    budget used
 ``level1``                      ``{trials: [...], chosen, best_label, autotune_best_label, autotune_best_ms,
                                 gain, evaluations, method, space_size, backend}``; each trial
@@ -555,6 +556,19 @@ def _algorithms_table(l2: Mapping[str, Any], est: str) -> str:
             f"<th>moves</th></tr>{''.join(rows)}</table>")
 
 
+def _final_aa_spread(final: Mapping[str, Any]) -> float | None:
+    """The side-by-side run's A/A spread: given, or from its A/A ratio and interval as
+    :func:`kbuild.tune.accept.aa_spread` computes it."""
+    given = _num(final.get("aa_spread"))
+    if given is not None:
+        return given
+    ci, ratio = final.get("aa_ci"), _num(final.get("aa_ratio"))
+    if not (isinstance(ci, (list, tuple)) and len(ci) == 2) or ratio is None:
+        return None
+    lo, hi = _num(ci[0]), _num(ci[1])
+    return None if lo is None or hi is None else max(abs(1.0 - lo), abs(hi - 1.0), abs(1.0 - ratio))
+
+
 def render_report_html(report: Mapping[str, Any], baseline_cubin: bytes, shipped_cubin: bytes, *,
                        kernel_symbol: str | None = None, curve_png: bytes | None = None) -> str:
     """The page as a string (see the module docstring for ``report``). UsageError on bad input."""
@@ -628,8 +642,10 @@ def render_report_html(report: Mapping[str, Any], baseline_cubin: bytes, shipped
         ships += f' <span class=muted>(untuned default: <code>{_e(default)}</code>)</span>'
     ships += f" with the {'tuned' if tuned and accepted else 'untouched'} SASS schedule"
     if final and _num(final.get("speedup")) is not None:
-        final_txt = (f"{_x(final.get('speedup'))} (95% CI {_ci(final.get('ci'))}, A/A spread "
-                     f"{_pct(final.get('aa_spread'))}), side by side against the autotune best in one run")
+        final_txt = (f"{_x(final.get('speedup'))} (95% CI {_ci(final.get('speedup_ci', final.get('ci')))}, A/A "
+                     f"spread {_pct(_final_aa_spread(final))}), side by side against the autotune best in one run")
+    elif final and final.get("error"):
+        final_txt = f'<span class=bad>not measured: {_e(final["error"])}</span>'
     else:
         final_txt = "—" + (" (no side-by-side GPU re-timing on the cost model)" if estimate else "")
     l2_txt = (f"{_x(decision.get('speedup'))} (95% CI {_ci(decision.get('speedup_ci'))}, A/A spread "

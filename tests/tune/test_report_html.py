@@ -262,7 +262,7 @@ def test_accepted_gpu_result_shows_ci_and_aa_spread_without_the_estimate_label(c
                                          "region": {"start": case.region[0], "end": case.region[1], "kind": "loop"}},
                              "BM64_w8": {"decision": {"accepted": False, "reason": "other config"}}},
                      gains={"level1": 1.5, "level2": 1.031, "total": 1.5466},
-                     final={"speedup": 1.52, "ci": [1.50, 1.54], "aa_spread": 0.003})
+                     final={"speedup": 1.52, "speedup_ci": [1.50, 1.54], "aa_ratio": 1.001, "aa_ci": [0.997, 1.002]})
     page = render_report_html(report, case.baseline, case.shipped, kernel_symbol=case.symbol)
     dom = Dom(page)
     text = "".join(dom.text)
