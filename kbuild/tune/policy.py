@@ -42,7 +42,9 @@ from kbuild.jsonio import load_json
 CHECKPOINT_FORMAT = 1
 SHIPPED_DIR = Path(__file__).resolve().parent / "policies"
 SHIPPED_CHECKPOINT = SHIPPED_DIR / "ppo_suite_sm90.zip"
-"""The default PPO starting point when present (see ``policies/README.md`` for how it was made)."""
+"""The default PPO starting point when present. None is shipped yet: on the cost model a pretrained policy did
+not beat scratch PPO (benchmarks/results/ppo_compare_cpu_model), so PPO starts from scratch unless given one.
+A checkpoint placed here must come with a README saying how it was made (``benchmarks/ppo_pretrain.py``)."""
 
 
 def env_layout(env: Any) -> tuple[int, int, int]:
