@@ -10,8 +10,11 @@ thread-safe), and times the launchers against Triton's JIT launch path.
     --expect-no-cubin   the wheel was built without this GPU's target: a launch must fail with
                         kbuild's "has no cubin for this GPU" error (and not crash)
     --compare BASE TUNED MANIFEST
-                        a tuned wheel against the baseline wheel, both loaded in this process:
-                        bit-identical outputs, and interleaved timing vs the manifest's speedup
+                        a tuned wheel against the baseline wheel, both loaded in this process: bit for
+                        bit against the same configuration's untouched compile (the baseline wheel, or
+                        Triton's JIT of the tuned config when the manifest's config is not the default),
+                        and interleaved, L2-flushed timing vs the manifest's speedup and gains
+    --dry-run MANIFEST  no GPU: print what --compare would check (reference, JIT options, grid)
 
 Prints one JSON document (also written to ``--out``); exit status 1 when any check fails.
 """
@@ -108,29 +111,38 @@ def check_kernels() -> list[dict[str, Any]]:
     bm = torch.randn(k, n, device=dev, generator=g).half()
     got = ops.matmul_leaky_relu(a, bm)
     jit = torch.empty_like(got)
-    cfg = _matmul_constexprs()
-    K.matmul_leaky_relu[(_cdiv(m, cfg["BLOCK_M"]) * _cdiv(n, cfg["BLOCK_N"]),)](
-        a, bm, jit, m, n, k, a.stride(0), 1, bm.stride(0), 1, jit.stride(0), 1,
-        num_warps=cfg.pop("num_warps"), num_stages=cfg.pop("num_stages"), **cfg)
+    shipped = _shipped("matmul_leaky_relu")  # the config the launcher runs, and the grid it computes
+    K.matmul_leaky_relu[entry_grid(shipped, {"M": m, "N": n, "K": k}, _mm_grid(shipped, m, n))](
+        a, bm, jit, m, n, k, a.stride(0), 1, bm.stride(0), 1, jit.stride(0), 1, **jit_options(shipped["config"]))
     ref = torch.nn.functional.leaky_relu(a.float() @ bm.float(), 0.01).half()
     results.append(_compare(f"matmul_leaky_relu {m}x{n}x{k}", got, ref, jit, atol=5e-2, rtol=2e-2))
     torch.cuda.synchronize()
     return results
 
 
-def _matmul_constexprs() -> dict[str, Any]:
-    """The matmul's declaration in the manifest-building pyproject (BLOCK_* and options)."""
+def _mm_grid(entry: dict[str, Any], m: int, n: int) -> tuple[int, int, int]:
+    """The matmul's grid written out (a declaration without a grid expression: the caller computes it)."""
+    c = entry["config"]["constexprs"]
+    return (_cdiv(m, int(c["BLOCK_M"])) * _cdiv(n, int(c["BLOCK_N"])), 1, 1)
+
+
+def _shipped(kernel: str) -> dict[str, Any]:
+    """The manifest entry of ``kernel`` for this GPU in the installed kbx_demo wheel (its ``config`` is what the
+    launcher runs, its ``grid`` what the launcher computes); without a manifest, the pyproject declaration's
+    default (``--pyproject``, else the example's)."""
     from pathlib import Path
 
-    import tomllib
+    import kbx_demo
 
-    project = Path(__file__).resolve().parent.parent / "examples" / "cmake-extension" / "pyproject.toml"
-    override = _ARGS.pyproject if _ARGS is not None and _ARGS.pyproject else project
-    data = tomllib.loads(Path(override).read_text())
-    decl = next(k for k in data["tool"]["kbuild"]["kernels"] if k["name"] == "matmul_leaky_relu")
-    cfg = dict(decl["constexprs"])
-    cfg["num_warps"], cfg["num_stages"] = decl.get("num_warps", 4), decl.get("num_stages", 3)
-    return cfg
+    major, minor = torch.cuda.get_device_capability(0)
+    manifest = _site_manifest(str(Path(kbx_demo.__file__).resolve().parent.parent))
+    for e in (manifest or {}).get("kernels", []):
+        if e["kernel"] == kernel and e["target"] == f"sm_{major}{minor}" and e.get("config"):
+            return dict(e)
+    decl = _declarations()[kernel]
+    return {"config": {"constexprs": dict(decl["constexprs"]), "num_warps": decl.get("num_warps", 4),
+                       "num_stages": decl.get("num_stages", 3), "maxnreg": decl.get("maxnreg"),
+                       "num_ctas": decl.get("num_ctas", 1)}, "grid": decl.get("grid") or []}
 
 
 def check_threads(n_threads: int = 8, rounds: int = 20) -> dict[str, Any]:
@@ -196,19 +208,18 @@ def time_launches() -> dict[str, Any]:
 
     a = torch.randn(4096, 4096, device="cuda").half()
     b = torch.randn(4096, 4096, device="cuda").half()
-    cfg = _matmul_constexprs()
-    warps, stages = cfg.pop("num_warps"), cfg.pop("num_stages")
+    shipped = _shipped("matmul_leaky_relu")
+    opts = jit_options(shipped["config"])
     c = torch.empty(4096, 4096, device="cuda").half()
-    grid = (_cdiv(4096, cfg["BLOCK_M"]) * _cdiv(4096, cfg["BLOCK_N"]),)
+    grid = entry_grid(shipped, {"M": 4096, "N": 4096, "K": 4096}, _mm_grid(shipped, 4096, 4096))
 
     def aot_mm() -> None:
         ops.matmul_leaky_relu(a, b)
 
     def jit_mm() -> None:
-        K.matmul_leaky_relu[grid](a, b, c, 4096, 4096, 4096, 4096, 1, 4096, 1, 4096, 1, num_warps=warps,
-                                  num_stages=stages, **cfg)
+        K.matmul_leaky_relu[grid](a, b, c, 4096, 4096, 4096, 4096, 1, 4096, 1, 4096, 1, **opts)
 
-    gpu = {}
+    gpu: dict[str, list[float]] = {}
     for _ in range(3):  # interleaved rounds
         for name, fn in (("aot_launcher", aot_mm), ("triton_jit", jit_mm)):
             for _ in range(5):
@@ -237,63 +248,206 @@ def _load_ext(name: str, site: str) -> Any:
     return mod
 
 
-def compare_wheels(base_site: str, tuned_site: str, manifest_path: str) -> list[dict[str, Any]]:
-    """The tuned wheel against the baseline wheel, side by side in one process: bit-identical outputs
-    on the same inputs, and interleaved CUDA-event timing of each kernel vs the manifest's speedup."""
+#: The problem sizes compare_wheels runs: the bench specs' full sizes (kbx_demo/bench.py, ``small=False``), the
+#: problems the tuner measured its claims on, so measured and claimed ratios are of the same work.
+COMPARE_SHAPES = {"matmul_leaky_relu": (4096, 4096, 4096), "softmax": (32768, 1024), "layernorm": (32768, 768)}
+#: Tolerance of each kernel's output against torch's fp32 reference (a configuration changes summation order).
+TOLERANCES = {"matmul_leaky_relu": (5e-2, 2e-2), "softmax": (2e-3, 1e-2), "layernorm": (3e-2, 1e-2)}
+
+
+def jit_options(config: dict[str, Any]) -> dict[str, Any]:
+    """The keywords of a Triton JIT launch that compiles the manifest ``config`` (a :mod:`kbuild.space` point:
+    ``constexprs``, ``num_warps``, ``num_stages``, ``maxnreg`` (None/0: ptxas decides), ``num_ctas``): the
+    untouched compile of the configuration a tuned wheel ships."""
+    kw: dict[str, Any] = dict(config.get("constexprs") or {})
+    kw["num_warps"], kw["num_stages"] = int(config["num_warps"]), int(config["num_stages"])
+    if config.get("maxnreg"):
+        kw["maxnreg"] = int(config["maxnreg"])
+    if int(config.get("num_ctas") or 1) != 1:
+        kw["num_ctas"] = int(config["num_ctas"])
+    return kw
+
+
+def entry_grid(entry: dict[str, Any], args: dict[str, int], explicit: tuple[int, int, int]) -> tuple[int, int, int]:
+    """The grid a launch of ``entry``'s kernel gets: its grid expressions (``entry["grid"]``, the manifest's copy
+    of the declaration's) evaluated by :mod:`kbuild.grid` over ``args`` and the shipped config's integer
+    constexprs (what the generated C launcher computes), or ``explicit`` for a kernel without them."""
+    if not entry.get("grid"):
+        return explicit
+    from kbuild.grid import parse_grid
+
+    consts = (entry.get("config") or {}).get("constexprs") or {}
+    values = {**{k: v for k, v in consts.items() if isinstance(v, int) and not isinstance(v, bool)}, **args}
+    return parse_grid(entry["grid"]).evaluate(values)
+
+
+def aa_spread(aa_ratio: float, aa_ci: tuple[float, float]) -> float:
+    """The A/A spread of a run: the rule :func:`kbuild.tune.two_level.final_beats_reference` applies."""
+    return max(abs(1.0 - aa_ci[0]), abs(aa_ci[1] - 1.0), abs(1.0 - aa_ratio))
+
+
+def ratio_verdict(measured: float, claimed: float | None, spread: float, tol: float) -> dict[str, Any]:
+    """Whether a measured speedup (tuned wheel over baseline wheel) is the one the manifest claims: within
+    ``tol`` plus the run's A/A ``spread`` of it. A manifest entry without a speedup (baseline, baseline kept)
+    claims 1.0: its kernel must time level with the baseline's."""
+    claim = float(claimed) if claimed is not None else 1.0
+    off = measured / claim - 1.0
+    return {"claimed": claim, "measured": round(measured, 4), "off_by": round(off, 4),
+            "allowed": round(tol + spread, 4), "consistent": abs(off) <= tol + spread}
+
+
+def compare_plan(manifest: dict[str, Any], target: str) -> list[dict[str, Any]]:
+    """Per kernel of ``manifest`` for ``target``: what the tuned wheel's output is checked against bit for bit
+    (the baseline wheel when it ships the default configuration; Triton's JIT compile of the shipped
+    configuration otherwise) and the JIT keywords and grid of that compile at :data:`COMPARE_SHAPES`.
+    No GPU needed (``--dry-run`` prints it)."""
+    plan = []
+    for e in manifest["kernels"]:
+        if e["target"] != target or e["kernel"] not in COMPARE_SHAPES:
+            continue
+        shape = COMPARE_SHAPES[e["kernel"]]
+        default = e.get("default_config") is not False
+        item: dict[str, Any] = {"kernel": e["kernel"], "state": e.get("state"), "config": e.get("config"),
+                                "default_config": default, "claimed_speedup": e.get("speedup"),
+                                "claimed_gains": e.get("gains"), "grid_expressions": e.get("grid") or [],
+                                "bit_reference": "baseline wheel" if default else "Triton JIT of the shipped config"}
+        if e.get("config"):
+            item["jit_options"] = jit_options(e["config"])
+            args = {"M": shape[0], "N": shape[1], "K": shape[2]} if len(shape) == 3 else {}
+            item["grid"] = list(entry_grid(e, args, (shape[0], 1, 1)))
+        plan.append(item)
+    return plan
+
+
+def compare_wheels(base_site: str, tuned_site: str, manifest_path: str, *, rounds: int = 15, reps: int = 10,
+                   ratio_tol: float = 0.03) -> list[dict[str, Any]]:
+    """The tuned wheel against the baseline wheel, side by side in one process, per kernel:
+
+    * bit for bit: a kernel shipping the default configuration against the baseline wheel's output; one shipping
+      another configuration against Triton's JIT compile of that configuration (same ``@triton.jit`` function,
+      its constexprs, ``num_warps``, ``num_stages``, ``maxnreg``): the SASS level must stay bit-exact to its
+      configuration's untouched compile, while configurations differ in summation order (both are then checked
+      against torch's fp32 reference within tolerance);
+    * speed: the tuned wheel's launcher against the baseline wheel's, interleaved launch by launch with an L2
+      flush before each (:func:`kbuild.device.timing.time_interleaved`), the baseline twice for the A/A control,
+      and the JIT compile of a non-default configuration too (its GPU time per launch: the flush hides the JIT's
+      host cost), for level 1 (configuration) and level 2 (SASS) measured apart; measured against the manifest's
+      ``speedup`` and ``gains`` (:func:`ratio_verdict`)."""
+    from kbuild.device import stats
+    from kbuild.device.timing import L2Flush, time_interleaved
+    from kbuild.hooks.manifest import read_manifest
+
+    major, minor = torch.cuda.get_device_capability(0)
+    target = f"sm_{major}{minor}"
     exts = {"baseline": _load_ext("base_wheel", base_site), "tuned": _load_ext("tuned_wheel", tuned_site)}
-    manifest = {(e["kernel"], e["target"]): e for e in json.load(open(manifest_path))["kernels"]}
+    manifest = read_manifest(manifest_path)
+    plan = {p["kernel"]: p for p in compare_plan(manifest, target)}
+    base_manifest = _site_manifest(base_site)
+    base_default = {e["kernel"]: e.get("default_config") is not False
+                    for e in base_manifest["kernels"] if e["target"] == target} if base_manifest else {}
+    sys.path.insert(0, tuned_site)  # kbx_demo.kernels (the @triton.jit functions) for the JIT compiles
+    K = _Jit()
     stream = torch.cuda.current_stream().cuda_stream
     g = torch.Generator(device="cuda").manual_seed(1)
-    m = n = k = 4096
+    m, n, k = COMPARE_SHAPES["matmul_leaky_relu"]
+    rows, cols = COMPARE_SHAPES["softmax"]
+    lrows, lcols = COMPARE_SHAPES["layernorm"]
     a = torch.randn(m, k, device="cuda", generator=g).half()
     b = torch.randn(k, n, device="cuda", generator=g).half()
-    x = torch.randn(32768, 1008, device="cuda", generator=g).half()
-    xl = torch.randn(32768, 768, device="cuda", generator=g).half()
-    w = torch.randn(768, device="cuda", generator=g).half()
-    bias = torch.randn(768, device="cuda", generator=g).half()
+    x = torch.randn(rows, cols, device="cuda", generator=g).half()
+    xl = torch.randn(lrows, lcols, device="cuda", generator=g).half()
+    w = torch.randn(lcols, device="cuda", generator=g).half()
+    bias = torch.randn(lcols, device="cuda", generator=g).half()
+    refs = {"matmul_leaky_relu": [torch.nn.functional.leaky_relu(a.float() @ b.float(), 0.01)],
+            "softmax": [torch.softmax(x.float(), dim=-1)],
+            "layernorm": [torch.nn.functional.layer_norm(xl.float(), (lcols,), w.float(), bias.float(), 1e-5),
+                          xl.float().mean(-1), 1 / torch.sqrt(xl.float().var(-1, unbiased=False) + 1e-5)]}
 
-    def launchers(ext: Any) -> dict[str, tuple[Any, list[torch.Tensor]]]:
-        c = torch.empty(m, n, device="cuda").half()
-        out = torch.empty_like(x)
-        y, mean, rstd = torch.empty_like(xl), torch.empty(32768, device="cuda"), torch.empty(32768, device="cuda")
-        return {
-            "matmul_leaky_relu": (lambda: ext.matmul_leaky_relu(stream, _cdiv(m, 128) * _cdiv(n, 128), 1, 1,
-                                                                a.data_ptr(), b.data_ptr(), c.data_ptr(), m, n, k,
-                                                                k, n, n), [c]),
-            "softmax": (lambda: ext.softmax(stream, x.shape[0], 1, 1, out.data_ptr(), x.data_ptr(), 1008, 1008,
-                                            1000), [out[:, :1000]]),  # the padding columns are never written
-            "layernorm": (lambda: ext.layernorm(stream, xl.shape[0], 1, 1, xl.data_ptr(), y.data_ptr(), w.data_ptr(),
-                                                bias.data_ptr(), mean.data_ptr(), rstd.data_ptr(), 768, 768, 1e-5),
-                          [y, mean, rstd]),
-        }
+    def outputs(kernel: str) -> list[torch.Tensor]:
+        if kernel == "matmul_leaky_relu":
+            return [torch.empty(m, n, device="cuda").half()]
+        if kernel == "softmax":
+            return [torch.empty_like(x)]
+        return [torch.empty_like(xl), torch.empty(lrows, device="cuda"), torch.empty(lrows, device="cuda")]
 
-    runs = {name: launchers(ext) for name, ext in exts.items()}
+    def wheel_launch(ext: Any, kernel: str, out: list[torch.Tensor]) -> Any:
+        if kernel == "matmul_leaky_relu":  # no grid: the launcher computes it from the shipped config
+            return lambda: ext.matmul_leaky_relu(stream, a.data_ptr(), b.data_ptr(), out[0].data_ptr(), m, n, k,
+                                                 k, n, n)
+        if kernel == "softmax":
+            return lambda: ext.softmax(stream, rows, 1, 1, out[0].data_ptr(), x.data_ptr(), cols, cols, cols)
+        y, mean, rstd = out
+        return lambda: ext.layernorm(stream, lrows, 1, 1, xl.data_ptr(), y.data_ptr(), w.data_ptr(),
+                                     bias.data_ptr(), mean.data_ptr(), rstd.data_ptr(), lcols, lcols, 1e-5)
+
+    def jit_launch(kernel: str, out: list[torch.Tensor]) -> Any:
+        opts, grid = dict(plan[kernel]["jit_options"]), tuple(plan[kernel]["grid"])
+        if kernel == "matmul_leaky_relu":
+            return lambda: K.matmul_leaky_relu[grid](a, b, out[0], m, n, k, k, 1, n, 1, n, 1, **opts)
+        if kernel == "softmax":
+            return lambda: K.softmax[grid](out[0], x, cols, cols, cols, **opts)
+        y, mean, rstd = out
+        return lambda: K.layernorm[grid](xl, y, w, bias, mean, rstd, lcols, lcols, 1e-5, **opts)
+
+    flush = L2Flush()
     results = []
-    for kernel in ("matmul_leaky_relu", "softmax", "layernorm"):
-        for name in runs:
-            runs[name][kernel][0]()
+    for kernel in COMPARE_SHAPES:
+        item = plan.get(kernel)
+        if item is None:
+            results.append({"check": f"{kernel}: tuned wheel vs baseline wheel", "ok": False,
+                            "error": f"the tuned manifest has no {kernel} entry for {target}"})
+            continue
+        outs = {name: outputs(kernel) for name in ("baseline", "tuned", "jit")}
+        launch = {name: wheel_launch(exts[name], kernel, outs[name]) for name in ("baseline", "tuned")}
+        jit = None if item["default_config"] else jit_launch(kernel, outs["jit"])
+        for fn in (*launch.values(), *([jit] if jit else [])):
+            fn()
         torch.cuda.synchronize()
-        identical = all(torch.equal(p, q) for p, q in zip(runs["baseline"][kernel][1], runs["tuned"][kernel][1]))
-        times: dict[str, list[float]] = {"baseline": [], "tuned": []}
-        for r in range(10):  # interleaved rounds, alternating order
-            for name in (("baseline", "tuned") if r % 2 == 0 else ("tuned", "baseline")):
-                fn = runs[name][kernel][0]
-                for _ in range(3):
-                    fn()
-                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                start.record()
-                for _ in range(20):
-                    fn()
-                end.record()
-                torch.cuda.synchronize()
-                times[name].append(start.elapsed_time(end) / 20 * 1e3)
-        entry = manifest.get((kernel, "sm_90"), {})
-        measured = statistics.median(times["baseline"]) / statistics.median(times["tuned"])
-        results.append({"check": f"{kernel}: tuned wheel vs baseline wheel", "ok": identical,
-                        "bit_identical": identical, "state": entry.get("state"),
-                        "manifest_speedup": entry.get("speedup"), "measured_speedup": round(measured, 4),
-                        "baseline_us": times["baseline"], "tuned_us": times["tuned"]})
+        atol, rtol = TOLERANCES[kernel]
+        same_as_base = all(torch.equal(p, q) for p, q in zip(outs["baseline"], outs["tuned"]))
+        close = all(bool(torch.allclose(o.float(), r, atol=atol, rtol=rtol)) for o, r in zip(outs["tuned"], refs[kernel]))
+        bit_ref = outs["baseline"] if jit is None else outs["jit"]
+        bit_identical = all(torch.equal(p, q) for p, q in zip(bit_ref, outs["tuned"]))
+        # the timing: baseline, tuned, baseline again (A/A), and the JIT compile of a non-default config
+        variants = [launch["baseline"], launch["tuned"], launch["baseline"], *([jit] if jit else [])]
+        ms = time_interleaved(variants, rounds=rounds, reps=reps, flush=flush)
+        ratio, lo, hi = stats.ratio_ci(ms[0], ms[1])
+        aa_ratio, aa_lo, aa_hi = stats.ratio_ci(ms[0], ms[2])
+        spread = aa_spread(aa_ratio, (aa_lo, aa_hi))
+        verdict = ratio_verdict(1.0 / ratio, item["claimed_speedup"], spread, ratio_tol)
+        measured: dict[str, Any] = {"speedup": round(1.0 / ratio, 4), "speedup_ci": [round(1.0 / hi, 4),
+                                                                                      round(1.0 / lo, 4)],
+                                    "aa_ratio": round(aa_ratio, 4), "aa_spread": round(spread, 4),
+                                    "baseline_ms": stats.median(ms[0]), "tuned_ms": stats.median(ms[1])}
+        if jit is not None:
+            jit_over_base, _, _ = stats.ratio_ci(ms[0], ms[3])
+            tuned_over_jit, _, _ = stats.ratio_ci(ms[3], ms[1])
+            measured["jit_config_ms"] = stats.median(ms[3])
+            measured["gains"] = {"level1": round(1.0 / jit_over_base, 4), "level2": round(1.0 / tuned_over_jit, 4)}
+        default_base = base_default.get(kernel, True)
+        results.append({
+            "check": f"{kernel}: tuned wheel vs baseline wheel", "state": item["state"], "config": item["config"],
+            "default_config": item["default_config"], "baseline_wheel_ships_default": default_base,
+            "bit_reference": item["bit_reference"], "bit_identical": bit_identical,
+            "bit_identical_to_baseline_wheel": same_as_base, "within_tolerance_of_torch": close,
+            "max_abs_diff_vs_baseline_wheel": max(float((p.float() - q.float()).abs().max())
+                                                  for p, q in zip(outs["baseline"], outs["tuned"])),
+            "claimed": {"speedup": item["claimed_speedup"], "gains": item["claimed_gains"]},
+            "measured": measured, "ratio": verdict, "rounds": rounds, "reps": reps,
+            "samples_ms": {"baseline": ms[0], "tuned": ms[1], "baseline_aa": ms[2],
+                           **({"jit_config": ms[3]} if jit else {})},
+            "ok": bit_identical and close and default_base and verdict["consistent"]})
     return results
+
+
+def _site_manifest(site: str) -> dict[str, Any] | None:
+    """The kbuild manifest of the wheel installed under ``site`` (its ``.dist-info/kbuild.json``), if any."""
+    import glob
+
+    from kbuild.hooks.manifest import read_manifest
+
+    found = glob.glob(f"{site}/*.dist-info/kbuild.json")
+    return read_manifest(found[0]) if found else None
 
 
 _ARGS: argparse.Namespace | None = None
@@ -308,11 +462,24 @@ def main() -> int:
     p.add_argument("--no-timing", action="store_true")
     p.add_argument("--compare", nargs=3, metavar=("BASE_SITE", "TUNED_SITE", "TUNED_MANIFEST"),
                    help="compare a tuned wheel's install with a baseline wheel's (no kbx_demo import needed)")
+    p.add_argument("--rounds", type=int, default=15, help="--compare: interleaved timing rounds (default 15)")
+    p.add_argument("--ratio-tol", type=float, default=0.03,
+                   help="--compare: how far the measured speedup may be from the manifest's, beyond the run's A/A "
+                        "spread (default 0.03)")
+    p.add_argument("--dry-run", metavar="MANIFEST",
+                   help="no GPU: print what --compare would check for this manifest (kbuild inspect --json)")
+    p.add_argument("--target", default="sm_90", help="--dry-run: the GPU target (default sm_90)")
     _ARGS = args = p.parse_args()
+    if args.dry_run:
+        from kbuild.hooks.manifest import read_manifest
+
+        plan = compare_plan(read_manifest(args.dry_run), args.target)
+        print(json.dumps({"dry_run": True, "target": args.target, "plan": plan}, indent=2))
+        return 0 if plan else 1
     doc: dict[str, Any] = {"gpu": torch.cuda.get_device_name(0), "cc": list(torch.cuda.get_device_capability(0)),
                            "torch": torch.__version__, "checks": []}
     if args.compare:
-        doc["checks"].extend(compare_wheels(*args.compare))
+        doc["checks"].extend(compare_wheels(*args.compare, rounds=args.rounds, ratio_tol=args.ratio_tol))
     elif args.expect_no_cubin:
         from kbx_demo import ops
 

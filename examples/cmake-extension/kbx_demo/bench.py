@@ -4,6 +4,11 @@ The tuner uses them on a GPU to make inputs, launch candidate schedules, and che
 bit against the baseline. Each spec mirrors the kernel's ``[tool.kbuild]`` declaration exactly
 (parameters declared ``:1`` are constexprs equal to 1 here), so the spec compiles to the very
 cubin the build ships (tests/hooks check this on the CPU).
+
+The matmul declares a configuration space (``space`` in pyproject.toml; the build's tuner takes the
+points from there, not from this spec): its spec's first config is the declared default, and its
+grid is the declaration's grid expression, ``cdiv(M, BLOCK_M) * cdiv(N, BLOCK_N)``, computed from
+whichever configuration is launched (tests/hooks/test_example_space.py checks both).
 """
 
 from __future__ import annotations
@@ -22,7 +27,8 @@ def _cdiv(a: int, b: int) -> int:
 def matmul_leaky_relu(small: bool = False) -> BenchSpec:
     """leaky_relu(A @ B), fp16, 4096³ (256×256×128 when ``small``)."""
     m, n, k = (256, 256, 128) if small else (4096, 4096, 4096)
-    consts = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "SLOPE": 0.01}
+    # the declared default configuration (pyproject.toml); the tiles vary over the space, the rest is fixed
+    default = Config({"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64}, num_warps=8, num_stages=3)
 
     def make_inputs(seed: int, device: Any) -> dict[str, Any]:
         import torch
@@ -46,8 +52,8 @@ def matmul_leaky_relu(small: bool = False) -> BenchSpec:
         name="kbx_demo.matmul_leaky_relu", fn=kernels.matmul_leaky_relu,
         signature={"a_ptr": "*fp16:16", "b_ptr": "*fp16:16", "c_ptr": "*fp16:16", "M": "i32", "N": "i32",
                    "K": "i32", "stride_am": "i32:16", "stride_bk": "i32:16", "stride_cm": "i32:16"},
-        constexprs={**consts, "stride_ak": 1, "stride_bn": 1, "stride_cn": 1},
-        configs=[Config({}, num_warps=8, num_stages=3)],
+        constexprs={"GROUP_M": 8, "SLOPE": 0.01, "stride_ak": 1, "stride_bn": 1, "stride_cn": 1},
+        configs=[default],
         make_inputs=make_inputs, grid=grid, outputs={"c_ptr": None},
         flops=2.0 * m * n * k, bytes_moved=2.0 * (m * k + k * n + m * n), reference=reference,
         description=f"matmul + leaky relu, {m}x{n}x{k} fp16")

@@ -1,8 +1,11 @@
 /* kbx_demo._kbx: Python bindings of the launchers kbuild generated (kbuild_kernels.h).
  *
  * Each function takes the CUDA stream and device pointers as integers (torch:
- * torch.cuda.current_stream().cuda_stream and tensor.data_ptr()), the grid, and the
- * kernel's scalar arguments; kbx_demo/ops.py wraps them for torch tensors. No CUDA
+ * torch.cuda.current_stream().cuda_stream and tensor.data_ptr()), the grid where the kernel
+ * takes one, and the kernel's scalar arguments; kbx_demo/ops.py wraps them for torch tensors.
+ * matmul_leaky_relu declares a grid expression (pyproject.toml): its launcher computes the grid
+ * from the configuration shipped for the GPU it runs on (the tuner may ship another tile size
+ * than the default), so it takes no grid. softmax and layernorm take theirs explicitly. No CUDA
  * library is linked: the launchers open libcuda.so.1 on first use. */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -21,15 +24,14 @@ static PyObject *kbx_result(CUresult r) {
 
 static PyObject *kbx_matmul_leaky_relu(PyObject *self, PyObject *args) {
   unsigned long long stream, a, b, c;
-  unsigned int gx, gy, gz;
   int m, n, k, stride_am, stride_bk, stride_cm;
   (void)self;
-  if (!PyArg_ParseTuple(args, "KIIIKKKiiiiii:matmul_leaky_relu", &stream, &gx, &gy, &gz, &a, &b, &c, &m, &n, &k,
-                        &stride_am, &stride_bk, &stride_cm))
+  if (!PyArg_ParseTuple(args, "KKKKiiiiii:matmul_leaky_relu", &stream, &a, &b, &c, &m, &n, &k, &stride_am,
+                        &stride_bk, &stride_cm))
     return NULL;
   CUresult r;
   Py_BEGIN_ALLOW_THREADS
-  r = kbuild_matmul_leaky_relu(KBX_STREAM(stream), gx, gy, gz, a, b, c, m, n, k, stride_am, stride_bk, stride_cm);
+  r = kbuild_matmul_leaky_relu(KBX_STREAM(stream), a, b, c, m, n, k, stride_am, stride_bk, stride_cm);
   Py_END_ALLOW_THREADS
   return kbx_result(r);
 }
@@ -67,7 +69,7 @@ static PyObject *kbx_layernorm(PyObject *self, PyObject *args) {
 
 static PyMethodDef kbx_methods[] = {
   {"matmul_leaky_relu", kbx_matmul_leaky_relu, METH_VARARGS,
-   "matmul_leaky_relu(stream, gx, gy, gz, a, b, c, M, N, K, stride_am, stride_bk, stride_cm)"},
+   "matmul_leaky_relu(stream, a, b, c, M, N, K, stride_am, stride_bk, stride_cm): the grid is computed"},
   {"softmax", kbx_softmax, METH_VARARGS,
    "softmax(stream, gx, gy, gz, out, inp, in_row_stride, out_row_stride, n_cols)"},
   {"layernorm", kbx_layernorm, METH_VARARGS,
