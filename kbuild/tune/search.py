@@ -14,9 +14,10 @@
 One searcher per budget: :data:`DEFAULT_ALGORITHM` is the searcher that ``kbuild tune``, prewarm and
 builds run alone on a kernel's whole budget; the other searchers stay for comparison reports. It is
 greedy on the evidence so far: on the H200 (benchmarks/results/h200/tune, 333 evaluations each, 12
-kernels) greedy had the best or tied-best re-timed ratio most often, converged within 52–333
-evaluations, and PPO from scratch won on none; benchmarks/ppo_compare.py re-asks the question with
-pretrained PPO.
+kernels) greedy had the lowest re-timed ratio on 5 kernels (random 4, PPO 3, most within the A/A
+spread), found 2 of the 3 accepted schedules, and often converged well inside the budget (52–296
+evaluations); PPO beat the best other search on none. On the cost model, pretrained PPO won alone on no
+kernel either (benchmarks/results/ppo_compare_cpu_model*, from benchmarks/ppo_compare.py).
 
 Every search returns a :class:`SearchResult` with the best ratio, the moves that reproduce it
 from the original schedule, and the learning curve (best ratio after each evaluation).
