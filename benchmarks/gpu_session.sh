@@ -49,7 +49,8 @@ faults)
   ;;
 tests)
   timeout "$(left "$CALL_S")" python3 -m pytest -m gpu -q -p no:cacheprovider tests/measure/test_measure_gpu.py \
-    tests/bench/test_bench_gpu.py tests/tune/test_tune_gpu.py tests/runtime/test_runtime_gpu.py 2>&1 \
+    tests/bench/test_bench_gpu.py tests/tune/test_tune_gpu.py tests/runtime/test_runtime_gpu.py \
+    tests/tune/test_level1_gpu.py 2>&1 \
     | tee "$OUT/pytest_gpu.txt" | tail -15
   ;;
 tune)
@@ -91,6 +92,68 @@ runtime)
   timeout "$(left "$CALL_S")" python3 benchmarks/gpu_runtime_substitution.py --out "$OUT" --evals 1000 \
     --seconds "${HOOKS_TUNE_S:-25}"
   echo "gpu_runtime_substitution exit $?"
+  ;;
+fuzz)
+  # Issue 15: every SASS edit kind mixed into random legal sequences, each run bit-exact against the
+  # untouched kernel on the GPU.
+  timeout "$(left "$CALL_S")" python3 benchmarks/gpu_sass_fuzz.py --cpu-workers 14 --timeout 30 \
+    --kinds "${FUZZ_KINDS:-moves,far,yield,reuse,stall}" --sequences "${FUZZ_SEQ:-200}" --max-depth 64 \
+    --out "$OUT/gpu_sass_fuzz_kinds.json" 2>&1 | tail -25
+  echo "gpu_sass_fuzz exit ${PIPESTATUS[0]}"
+  ;;
+l1)
+  # Issue 15: level 1, racing against the exhaustive sweep on each suite kernel (L1_KERNELS, comma-separated).
+  only=()
+  [ -n "${L1_KERNELS:-}" ] && only=(--only "$L1_KERNELS")
+  timeout "$(left "$CALL_S")" python3 benchmarks/config_search.py --backend gpu --jobs 14 "${only[@]}" \
+    --out "$OUT/config_search${L1_TAG:-}.json" > "$OUT/config_search${L1_TAG:-}.log" 2>&1
+  echo "config_search exit $?"
+  tail -25 "$OUT/config_search${L1_TAG:-}.log"
+  ;;
+tune2)
+  # Issue 15: both levels on the suite (TUNE2_KERNELS), TUNE2_EVALS evaluations per kernel, within TUNE2_TOTAL_S.
+  args=()
+  for k in ${TUNE2_KERNELS:-}; do args+=(--only "$k"); done
+  mkdir -p "$OUT/tune2${TUNE2_TAG:-}"
+  timeout "$(( $(left "$CALL_S") - 10 ))" python3 -m kbuild tune --suite --target sm_90 --jobs 14 \
+    --budget-evals "${TUNE2_EVALS:-1000}" --budget-seconds "${TUNE2_SECONDS:-600}" --kinds "${TUNE2_KINDS:-moves}" \
+    --total-seconds "${TUNE2_TOTAL_S:-400}" "${args[@]}" --out "$OUT/tune2${TUNE2_TAG:-}" --json \
+    > "$OUT/tune2${TUNE2_TAG:-}/suite.json" 2> "$OUT/tune2${TUNE2_TAG:-}/tune.log"
+  echo "kbuild tune exit $?"
+  tail -5 "$OUT/tune2${TUNE2_TAG:-}/tune.log"
+  mkdir -p .gpu-state && cp "$OUT/tune2${TUNE2_TAG:-}/suite.json" ".gpu-state/tune2${TUNE2_TAG:-}.json" 2>/dev/null
+  python3 - "$OUT/tune2${TUNE2_TAG:-}/suite.json" <<'PY'
+import json, sys
+try:
+    suite = json.load(open(sys.argv[1]))
+except ValueError:
+    sys.exit("no suite.json (the tune was cut short)")
+f = lambda v: "-" if v is None else f"{v:.3f}"
+for r in suite:
+    g, l1 = r["gains"], r.get("level1") or {}
+    print(f"{r['name']:<30} {l1.get('autotune_best_label','-'):<36} -> {r['config_label']:<36} l1={f(g['level1'])} "
+          f"l2={f(g['level2'])} final={f(g['final'])} evals={r['evaluations']} {r['seconds']:.0f}s "
+          f"{(r.get('final') or {}).get('reason', '')}")
+PY
+  tar czf "$OUT/tune2${TUNE2_TAG:-}.tar.gz" -C "$OUT" "tune2${TUNE2_TAG:-}" && rm -rf "$OUT/tune2${TUNE2_TAG:-}"
+  ;;
+peers)
+  # Issue 15: kbuild bench with the peers, timing what ships (the configurations tune2 chose) when known.
+  pins=()
+  if compgen -G ".gpu-state/tune2*.json" >/dev/null; then
+    python3 - .gpu-state/tune2*.json > .gpu-state/pins.json <<'PY' && pins+=(--configs-from .gpu-state/pins.json)
+import json, sys
+pins = {}
+for f in sys.argv[1:]:
+    pins.update({r["name"]: r["config"] for r in json.load(open(f))})
+json.dump(pins, sys.stdout)
+PY
+  fi
+  timeout "$(left "$CALL_S")" python3 -m kbuild bench --peers "${pins[@]}" --out "$OUT/peers" --json \
+    > "$OUT/peers.json" 2> "$OUT/peers.log"
+  echo "kbuild bench exit $?"
+  tail -30 "$OUT/peers.log"
+  tar czf "$OUT/peers.tar.gz" -C "$OUT" peers 2>/dev/null && rm -rf "$OUT/peers"
   ;;
 *) echo "unknown step $step"; exit 2;;
 esac

@@ -31,6 +31,10 @@ from kbuild.bench.spec import BenchSpec, Config
 
 LEVEL1_SHARE = 0.3
 """Fraction of the evaluation budget that level 1 may spend."""
+LEVEL1_SECONDS_SHARE = 0.45
+"""Fraction of the seconds after which level 1 proposes no new configuration (compiles dominate it)."""
+LEVEL1_BATCH = 16
+"""Configurations proposed (and compiled in parallel) per screening batch."""
 
 
 @dataclass
@@ -126,7 +130,8 @@ def tune_two_level(spec: BenchSpec, arch: int, *, measurer: Any, backend: Any | 
     space = spec.search_space()
     l1_evals = level1_budget(len(space), evaluations)
     say(f"{spec.name}: level 1 over {len(space)} configurations, ≤ {l1_evals} evaluations")
-    l1 = search_configs(spec, measurer, method=method, evaluations=l1_evals, seed=seed, top=top)  # type: ignore[arg-type]
+    l1 = search_configs(spec, measurer, method=method, evaluations=l1_evals, seed=seed, top=top,  # type: ignore[arg-type]
+                        batch=LEVEL1_BATCH, seconds=seconds * LEVEL1_SECONDS_SHARE)
     ms = {t.label: float(t.median_ms) for t in l1.trials if t.status == "ok" and t.median_ms is not None}
     tops = [c for c in l1.top if c.label() in ms][:top] or [l1.best]
     left_evals = max(evaluations - l1.evaluations, len(tops))

@@ -336,7 +336,7 @@ def _plan(n: int, n_auto: int, budget: int, rounds: int, screen: int, top: int, 
 
 
 def _racing(run: _Run, *, budget: int, max_trials: int, seed: int, top: int, batch: int, eta: int,
-            screen_rounds: int) -> Level1Result:
+            screen_rounds: int, deadline: float | None = None) -> Level1Result:
     space = run.space
     notes: list[str] = []
     autotune_configs = [c for c in run.spec.configs]
@@ -381,6 +381,10 @@ def _racing(run: _Run, *, budget: int, max_trials: int, seed: int, top: int, bat
         # The next batch, proposed and compiling while this one is timed.
         left = screen_budget - spent - cost
         n_next = left // screen_rounds - 2
+        if deadline is not None and time.monotonic() > deadline:
+            if n_next > 0:
+                notes.append(f"screening stopped after {len(seen)} configuration(s): the level-1 seconds ran out")
+            n_next = 0
         pending = propose(min(batch, n_next)) if n_next > 0 else []
         if labels and cost <= screen_budget - spent:
             run.time(labels, screen_rounds, "screen")
@@ -419,14 +423,16 @@ def search_configs(spec: BenchSpec, measurer: ConfigMeasurer | Literal["gpu", "m
                    evaluations: int | None = None, fraction: float = 0.25, trials: int | None = None,
                    seed: int = 0, top: int = 3,
                    jobs: int | None = None, on_progress: Progress | None = None, rounds: int = 8, reps: int = 10,
-                   batch: int = 8, eta: int = 3, screen_rounds: int = 1, small: bool = False) -> Level1Result:
+                   batch: int = 8, eta: int = 3, screen_rounds: int = 1, small: bool = False,
+                   seconds: float | None = None) -> Level1Result:
     """Search ``spec``'s level-1 space (see the module docstring).
 
     ``measurer`` is a :class:`ConfigMeasurer`, or ``"gpu"`` / ``"model"`` to build one here (with ``jobs``
     compile processes and the spec's ``small`` size; closed at the end). ``evaluations`` caps racing's
     evaluations (default ``fraction × len(space) × rounds``), ``trials`` the configurations it proposes, the
     autotune list's included (default: as many as the evaluation budget lets screening time; TPE decides the
-    order, so a tight budget screens the promising ones first).
+    order, so a tight budget screens the promising ones first). ``seconds`` bounds racing's screening: once
+    spent, no new configuration is proposed and the halving and final rungs run on what was screened.
     Raises :class:`NoWorkingConfig` when nothing works."""
     if method not in ("racing", "exhaustive"):
         raise UsageError(f"level-1 method must be 'racing' or 'exhaustive', not {method!r}")
@@ -449,8 +455,9 @@ def search_configs(spec: BenchSpec, measurer: ConfigMeasurer | Literal["gpu", "m
             return _exhaustive(run, seed, top)
         budget = evaluations if evaluations is not None else int(fraction * len(run.space) * rounds)
         max_trials = max(trials if trials is not None else len(run.space), len(spec.configs) + 1)
+        deadline = time.monotonic() + seconds if seconds is not None else None
         return _racing(run, budget=budget, max_trials=max_trials, seed=seed, top=top, batch=batch, eta=eta,
-                       screen_rounds=screen_rounds)
+                       screen_rounds=screen_rounds, deadline=deadline)
     finally:
         if owned:
             measurer.close()
