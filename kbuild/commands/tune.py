@@ -323,8 +323,8 @@ def run_two_level(args: argparse.Namespace, target: Any, settings: Any, evals: i
         with progress("tune", len(jobs), enabled=not args.json) as advance:
             for i, (name, spec, python_path) in enumerate(jobs):
                 kernel_secs = secs
-                if deadline is not None:
-                    kernel_secs = min(secs, share_of_deadline(deadline - time.monotonic(), len(jobs) - i, 1))
+                if deadline is not None:  # both levels' compiles and checks are inside tune_two_level's seconds
+                    kernel_secs = min(secs, max(1.0, (deadline - time.monotonic()) / (len(jobs) - i)))
                 measurer: Any = (ModelConfigMeasurer(spec, arch=target.cc, jobs=args.jobs, python_path=python_path)
                                  if sass_backend is None else
                                  GpuConfigMeasurer(spec, python_path=python_path, jobs=args.jobs))
