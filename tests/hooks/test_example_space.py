@@ -35,7 +35,7 @@ CSRC = Path(__file__).parent / "csrc"
 SPACE = {"BLOCK_M": [64, 128], "BLOCK_N": [64, 128], "BLOCK_K": [32, 64], "num_warps": [4, 8],
          "num_stages": [3, 4], "maxnreg": [0, 232]}
 #: The non-default point the stand-in tuner ships on sm_90.
-POINT = {"constexprs": {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 8, "SLOPE": 0.01},
+POINT: dict[str, Any] = {"constexprs": {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 8, "SLOPE": 0.01},
          "num_warps": 4, "num_stages": 4, "maxnreg": 232, "num_ctas": 1}
 
 
@@ -262,3 +262,136 @@ def test_the_h200_check_dry_runs_on_a_manifest_and_the_script_parses(tmp_path: P
     assert proc.returncode == 0, proc.stderr
     (item,) = json.loads(proc.stdout)["plan"]
     assert item["grid"] == [4096, 1, 1] and item["bit_reference"] == "Triton JIT of the shipped config"
+
+
+class _CpuKernels:
+    """A stand-in for the GPU in the CPU test of ``compare_wheels``: the three kernels in numpy, reading and writing
+    memory at the addresses the C extension's functions receive (as the launchers do). Not a measurement."""
+
+    @staticmethod
+    def view(ptr: int, shape: tuple[int, ...], dtype: Any) -> Any:
+        import ctypes
+
+        import numpy as np
+
+        count = int(np.prod(shape)) * np.dtype(dtype).itemsize
+        return np.frombuffer((ctypes.c_uint8 * count).from_address(ptr), dtype=dtype).reshape(shape)
+
+    def matmul(self, a: int, b: int, c: int, m: int, n: int, k: int, bump: float = 0.0) -> None:
+        import numpy as np
+
+        acc = self.view(a, (m, k), np.float16).astype(np.float32) @ self.view(b, (k, n), np.float16).astype(np.float32)
+        self.view(c, (m, n), np.float16)[:] = (np.where(acc >= 0, acc, acc * 0.01) + bump).astype(np.float16)
+
+    def softmax(self, out: int, x: int, rows: int, cols: int) -> None:
+        import numpy as np
+
+        v = self.view(x, (rows, cols), np.float16).astype(np.float32)
+        e = np.exp(v - v.max(-1, keepdims=True))
+        self.view(out, (rows, cols), np.float16)[:] = (e / e.sum(-1, keepdims=True)).astype(np.float16)
+
+    def layernorm(self, x: int, y: int, w: int, b: int, mean: int, rstd: int, rows: int, cols: int,
+                  eps: float) -> None:
+        import numpy as np
+
+        v = self.view(x, (rows, cols), np.float16).astype(np.float32)
+        mu = v.mean(-1)
+        r = 1 / np.sqrt(((v - mu[:, None]) ** 2).mean(-1) + eps)
+        wv, bv = (self.view(p, (cols,), np.float16).astype(np.float32) for p in (w, b))
+        self.view(y, (rows, cols), np.float16)[:] = ((v - mu[:, None]) * r[:, None] * wv + bv).astype(np.float16)
+        self.view(mean, (rows,), np.float32)[:] = mu
+        self.view(rstd, (rows,), np.float32)[:] = r
+
+
+def _fake_ext(cpu: _CpuKernels, bump: float) -> Any:
+    from types import SimpleNamespace
+
+    return SimpleNamespace(
+        matmul_leaky_relu=lambda s, a, b, c, m, n, k, sam, sbk, scm: cpu.matmul(a, b, c, m, n, k, bump),
+        softmax=lambda s, gx, gy, gz, out, x, sin, sout, cols: cpu.softmax(out, x, gx, cols),
+        layernorm=lambda s, gx, gy, gz, x, y, w, b, mu, r, stride, n, eps: cpu.layernorm(x, y, w, b, mu, r, gx, n, eps))
+
+
+@pytest.mark.parametrize("tuned_bump", [0.0, 0.5])
+def test_compare_wheels_checks_a_tuned_config_against_its_jit_compile_on_a_cpu_stand_in(
+        tuned_bump: float, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """compare_wheels end to end with the GPU stood in for (numpy kernels at the launchers' addresses, fixed synthetic
+    timings: labelled fakes, nothing measured): the non-default matmul is checked against the JIT compile of the
+    manifest's config (its keywords and grid recorded), the others against the baseline wheel; a tuned output one
+    step off its config's compile fails the check."""
+    import types
+
+    import kbuild.device.timing as timing
+    from kbuild.hooks.manifest import MANIFEST_FORMAT
+
+    torch = pytest.importorskip("torch")
+    g = _helper()
+    cpu = _CpuKernels()
+    jit_calls: list[tuple[str, Any, dict[str, Any]]] = []
+
+    class FakeJit:
+        def __getattr__(self, name: str) -> Any:
+            class Launch:
+                def __getitem__(self, grid: Any) -> Any:
+                    def run(*args: Any, **kw: Any) -> None:
+                        jit_calls.append((name, grid, kw))
+                        p = [x.data_ptr() if hasattr(x, "data_ptr") else x for x in args]
+                        assert name == "matmul_leaky_relu"
+                        cpu.matmul(p[0], p[1], p[2], p[3], p[4], p[5])
+                    return run
+            return Launch()
+
+    class CpuTorch(types.SimpleNamespace):
+        def __getattr__(self, name: str) -> Any:
+            return getattr(torch, name)
+
+    def on_cpu(fn: Any) -> Any:
+        return lambda *a, **kw: fn(*a, **{**kw, "device": "cpu"})
+
+    fake_torch = CpuTorch(randn=on_cpu(torch.randn), empty=on_cpu(torch.empty), Generator=on_cpu(torch.Generator),
+                          cuda=types.SimpleNamespace(get_device_capability=lambda *a: (9, 0), synchronize=lambda: None,
+                                                     current_stream=lambda: types.SimpleNamespace(cuda_stream=0)))
+    monkeypatch.setattr(g, "torch", fake_torch)
+    monkeypatch.setattr(g, "COMPARE_SHAPES", {"matmul_leaky_relu": (64, 64, 32), "softmax": (8, 64),
+                                              "layernorm": (8, 32)})
+    exts = {"base": _fake_ext(cpu, 0.0), "tuned": _fake_ext(cpu, tuned_bump)}
+    monkeypatch.setattr(g, "_load_ext", lambda name, site: exts["base" if site == "B" else "tuned"])
+    monkeypatch.setattr(g, "_Jit", FakeJit)
+    monkeypatch.setattr(g, "_site_manifest", lambda site: None)
+    # synthetic timings (ms): baseline 1.0, tuned 1/1.2, the A/A copy 1.0, the JIT compile of the config 0.85
+    fixed = [1.0, 1 / 1.2, 1.0, 0.85]
+    monkeypatch.setattr(timing, "time_interleaved", lambda variants, *, rounds, reps, flush:
+                        [[[fixed[i]] * reps for _ in range(rounds)] for i in range(len(variants))])
+    monkeypatch.setattr(timing, "L2Flush", lambda: None)
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+    def entry(kernel: str, config: dict[str, Any], default: bool, grid: list[str], speedup: float | None) -> Any:
+        return {"kernel": kernel, "target": "sm_90", "key": "0" * 64, "cubin_sha256": "1" * 64,
+                "state": "tuned" if speedup else "baseline", "speedup": speedup, "config": config,
+                "default_config": default, "gains": {"level1": 1.18, "level2": 1.02} if not default else None,
+                "grid": grid}
+
+    plain = {"num_warps": 4, "num_stages": 3, "maxnreg": None, "num_ctas": 1}
+    manifest = {"format": MANIFEST_FORMAT, "kernels": [
+        entry("matmul_leaky_relu", POINT, False, ["cdiv(M, BLOCK_M) * cdiv(N, BLOCK_N)"], 1.21),
+        entry("softmax", {"constexprs": {"BLOCK": 1024}, **plain}, True, [], 1.19),
+        entry("layernorm", {"constexprs": {"BLOCK": 1024}, **plain}, True, [], None)]}
+    (tmp_path / "m.json").write_text(json.dumps(manifest))
+    results = {r["check"].split(":")[0]: r for r in g.compare_wheels("B", "T", str(tmp_path / "m.json"), rounds=3,
+                                                                      reps=2)}
+    mm = results["matmul_leaky_relu"]
+    assert jit_calls and all(c[0] == "matmul_leaky_relu" for c in jit_calls)
+    assert jit_calls[0][1] == (1, 1, 1) and jit_calls[0][2] == g.jit_options(POINT)  # 64x64 over 64x64 tiles
+    assert mm["bit_reference"] == "Triton JIT of the shipped config"
+    assert mm["measured"]["speedup"] == pytest.approx(1.2) and mm["ratio"]["consistent"]
+    assert mm["measured"]["gains"] == {"level1": pytest.approx(1 / 0.85, abs=1e-4),
+                                       "level2": pytest.approx(0.85 * 1.2, abs=1e-4)}
+    assert results["softmax"]["bit_reference"] == "baseline wheel" and results["softmax"]["ok"]
+    assert results["softmax"]["bit_identical"] and results["layernorm"]["bit_identical"]
+    # level with the baseline is what a baseline entry claims: 1.2 measured is not 1.0 claimed, so it fails
+    assert results["layernorm"]["ratio"]["claimed"] == 1.0 and not results["layernorm"]["ratio"]["consistent"]
+    assert not results["layernorm"]["ok"]
+    if tuned_bump:
+        assert not mm["bit_identical"] and not mm["ok"]
+    else:
+        assert mm["bit_identical"] and mm["within_tolerance_of_torch"] and mm["ok"]
