@@ -82,7 +82,7 @@ PY
   ;;
 hooks)
   mkdir -p "$OUT/hooks"
-  STAGES="1 5" TUNE_EVALS=1000 TUNE_SECONDS=${HOOKS_TUNE_S:-25} OUT="$OUT/hooks" \
+  STAGES=${HOOKS_STAGES:-"1 5"} TUNE_EVALS=${HOOKS_TUNE_EVALS:-1000} TUNE_SECONDS=${HOOKS_TUNE_S:-25} OUT="$OUT/hooks" \
     timeout "$(left "$CALL_S")" bash benchmarks/gpu_hooks_check.sh > "$OUT/hooks_console.log" 2>&1
   echo "gpu_hooks_check exit $?"
   grep -E "^ *kbuild:|measured|== " "$OUT/hooks/gpu_hooks_check.log" | tail -25
@@ -116,7 +116,7 @@ tune2)
   for k in ${TUNE2_KERNELS:-}; do args+=(--only "$k"); done
   mkdir -p "$OUT/tune2${TUNE2_TAG:-}"
   timeout "$(( $(left "$CALL_S") - 10 ))" python3 -m kbuild tune --suite --target sm_90 --jobs 14 \
-    --budget-evals "${TUNE2_EVALS:-1000}" --budget-seconds "${TUNE2_SECONDS:-600}" --kinds "${TUNE2_KINDS:-moves}" \
+    --budget-evals "${TUNE2_EVALS:-1000}" --budget-seconds "${TUNE2_SECONDS:-600}" --kinds "${TUNE2_KINDS:-moves}" --top "${TUNE2_TOP:-2}" \
     --total-seconds "${TUNE2_TOTAL_S:-400}" "${args[@]}" --out "$OUT/tune2${TUNE2_TAG:-}" --json \
     > "$OUT/tune2${TUNE2_TAG:-}/suite.json" 2> "$OUT/tune2${TUNE2_TAG:-}/tune.log"
   echo "kbuild tune exit $?"

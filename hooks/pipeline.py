@@ -338,7 +338,7 @@ def gpu_tuner(settings: Settings, b: KernelBuild) -> Any:
     try:
         result = tune(base.cubin, kernel=base.meta.get("symbol"), backend=backend, kernel_ref=ref,
                       algorithms=(settings.algorithm,), evaluations=settings.budget.evaluations,
-                      seconds=settings.budget.seconds, seed=settings.seed)
+                      seconds=settings.budget.seconds, seed=settings.seed, kinds=tuple(settings.kinds))
     finally:
         backend.close()
     return tuned_artefact(b, result.cubin, accepted=result.decision.accepted, speedup=result.decision.speedup,
@@ -369,7 +369,8 @@ def _two_level_tuner(settings: Settings, b: KernelBuild, python_path: tuple[str,
                                 kernel_ref=lambda c: KernelRef(spec=bench_ref, config=c.as_dict(),
                                                                python_path=python_path),
                                 baseline=baseline, evaluations=settings.budget.evaluations,
-                                seconds=settings.budget.seconds, algorithms=(settings.algorithm,), seed=settings.seed)
+                                seconds=settings.budget.seconds, algorithms=(settings.algorithm,), seed=settings.seed,
+                                kinds=tuple(settings.kinds))
     finally:
         backend.close()
         measurer.close()

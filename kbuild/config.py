@@ -49,6 +49,7 @@ else:  # pragma: no cover
 
 TuneMode = Literal["off", "auto", "require"]
 Algorithm = Literal["ppo", "random", "greedy"]
+EditKind = Literal["moves", "far", "yield", "reuse", "stall"]
 ShipMode = Literal["extension", "package-data"]
 
 #: Scalars allowed as constexpr values.
@@ -245,8 +246,16 @@ class Settings:
     """``off``: never tune; ``auto``: tune when a GPU of the target architecture is present, else ship the
     baseline; ``require``: fail when any kernel would ship untuned."""
 
-    algorithm: Algorithm = _setting("ppo", env="KBUILD_ALGORITHM", key=True)
-    """Search algorithm used on a store miss."""
+    algorithm: Algorithm = _setting("greedy", env="KBUILD_ALGORITHM", key=True)
+    """The SASS searcher run on a store miss, alone on the whole budget. Greedy by default: on the H200 it
+    found most of the accepted schedules, and PPO (from scratch, or pretrained across the suite on the cost
+    model) beat it on no kernel (``benchmarks/results``)."""
+
+    kinds: list[EditKind] = _setting(env="KBUILD_KINDS", key=True,
+                                     default_factory=lambda: ["moves", "far", "yield", "reuse", "stall"])
+    """SASS edit kinds the searcher may use: one-slot ``moves``, multi-slot ``far`` moves, and ``yield``,
+    ``reuse`` and ``stall`` control-code edits (each proven safe by the ISA table, re-checked by the verifier,
+    and fuzzed bit-exact on an H200)."""
 
     budget: BudgetSettings = field(default_factory=BudgetSettings)
     """Tuning budget per kernel and target."""

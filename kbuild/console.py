@@ -61,12 +61,22 @@ def emit_json(obj: Any) -> None:
 
 
 def print_table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:
+    """A table on stderr. The first column (the name a reader looks for, and greps for) is never shortened
+    while it is at most ``FIRST_COLUMN_MAX`` wide; wide tables wrap the other columns instead."""
+    cells = [[str(x) for x in r] for r in rows]
     table = Table(title=title, title_justify="left", header_style="bold")
-    for c in columns:
-        table.add_column(c)
-    for r in rows:
-        table.add_row(*(str(x) for x in r))
+    for i, c in enumerate(columns):
+        if i == 0:
+            width = max([len(c), *(len(r[0]) for r in cells if r)])
+            table.add_column(c, min_width=min(width, FIRST_COLUMN_MAX), no_wrap=width <= FIRST_COLUMN_MAX)
+        else:
+            table.add_column(c)
+    for r in cells:
+        table.add_row(*r)
     console.print(table)
+
+
+FIRST_COLUMN_MAX = 40
 
 
 def warn(message: str) -> None:

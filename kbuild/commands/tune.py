@@ -52,8 +52,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--method", choices=["racing", "exhaustive"], default="racing",
                    help="level-1 search: racing (Optuna TPE + successive halving, default) or the exhaustive sweep")
     p.add_argument("--top", type=int, default=2, metavar="N", help="configurations that get a SASS search (default 2)")
-    p.add_argument("--kinds", default="moves", metavar="K,...",
-                   help="SASS edit kinds: moves (one slot), far, yield, reuse, stall (default: moves)")
+    p.add_argument("--kinds", default=None, metavar="K,...",
+                   help="SASS edit kinds: moves (one slot), far, yield, reuse, stall (default: the project's "
+                        "`kinds`, else all five)")
+    p.add_argument("--policy", default="default", metavar="PATH|scratch",
+                   help="PPO's starting point: a checkpoint (benchmarks/ppo_pretrain.py makes one), scratch, or "
+                        "default (the shipped checkpoint when there is one)")
     p.add_argument("--jobs", type=int, default=None, metavar="N",
                    help="compile processes for level 1 (default: one per core, less one)")
     p.add_argument("--out", metavar="DIR",
@@ -157,6 +161,10 @@ def _jobs(args: argparse.Namespace, target: Any) -> list[tuple[str, bytes, str |
 def _kinds(args: argparse.Namespace) -> tuple[str, ...]:
     from kbuild.tune.env import KINDS
 
+    if args.kinds is None:
+        from kbuild.tune.env import KINDS
+
+        return tuple(args.settings_kinds or KINDS)
     kinds = tuple(k.strip() for k in args.kinds.split(",") if k.strip())
     unknown = [k for k in kinds if k not in KINDS]
     if unknown or not kinds:
@@ -176,7 +184,10 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--total-seconds must be positive, got {args.total_seconds}")
     if args.top < 1:
         raise UsageError(f"--top must be at least 1, got {args.top}")
+    args.settings_kinds = list(settings.kinds) if settings else None
     kinds = _kinds(args)
+    if args.policy not in ("default", "scratch") and not Path(args.policy).is_file():
+        raise UsageError(f"--policy: {args.policy}: no such checkpoint file")
     if args.algo == "default":
         from kbuild.tune.search import DEFAULT_ALGORITHM
 
@@ -200,7 +211,7 @@ def run(args: argparse.Namespace) -> int:
                                                               len(algorithms)))
                 r = tune(cubin, kernel=symbol, backend=backend, kernel_ref=ref, algorithms=algorithms,
                          evaluations=evals, seconds=kernel_secs, seed=seed, horizon=args.horizon, kinds=kinds,
-                         on_progress=report)
+                         policy=_policy(args), on_progress=report)
                 rep = r.report()
                 rep["name"] = name
                 rep["target"] = target.name
@@ -266,6 +277,10 @@ def _target(name: str) -> Any:
         return parse_target(name)
     except ValueError as exc:
         raise UsageError(f"--target: {exc}") from None
+
+
+def _policy(args: argparse.Namespace) -> str | None:
+    return None if args.policy == "scratch" else args.policy
 
 
 def _has_space(settings: Any, kernel: str | None) -> bool:
@@ -335,7 +350,7 @@ def run_two_level(args: argparse.Namespace, target: Any, settings: Any, evals: i
                 try:
                     r = tune_two_level(spec, target.cc, measurer=measurer, backend=sass_backend, kernel_ref=ref,
                                        evaluations=evals, seconds=kernel_secs, top=args.top, algorithms=algorithms,
-                                       kinds=kinds, seed=seed, method=args.method,
+                                       kinds=kinds, seed=seed, method=args.method, policy=_policy(args),
                                        on_progress=lambda msg: advance(0, status=msg))
                 finally:
                     measurer.close()

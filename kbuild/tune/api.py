@@ -28,7 +28,7 @@ from kbuild.tune.accept import Decision, aa_spread, decide
 from kbuild.tune.env import SassScheduleEnv
 from kbuild.tune.evaluate import BackendEvaluator, Budget, Evaluator, ModelEvaluator
 from kbuild.tune.measure.backend import K_ACCEPT, MODEL_BACKEND, Backend, KernelRef, TimeResult
-from kbuild.tune.search import ALGORITHMS, SearchResult, run_search
+from kbuild.tune.search import ALGORITHMS, DEFAULT_ALGORITHM, DEFAULT_POLICY, SearchResult, run_search
 
 
 @dataclass
@@ -120,7 +120,7 @@ def confirm(schedule: Any, searches: dict[str, SearchResult], backend: Backend) 
     """Re-time each search's candidates (its ``TOP_K`` fastest distinct schedules; GPU backends) and record the
     fastest re-timing as ``confirmed_ratio`` and ``confirmed_moves``. The search's own best is the luckiest
     of many noisy timings; a runner-up is as likely to be the real improvement."""
-    timed: dict[tuple[tuple[int, int], ...], TimeResult] = {}
+    timed: dict[tuple[Any, ...], TimeResult] = {}
     for r in searches.values():
         candidates = r.candidates or ([(r.best_ratio, r.best_moves)] if r.best_moves else [])
         mine = [tuple(tuple(m) for m in moves) for ratio, moves in candidates if moves and not math.isnan(ratio) and ratio < 1.0]
@@ -143,14 +143,15 @@ def confirm(schedule: Any, searches: dict[str, SearchResult], backend: Backend) 
 
 
 def tune(baseline: bytes, *, kernel: str | None = None, backend: Backend | None = None,
-         kernel_ref: KernelRef | None = None, algorithms: Sequence[str] = ("ppo",), evaluations: int = 200,
+         kernel_ref: KernelRef | None = None, algorithms: Sequence[str] = (DEFAULT_ALGORITHM,), evaluations: int = 200,
          seconds: float = 600.0, seed: int = 0, horizon: int = 32, max_movable: int = 256,
-         kinds: Sequence[str] = ("moves",),
+         kinds: Sequence[str] = ("moves",), policy: str | None = DEFAULT_POLICY,
          on_progress: Callable[[str, int, float], None] | None = None) -> TuneResult:
     """Search every algorithm on its own budget; verify and (on a GPU backend) accept the best.
 
     ``kinds`` are the SASS edit kinds the searches may use (:data:`kbuild.tune.env.KINDS`: one-slot
-    ``moves``, ``far`` moves, ``yield``, ``reuse`` and ``stall`` edits)."""
+    ``moves``, ``far`` moves, ``yield``, ``reuse`` and ``stall`` edits); ``policy`` is PPO's starting point
+    (a checkpoint path, ``"default"`` or None: from scratch)."""
     from kbuild.sass.schedule import Schedule
     from kbuild.sass.verify import Verifier
 
@@ -178,7 +179,7 @@ def tune(baseline: bytes, *, kernel: str | None = None, backend: Backend | None 
         env = SassScheduleEnv(schedule, evaluator, horizon=horizon, max_movable=max_movable, kinds=tuple(kinds))
         movable = len(env.movable)
         region = describe_region(schedule, env.region)
-        searches[algorithm] = run_search(algorithm, env, seed=seed)
+        searches[algorithm] = run_search(algorithm, env, seed=seed, policy=policy)
         if on_progress is not None:
             on_progress(algorithm, budget.used, searches[algorithm].best_ratio)
     schedule.reset()

@@ -56,7 +56,7 @@ class SearchResult:
     """The search's fastest distinct schedules, (search ratio, moves), fastest first: re-timed on GPU backends."""
     confirmed_ratio: float | None = None
     """The best re-measured ratio among ``candidates`` (GPU backends), free of the search's luck."""
-    confirmed_moves: list[tuple[int, int]] | None = None
+    confirmed_moves: list[Any] | None = None
     """The moves of the candidate that re-measured fastest."""
     confirmed_ci: tuple[float, float] | None = None
     """95% CI of ``confirmed_ratio``."""

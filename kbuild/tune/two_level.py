@@ -114,7 +114,7 @@ def tune_two_level(spec: BenchSpec, arch: int, *, measurer: Any, backend: Any | 
                    kernel_ref: Callable[[Config], Any] | None, baseline: Baseline | None = None,
                    evaluations: int = 1000, seconds: float = 600.0, top: int = 2,
                    algorithms: Sequence[str] = ("greedy",), kinds: Sequence[str] = ("moves",), seed: int = 0,
-                   method: str = "racing", default: Config | None = None,
+                   method: str = "racing", default: Config | None = None, policy: str | None = "default",
                    on_progress: Callable[[str], None] | None = None) -> TwoLevelResult:
     """Level 1 over ``spec.search_space()`` with ``measurer`` (a :class:`kbuild.tune.level1.ConfigMeasurer`),
     then level 2 on the best ``top`` configurations with ``backend`` (a SASS measurement backend; None: the
@@ -144,7 +144,7 @@ def tune_two_level(spec: BenchSpec, arch: int, *, measurer: Any, backend: Any | 
         share_s = max(1.0, (seconds - (time.monotonic() - started)) / (len(tops) - i))
         say(f"{spec.name}: level 2 on {label}, ≤ {share_e} evaluations, ≤ {share_s:.0f} s")
         r = tune(cubin, kernel=symbol, backend=backend, kernel_ref=kernel_ref(cfg) if kernel_ref is not None else None,
-                 algorithms=algorithms, evaluations=share_e, seconds=share_s, seed=seed, kinds=kinds)
+                 algorithms=algorithms, evaluations=share_e, seconds=share_s, seed=seed, kinds=kinds, policy=policy)
         level2[label] = r
         left_evals -= sum(s.evaluations for s in r.searches.values())
     speedups = {label: float(r.decision.speedup) for label, r in level2.items()
