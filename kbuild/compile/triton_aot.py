@@ -58,6 +58,9 @@ class CompiledKernel:
 
 
 def kernel_index(settings: Settings, spec: KernelSettings) -> int:
+    """The index of ``spec``'s ``[[tool.kbuild.kernels]]`` table (the variants of one table share it)."""
+    if spec.entry is not None:
+        return spec.entry
     return next(i for i, k in enumerate(settings.kernels) if k.name == spec.name)
 
 
@@ -75,29 +78,76 @@ def _project_on_path(settings: Settings) -> Iterator[None]:
 
 
 def load_jit_function(settings: Settings, spec: KernelSettings) -> Any:
-    """Import ``spec.source`` and check it is a ``@triton.jit`` function; an ``@triton.autotune`` object over
-    one is unwrapped (its configs: :func:`load_autotuner`)."""
-    fn = load_source(settings, spec)
-    return fn.fn if _is_autotuner(fn) else fn
+    """Import ``spec.source`` and return its ``@triton.jit`` function: ``@triton.autotune`` and
+    ``@triton.heuristics`` objects over one are unwrapped (:func:`unwrap`)."""
+    return unwrap(load_source(settings, spec)).jit
+
+
+@dataclass(frozen=True)
+class SourceLayers:
+    """What ``source`` names, taken apart: the ``@triton.jit`` function and the wrappers around it."""
+
+    jit: Any
+    autotuner: Any | None
+    """The ``@triton.autotune`` object, if any (its configs: :func:`kbuild.space.autotune_configs`)."""
+    heuristics: tuple[tuple[str, Any], ...]
+    """``(name, lambda args: value)`` of every ``@triton.heuristics`` layer, in the order Triton runs them (the
+    outermost layer first)."""
+
+
+def unwrap(obj: Any) -> SourceLayers:
+    """Take ``@triton.autotune`` (``Autotuner``) and ``@triton.heuristics`` (``Heuristics``: ``.values`` maps a
+    name to ``lambda args: value``) layers off ``obj``, in any order and nesting, down to the ``@triton.jit``
+    function. A ValueError says what is not such a layer."""
+    from triton.runtime.autotuner import Autotuner, Heuristics
+    from triton.runtime.jit import JITFunction
+
+    autotuner = None
+    heuristics: list[tuple[str, Any]] = []
+    seen = 0
+    while not isinstance(obj, JITFunction):
+        seen += 1
+        if seen > 16:
+            raise ValueError("more than 16 layers of decorators")
+        if isinstance(obj, Autotuner):
+            if autotuner is not None:
+                raise ValueError("two @triton.autotune layers")
+            autotuner = obj
+        elif isinstance(obj, Heuristics):
+            values = getattr(obj, "values", None)
+            if not isinstance(values, dict):
+                raise ValueError("an @triton.heuristics object without a values dict")
+            heuristics.extend((str(n), f) for n, f in values.items())
+        else:
+            raise ValueError(f"a {type(obj).__name__}, not a @triton.jit function")
+        obj = getattr(obj, "fn", None)
+    return SourceLayers(jit=obj, autotuner=autotuner, heuristics=tuple(heuristics))
 
 
 def _is_autotuner(obj: Any) -> bool:
     from triton.runtime.autotuner import Autotuner
-    from triton.runtime.jit import JITFunction
 
-    return isinstance(obj, Autotuner) and isinstance(getattr(obj, "fn", None), JITFunction)
+    if not isinstance(obj, Autotuner):
+        return False
+    try:
+        unwrap(obj)
+    except ValueError:
+        return False
+    return True
 
 
 def load_autotuner(settings: Settings, spec: KernelSettings) -> Any | None:
-    """The ``@triton.autotune`` object ``spec.source`` names, or None when it is a plain ``@triton.jit`` function."""
-    obj = load_source(settings, spec)
-    return obj if _is_autotuner(obj) else None
+    """The ``@triton.autotune`` object ``spec.source`` names (or wraps, or is wrapped by a heuristics layer), or
+    None when there is none."""
+    return unwrap(load_source(settings, spec)).autotuner
 
 
 def load_source(settings: Settings, spec: KernelSettings) -> Any:
-    """Import ``spec.source``: a ``@triton.jit`` function or an ``@triton.autotune`` object over one."""
+    """Import ``spec.source``: a ``@triton.jit`` function, or ``@triton.autotune``/``@triton.heuristics`` objects
+    over one (:func:`unwrap`). The module is imported from the project (``python_path``) or, failing that,
+    wherever Python finds it (an installed package)."""
     try:
-        from triton.runtime.jit import JITFunction
+        from triton.runtime.jit import JITFunction  # noqa: F401
     except ImportError as exc:
         raise MissingDependencyError(f"Triton is not installed ({exc}); kbuild needs triton>=3.6,<3.7") from None
     where = settings.config_file
@@ -113,11 +163,11 @@ def load_source(settings: Settings, spec: KernelSettings) -> Any:
     fn = getattr(module, spec.function, None)
     if fn is None:
         raise KernelSourceError(where, key, f"module {spec.module!r} has no attribute {spec.function!r}")
-    if not isinstance(fn, JITFunction) and not _is_autotuner(fn):
-        kind = type(fn).__name__
-        hint = " (an @triton.heuristics wrapper? point at the inner @triton.jit function)" \
-            if hasattr(fn, "fn") else ""
-        raise KernelSourceError(where, key, f"{spec.source!r} is a {kind}, not a @triton.jit function{hint}")
+    try:
+        unwrap(fn)
+    except ValueError as exc:
+        raise KernelSourceError(where, key, f"{spec.source!r} is not a @triton.jit function (or @triton.autotune / "
+                                            f"@triton.heuristics over one): {exc}") from None
     return fn
 
 
@@ -250,6 +300,173 @@ def ast_source_args(settings: Settings, spec: KernelSettings, fn: Any) -> dict[s
     except signature.SignatureError as exc:
         key = f"{base}.signature.{exc.param}" if exc.param in spec.signature else f"{base}.signature"
         raise KernelSourceError(where, key, str(exc)) from None
+
+
+def triton_constexprs(constexprs: dict[str, Any]) -> dict[str, Any]:
+    """Declared constexpr values as Triton's JIT passes them: a dtype table (``{"dtype": "fp16"}``) becomes
+    Triton's dtype object (``tl.float16``); everything else is as declared."""
+    from triton.language import str_to_ty
+
+    out = {}
+    for name, value in constexprs.items():
+        dtype = signature.dtype_constexpr(value)
+        out[name] = str_to_ty(dtype, None) if dtype is not None else value
+    return out
+
+
+def declared_value(value: Any) -> Any:
+    """A Python value Triton would pass as a constexpr (a default, a heuristic's result) in declaration form:
+    ``tl.float16`` → ``{"dtype": "fp16"}``, ``tl.constexpr(4)`` → 4, numbers and strings as they are, None. A
+    ValueError for anything a declaration cannot hold."""
+    import numbers
+
+    from triton.language import constexpr, dtype, str_to_ty
+
+    if isinstance(value, constexpr):
+        value = value.value
+    if isinstance(value, dtype):
+        for name in signature.ELEMENT_TYPES:
+            if str_to_ty(name, None) == value:
+                return {"dtype": name}
+        raise ValueError(f"dtype {value} has no declaration name")
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if type(value).__name__ == "bool_":  # numpy's bool
+        return bool(value)
+    if isinstance(value, numbers.Integral):
+        return int(value)
+    if isinstance(value, numbers.Real):
+        return float(value)
+    raise ValueError(f"a {type(value).__name__} ({value!r})")
+
+
+def _default_type(param: Any) -> str:
+    """The declared type of a runtime parameter from its default, as Triton's JIT specialises that value
+    (``native_specialize_impl``, honouring ``do_not_specialize``): 1 → ``"i32:1"``, None → ``"none"``, an
+    integer divisible by 16 → ``"i32:16"``, a float → ``"fp32"``, a bool → ``"u1"``."""
+    from triton._C.libtriton import native_specialize_impl
+    from triton.backends.compiler import BaseBackend
+
+    ty, attr = native_specialize_impl(BaseBackend, param.default, bool(param.is_const),
+                                      not param.do_not_specialize, not param.do_not_specialize_on_alignment)
+    if ty == "constexpr":
+        if attr is None:
+            return signature.NONE_TYPE
+        if attr == 1 and not isinstance(attr, bool):
+            return "i32:1"
+        raise ValueError(f"Triton specialises it to the constant {attr!r}")
+    annotated = getattr(param, "annotation_type", "")
+    if isinstance(annotated, str) and annotated:
+        ty = annotated
+        if annotated == "u1" or annotated[:2] in ("fp", "bf"):
+            attr = None
+    return ty + (":16" if attr == "D" else "")
+
+
+def complete_declaration(settings: Settings, spec: KernelSettings, layers: SourceLayers,
+                         skip: set[str] | frozenset[str] = frozenset()) -> KernelSettings:
+    """``spec`` with every parameter it leaves out that has a default in the Python signature declared as Triton
+    would call the kernel: a ``tl.constexpr`` default is its value, a runtime default is specialised as Triton's
+    JIT specialises it (:func:`_default_type`). Declared values win; ``skip`` (set by an autotuner's configs) and
+    names a heuristic sets are left alone. A default a declaration cannot hold is an error naming the key."""
+    fn = layers.jit
+    base = f"[tool.kbuild.kernels][{kernel_index(settings, spec)}]"
+    set_by_heuristics = {n for n, _ in layers.heuristics}
+    sig, cx = dict(spec.signature), dict(spec.constexprs)
+    for p in fn.params:
+        if p.name in sig or p.name in cx or p.name in skip or p.name in set_by_heuristics or not p.has_default:
+            continue
+        section = "constexprs" if p.is_constexpr else "signature"
+        try:
+            if p.is_constexpr:
+                cx[p.name] = declared_value(p.default)
+            else:
+                sig[p.name] = _default_type(p)
+                signature.parse_type(sig[p.name])
+        except (ValueError, TypeError) as exc:
+            raise KernelSourceError(settings.config_file, f"{base}.{section}.{p.name}",
+                                    f"the default of {p.name!r} in {spec.function}() cannot be taken as it is ({exc}); "
+                                    f"declare {p.name} under {section}") from None
+    if sig == spec.signature and cx == spec.constexprs:
+        return spec
+    return dataclasses.replace(spec, signature=sig, constexprs=cx)
+
+
+class _Unknown(Exception):
+    """A heuristic read an argument whose value the declaration does not fix."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(name)
+        self.name = name
+
+
+class _Pointer:
+    """Stands in for a tensor argument in a heuristic's ``args`` (it is not None; anything else is unknown)."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+
+    def __getattr__(self, attr: str) -> Any:
+        raise _Unknown(f"{self._name}.{attr}")
+
+
+class _Args(dict):  # type: ignore[type-arg]
+    def __missing__(self, key: str) -> Any:
+        raise _Unknown(key)
+
+
+def heuristic_args(spec: KernelSettings, constexprs: dict[str, Any]) -> dict[str, Any]:
+    """The ``args`` a heuristic sees at build time: constexprs (dtypes as Triton's objects), runtime arguments
+    fixed by their declared type (``:1`` → 1, ``"none"`` → None) and stand-ins for pointers; reading any other
+    argument raises (its value is known only at run time)."""
+    args = _Args()
+    for name, ty in spec.signature.items():
+        t = signature.parse_type(ty)
+        if t.is_none:
+            args[name] = None
+        elif t.is_constant_one:
+            args[name] = 1
+        elif t.pointer:
+            args[name] = _Pointer(name)
+    args.update(triton_constexprs(constexprs))
+    return args
+
+
+def evaluate_heuristics(settings: Settings, spec: KernelSettings, layers: SourceLayers, point: dict[str, Any], *,
+                        declared: dict[str, Any], where: str = "constexprs") -> dict[str, Any]:
+    """``point`` (a :mod:`kbuild.space` point) with the values of ``layers``' heuristics put into its constexprs,
+    each evaluated as Triton does, on the arguments the declaration fixes (:func:`heuristic_args`) and the values
+    of the heuristics before it. ``declared``: names the declaration (or a config, under the key ``where``) gives;
+    a value a heuristic contradicts is an error naming that key; one a heuristic cannot compute at build time (it
+    reads a runtime argument) is taken as declared, and is an error when not declared."""
+    base = f"[tool.kbuild.kernels][{kernel_index(settings, spec)}]"
+    cx = dict(point["constexprs"])
+    for name, heur in layers.heuristics:
+        key = f"{base}.{where}.{name}"
+        try:
+            value = declared_value(heur(heuristic_args(spec, cx)))
+        except _Unknown as exc:
+            if name in declared:
+                continue
+            raise KernelSourceError(settings.config_file, f"{base}.constexprs.{name}",
+                                    f"the @triton.heuristics value of {name!r} reads argument {exc.name!r}, whose "
+                                    f"value is known only at run time; declare {name} under constexprs") from None
+        except Exception as exc:
+            raise KernelSourceError(settings.config_file, key, f"the @triton.heuristics value of {name!r} raised "
+                                                               f"{type(exc).__name__}: {exc}") from None
+        if name in declared and not _same_value(declared[name], value):
+            raise KernelSourceError(settings.config_file, key,
+                                    f"declared {declared[name]!r}, but the source's @triton.heuristics gives "
+                                    f"{value!r} for these arguments; leave {name} out (the heuristic sets it) or "
+                                    "declare the value it gives")
+        cx[name] = value
+    return {**point, "constexprs": cx}
+
+
+def _same_value(a: Any, b: Any) -> bool:
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    return bool(a == b)
 
 
 def compiler_options(target: Target, spec: KernelSettings) -> dict[str, Any]:
@@ -414,7 +631,8 @@ def compile_kernel(settings: Settings, spec: KernelSettings, target: Target, fn:
     options = compiler_options(target, spec)
     started = time.perf_counter()
     try:
-        compiled = hermetic_compile(ASTSource(fn=fn, **args), target.cc, options, timeout=settings.compile_timeout)
+        source = ASTSource(fn=fn, **{**args, "constexprs": triton_constexprs(args["constexprs"])})
+        compiled = hermetic_compile(source, target.cc, options, timeout=settings.compile_timeout)
     except PtxasTimeout as exc:
         raise CompileError(
             f"ptxas ran past compile_timeout = {exc.seconds:g} s compiling kernel {spec.name!r} ({spec.source}) for "
@@ -446,5 +664,17 @@ def compile_kernel(settings: Settings, spec: KernelSettings, target: Target, fn:
         "triton_version": triton_version(),
         "ptxas_version": ptxas_version(),
         "line_info": False,
+        # Triton's own metadata (as its cache stores it; install paths reduced to file names): what
+        # kbuild.runtime.loader needs to launch this cubin without running Triton's compiler (issue 16).
+        "triton_metadata": triton_metadata(compiled),
     }
     return CompiledKernel(kernel=spec.name, target=target, cubin=cubin, metadata=metadata, compile_seconds=seconds)
+
+
+def triton_metadata(compiled: Any) -> dict[str, Any]:
+    """A Triton ``CompiledKernel``'s metadata as Triton writes it into its cache (``json.dumps(.., default=vars)``),
+    with ``extern_libs`` paths reduced to file names (the launch never reads them)."""
+    md: dict[str, Any] = json.loads(json.dumps(compiled.metadata._asdict(), default=vars))
+    if md.get("extern_libs"):
+        md["extern_libs"] = [[name, Path(path).name] for name, path in md["extern_libs"]]
+    return md

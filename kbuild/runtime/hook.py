@@ -23,6 +23,12 @@ every substitution is logged once at debug level on the ``kbuild.runtime`` logge
 itself; a value that is neither true nor false disables them too, with one warning naming the variable.
 
 A hook already installed by someone else is kept and called after this one.
+
+Since issue 16 this post-compile substitution is the fallback: :func:`enable` also installs the
+zero-JIT loader (:mod:`kbuild.runtime.loader`), which answers an exactly matching call before
+Triton compiles anything, from the Triton metadata that version 2 indexes carry. A kernel it
+loaded is marked (``kbuild_entry``) and left alone here; entries without that metadata (version 1
+indexes, artefacts that did not record it) and kernels the loader declined go through this hook.
 """
 
 from __future__ import annotations
@@ -79,6 +85,8 @@ class Event:
     tuned: bool | None = None
     speedup: float | None = None
     cubin_sha256: str | None = None
+    stage: str | None = None
+    """``"zero-jit"`` (loaded without compiling), ``"autotune"`` (the autotuner answered), ``"post-compile"``."""
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -94,6 +102,8 @@ class _State:
         self.cubins: dict[tuple[str, str], bytes] = {}
         self.events: list[Event] = []
         self.logged: set[tuple[str, str]] = set()
+        self.generation = 0
+        """Bumped whenever the enabled indexes change (autotuners are answered again)."""
 
     def rebuild(self) -> None:
         by_function: dict[str, list[tuple[Index, str, dict[str, Any]]]] = {}
@@ -101,6 +111,7 @@ class _State:
             for function, items in index.by_function().items():
                 by_function.setdefault(function, []).extend((index, key, entry) for key, entry in items)
         self.by_function = by_function
+        self.generation += 1
 
 
 _state = _State()
@@ -175,6 +186,9 @@ def reset_events() -> None:
     with _state.lock:
         _state.events.clear()
         _state.logged.clear()
+    from kbuild.runtime.loader import reset_fallback_log
+
+    reset_fallback_log()
 
 
 # ----------------------------------------------------------------------------------------------
@@ -205,12 +219,22 @@ def _install() -> None:
         _state.previous = current
         knobs.runtime.jit_post_compile_hook = _post_compile_hook
         _state.installed = True
+    try:
+        from kbuild.runtime import loader
+
+        loader.install()
+    except Exception as exc:  # the post-compile substitution still works
+        log.debug("cannot install the zero-JIT loader (%s): kernels are compiled, then substituted", exc)
 
 
 def _uninstall() -> None:
     if not _state.installed:
         return
     from triton import knobs
+
+    from kbuild.runtime import loader
+
+    loader.uninstall()
 
     if knobs.runtime.jit_post_compile_hook is _post_compile_hook:
         knobs.runtime.jit_post_compile_hook = _state.previous
@@ -245,9 +269,9 @@ def _record(event: Event) -> None:
         _state.logged.add(once)
     if event.substituted:
         speed = f" ×{event.speedup:.3f}" if event.speedup is not None else ""
-        log.debug("substituted %s cubin for %s [%s] from %s (kernel %s, key %s, sha256 %s)%s",
+        log.debug("substituted %s cubin for %s [%s] from %s (kernel %s, key %s, sha256 %s, %s)%s",
                   "tuned" if event.tuned else "shipped", event.function, event.target, event.package, event.kernel,
-                  (event.key or "")[:16], (event.cubin_sha256 or "")[:16], speed)
+                  (event.key or "")[:16], (event.cubin_sha256 or "")[:16], event.stage or "?", speed)
     elif event.reason.startswith("cubin digest"):
         log.warning("%s: %s; Triton's own cubin is used", event.function, event.reason)
     else:
@@ -266,6 +290,8 @@ def _on_compiled(key: Any, fn: Any, compile_info: Mapping[str, Any]) -> None:
     kernel = jit.device_caches[compile_info["device"]][0].get(key)
     if kernel is None or not hasattr(kernel, "asm") or not hasattr(kernel, "metadata"):
         _record(Event(function, False, "no compiled kernel in Triton's cache for this call"))
+        return
+    if getattr(kernel, "kbuild_entry", None) is not None:  # loaded by kbuild.runtime.loader: nothing to swap
         return
     if getattr(kernel, "module", None) is not None:
         _record(Event(function, False, "the kernel is already loaded"))
@@ -334,7 +360,7 @@ def _substitute(kernel: Any, index: Index, key: str, entry: dict[str, Any], func
     kernel.asm["cubin"] = cubin
     kernel.asm.pop("sass", None)  # AsmDict recomputes it from the new cubin on demand
     _record(Event(**base, substituted=True, reason="key, checks and digest match",
-                  speedup=entry.get("speedup"), cubin_sha256=entry["cubin_sha256"]))
+                  speedup=entry.get("speedup"), cubin_sha256=entry["cubin_sha256"], stage="post-compile"))
 
 
 def _verified_cubin(index: Index, entry: Mapping[str, Any]) -> bytes | None:

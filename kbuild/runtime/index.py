@@ -9,6 +9,21 @@ versions, the full key components), the facts checked against Triton's compiled 
 its cubin is replaced (``checks``: kernel symbol, shared memory, warps, CTAs, scratch), and the
 cubin's file name, sha256 and size, the tuned flag and the measured speedup.
 
+Version 2 (issue 16, zero-JIT loading: :mod:`kbuild.runtime.loader`) adds, per entry, what Triton
+needs to launch the shipped cubin without compiling anything:
+
+* ``triton_metadata``: Triton's own metadata of the compiled kernel, as Triton writes it into its
+  cache (``json.dumps(metadata, default=vars)``: name, shared, options, target, scratch sizes, ...);
+  absent when the artefact did not record it (then only the post-compile substitution applies);
+* ``config``: the launch configuration the cubin was compiled for, in ``triton.Config`` terms
+  (``kwargs`` = the constexprs, ``num_warps``, ``num_stages``, ``num_ctas``, ``maxnreg``);
+* ``autotune`` (optional): ``{"key": [...]}``, the ``@triton.autotune`` key (the values of the
+  autotuner's ``key`` arguments, then ``str(arg.dtype)`` of each argument with a dtype, in argument
+  order, as ``Autotuner.run`` builds it) for which this entry's config is the shipped choice.
+
+Version 1 indexes are still read: their entries lack these fields, so their kernels fall back to
+the post-compile substitution of :mod:`kbuild.runtime.hook` (Triton compiles, the cubin is swapped).
+
 The file is canonical: sorted keys, no timestamps, no paths, so that the same builds always give
 the same bytes.
 """
@@ -16,7 +31,7 @@ the same bytes.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,7 +40,9 @@ from kbuild.errors import UsageError
 from kbuild.key import KEY_SCHEMA, digest
 
 INDEX_FORMAT = "kbuild-runtime-index"
-INDEX_VERSION = 1
+INDEX_VERSION = 2
+#: Index versions this kbuild reads (version 1: no zero-JIT fields).
+READ_VERSIONS = (1, 2)
 #: Folder inside the package that holds the index and the cubins (and the generated ``__init__.py``).
 DATA_DIR = "_kbuild"
 INDEX_FILE = "index.json"
@@ -41,8 +58,20 @@ class IndexFormatError(UsageError):
     """An index that is not a kbuild runtime index, or is inconsistent."""
 
 
-def index_entry(build: Any) -> tuple[str, dict[str, Any]]:
-    """``(baseline key, entry)`` for one :class:`kbuild.hooks.pipeline.KernelBuild` with an artefact."""
+def entry_config(constexprs: Mapping[str, Any], options: Mapping[str, Any]) -> dict[str, Any]:
+    """The ``config`` field: a compiled kernel's launch configuration in ``triton.Config`` terms."""
+    maxnreg = options.get("maxnreg")
+    return {"kwargs": dict(constexprs), "num_warps": int(options.get("num_warps", 4)),
+            "num_stages": int(options.get("num_stages", 3)), "num_ctas": int(options.get("num_ctas", 1)),
+            "maxnreg": int(maxnreg) if maxnreg is not None else None}
+
+
+def index_entry(build: Any, *, autotune_key: Sequence[Any] | None = None) -> tuple[str, dict[str, Any]]:
+    """``(baseline key, entry)`` for one :class:`kbuild.hooks.pipeline.KernelBuild` with an artefact.
+
+    ``triton_metadata`` comes from the artefact's ``meta["triton_metadata"]`` (recorded at compile time);
+    ``autotune_key`` (default: the build's ``autotune_key`` attribute or ``meta["autotune_key"]``) marks the
+    entry as the shipped answer of an ``@triton.autotune`` kernel for that key."""
     art = build.artefact
     meta = art.meta
     comps = build.baseline_key.components
@@ -70,7 +99,15 @@ def index_entry(build: Any) -> tuple[str, dict[str, Any]]:
         "cubin_sha256": art.cubin_sha256,
         "cubin_bytes": len(art.cubin),
         "key_components": comps,
+        "config": entry_config(comps["kernel"]["constexprs"], comps["compiler"]["options"]),
     }
+    triton_metadata = meta.get("triton_metadata")
+    if isinstance(triton_metadata, dict) and triton_metadata.get("name") == checks["name"]:
+        entry["triton_metadata"] = triton_metadata
+    if autotune_key is None:
+        autotune_key = getattr(build, "autotune_key", None) or meta.get("autotune_key")
+    if autotune_key is not None:
+        entry["autotune"] = {"key": list(autotune_key)}
     return build.baseline_key.hex, entry
 
 
@@ -99,6 +136,7 @@ class Index:
     package: str
     data_dir: Path
     entries: dict[str, dict[str, Any]]
+    version: int = INDEX_VERSION
 
     def by_function(self) -> dict[str, list[tuple[str, dict[str, Any]]]]:
         out: dict[str, list[tuple[str, dict[str, Any]]]] = {}
@@ -113,6 +151,9 @@ _FIELD_TYPES: dict[str, type | tuple[type, ...]] = {
     "triton_version": str, "ptxas_version": str, "checks": dict, "cubin": str, "cubin_sha256": str,
     "key_components": dict, "tuned": bool}
 
+#: Types of the optional fields of version 2 (checked when present).
+_OPTIONAL_TYPES: dict[str, type | tuple[type, ...]] = {"triton_metadata": dict, "config": dict, "autotune": dict}
+
 
 def parse_index(data: bytes | str, *, data_dir: Path, where: str) -> Index:
     """Check the format and every entry; an entry whose key is not the digest of its components is an error."""
@@ -124,9 +165,10 @@ def parse_index(data: bytes | str, *, data_dir: Path, where: str) -> Index:
 def _check_index(doc: Any, *, data_dir: Path, where: str) -> Index:
     if not isinstance(doc, dict) or doc.get("format") != INDEX_FORMAT:
         raise IndexFormatError(f"{where}: not a kbuild runtime index (format {doc.get('format') if isinstance(doc, dict) else None!r:.80})")
-    if doc.get("version") != INDEX_VERSION or doc.get("key_schema") != KEY_SCHEMA:
-        raise IndexFormatError(f"{where}: index version {doc.get('version')!r:.40} / key schema {doc.get('key_schema')!r:.40}; "
-                          f"this kbuild reads version {INDEX_VERSION} / key schema {KEY_SCHEMA}")
+    version = doc.get("version")
+    if type(version) is not int or version not in READ_VERSIONS or doc.get("key_schema") != KEY_SCHEMA:
+        raise IndexFormatError(f"{where}: index version {version!r:.40} / key schema {doc.get('key_schema')!r:.40}; "
+                               f"this kbuild reads versions {', '.join(map(str, READ_VERSIONS))} / key schema {KEY_SCHEMA}")
     entries = doc.get("entries")
     if not isinstance(entries, dict):
         raise IndexFormatError(f"{where}: 'entries' is not a table")
@@ -140,11 +182,38 @@ def _check_index(doc: Any, *, data_dir: Path, where: str) -> Index:
             if not isinstance(entry[name], ty):
                 raise IndexFormatError(f"{where}: entries.{key}.{name}: expected {getattr(ty, '__name__', ty)}, "
                                        f"got {type(entry[name]).__name__}")
+        for name, ty in _OPTIONAL_TYPES.items():
+            if name in entry and not isinstance(entry[name], ty):
+                raise IndexFormatError(f"{where}: entries.{key}.{name}: expected {getattr(ty, '__name__', ty)}, "
+                                       f"got {type(entry[name]).__name__}")
+        _check_v2_fields(entry, where=f"{where}: entries.{key}")
         if digest(entry["key_components"]) != key:
             raise IndexFormatError(f"{where}: entries.{key}: the key is not the digest of its key_components")
         if entry["cubin"] != f"{entry['cubin_sha256']}.cubin" or "/" in entry["cubin"] or "\\" in entry["cubin"]:
             raise IndexFormatError(f"{where}: entries.{key}: cubin file must be <sha256>.cubin")
-    return Index(package=str(doc.get("package", "")), data_dir=data_dir, entries=dict(entries))
+    return Index(package=str(doc.get("package", "")), data_dir=data_dir, entries=dict(entries), version=version)
+
+
+def _check_v2_fields(entry: Mapping[str, Any], *, where: str) -> None:
+    md = entry.get("triton_metadata")
+    if md is not None:
+        target = md.get("target")
+        if not isinstance(md.get("name"), str) or not isinstance(target, dict) or \
+                not isinstance(target.get("arch"), int) or not isinstance(md.get("shared"), int):
+            raise IndexFormatError(f"{where}.triton_metadata: needs name, shared and target.arch")
+        if md["name"] != (entry.get("checks") or {}).get("name"):
+            raise IndexFormatError(f"{where}.triton_metadata.name: {md['name']!r:.80} is not the entry's kernel symbol")
+    config = entry.get("config")
+    if config is not None:
+        if not isinstance(config.get("kwargs"), dict) or any(type(config.get(f)) is not int
+                                                              for f in ("num_warps", "num_stages", "num_ctas")):
+            raise IndexFormatError(f"{where}.config: needs kwargs (a table) and integer num_warps, num_stages, num_ctas")
+    autotune = entry.get("autotune")
+    if autotune is not None:
+        if not isinstance(autotune.get("key"), list):
+            raise IndexFormatError(f"{where}.autotune.key: expected a list")
+        if config is None:
+            raise IndexFormatError(f"{where}.autotune: an autotuned entry needs its config")
 
 
 def load_index(path: str | Path) -> Index:
@@ -155,5 +224,5 @@ def load_index(path: str | Path) -> Index:
     return _check_index(read_json_file(p, error=IndexFormatError), data_dir=p.parent, where=str(p))
 
 
-__all__ = ["CHECK_FIELDS", "DATA_DIR", "INDEX_FILE", "INDEX_FORMAT", "INDEX_VERSION", "Index", "IndexFormatError",
-           "build_index", "index_bytes", "index_entry", "load_index", "parse_index"]
+__all__ = ["CHECK_FIELDS", "DATA_DIR", "INDEX_FILE", "INDEX_FORMAT", "INDEX_VERSION", "READ_VERSIONS", "Index",
+           "IndexFormatError", "build_index", "entry_config", "index_bytes", "index_entry", "load_index", "parse_index"]

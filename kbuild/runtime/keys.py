@@ -108,12 +108,26 @@ def _divisibility(attrs: Any) -> tuple[str, str | None]:
 
 def specialization_from_hook(jit: Any, compile_info: Mapping[str, Any], *, cc: int,
                              triton_version: str | None = None) -> CallSpecialization:
-    """Map the ``compile`` argument of Triton's ``jit_post_compile_hook`` onto the declaration notation."""
-    signature_in: Mapping[str, Any] = compile_info["signature"]
-    constants: Mapping[Any, Any] = compile_info.get("constants") or {}
+    """Map the ``compile`` argument of Triton's ``jit_cache_hook`` / ``jit_post_compile_hook`` onto the
+    declaration notation."""
     configs = compile_info.get("configs") or [{}]
-    attrs: Mapping[Any, Any] = configs[0] if configs else {}
-    options = json.loads(compile_info["specialization_data"])["options"]
+    return _specialization(jit, compile_info["signature"], compile_info.get("constants") or {},
+                           configs[0] if configs else {}, json.loads(compile_info["specialization_data"])["options"],
+                           cc=cc, triton_version=triton_version)
+
+
+def specialization_from_source(jit: Any, src: Any, options: Mapping[str, Any], *, cc: int,
+                               triton_version: str | None = None) -> CallSpecialization:
+    """The same from what ``JITFunction._do_compile`` hands ``triton.compile``: the ``ASTSource`` (signature,
+    constants keyed by ``(index,)``, attributes) and ``options.__dict__``. The options go through JSON as
+    ``serialize_specialization_data`` sends them to the hooks, so both views give the same key."""
+    return _specialization(jit, src.signature, src.constants or {}, src.attrs or {},
+                           json.loads(json.dumps(dict(options))), cc=cc, triton_version=triton_version)
+
+
+def _specialization(jit: Any, signature_in: Mapping[str, Any], constants: Mapping[Any, Any],
+                    attrs: Mapping[Any, Any], options: dict[str, Any], *, cc: int,
+                    triton_version: str | None) -> CallSpecialization:
     params = list(jit.params)
     signature: dict[str, str] = {}
     constexprs: dict[str, Any] = {}
@@ -182,4 +196,5 @@ def specialization_for_call(jit: Any, *args: Any, cc: int, **kwargs: Any) -> Cal
     return specialization_from_hook(jit, captured["compile"], cc=cc)
 
 
-__all__ = ["CallSpecialization", "current_triton_version", "specialization_for_call", "specialization_from_hook"]
+__all__ = ["CallSpecialization", "current_triton_version", "specialization_for_call", "specialization_from_hook",
+           "specialization_from_source"]
