@@ -6,7 +6,10 @@ Verbs and their modules: ``compile`` → :mod:`kbuild.commands.compile`; ``expla
 :mod:`kbuild.commands.package_data` (Triton-JIT packages, :mod:`kbuild.runtime`);
 ``cache`` → :mod:`kbuild.cache.cli`; ``sass`` → :mod:`kbuild.sass.cli`; ``bench`` →
 :mod:`kbuild.bench.cli`. Each module exposes ``add_parser(subparsers)`` and sets
-``func=handler`` where ``handler(args) -> int``.
+``func=handler`` where ``handler(args) -> int``. Building the parser imports no optional
+package: ``tune``, ``prewarm``, ``bench`` and ``sass`` need the ``tune`` extra
+(:data:`VERB_EXTRAS`, :mod:`kbuild.extras`) and, without it, stop before running with one line
+naming ``pip install 'kbuild[tune]'`` (exit status 2).
 
 Errors derived from :class:`kbuild.errors.KBuildError` print one ``error:`` line and exit with
 their code (2 for bad input); tracebacks only with ``--debug``.
@@ -24,6 +27,7 @@ from collections.abc import Sequence
 from kbuild import __version__
 from kbuild.config import env_setting
 from kbuild.errors import ExitCode, KBuildError
+from kbuild.extras import require
 
 #: Modules that contribute subcommands, in the order they appear in ``--help``.
 COMMAND_MODULES = [
@@ -40,6 +44,10 @@ COMMAND_MODULES = [
     "kbuild.sass.cli",
     "kbuild.bench.cli",
 ]
+
+#: Verbs that need an optional extra (:data:`kbuild.extras.EXTRAS`): the tuner, the benchmark suite (torch) and
+#: the SASS engine (numpy). The other verbs run on the core dependencies alone.
+VERB_EXTRAS = {"tune": "tune", "prewarm": "tune", "bench": "tune", "sass": "tune"}
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -67,6 +75,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser.print_help(sys.stderr)
         return ExitCode.USAGE
     try:
+        extra = VERB_EXTRAS.get(args.command)
+        if extra is not None:
+            require(extra, f"kbuild {args.command}")
         return int(args.func(args) or 0)
     except KBuildError as exc:
         if debug:

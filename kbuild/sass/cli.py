@@ -10,7 +10,8 @@ from typing import Any
 from kbuild import console
 from kbuild.errors import ExitCode, UsageError
 
-from . import control, elf
+# The SASS engine (numpy, the [tune] extra) is imported by the verbs, not here: the kbuild CLI builds its
+# parser on the core dependencies alone.
 
 
 def add_parser(subparsers: Any) -> None:
@@ -59,6 +60,8 @@ def _schedule(path: Path, kernel: str | None):
 
 
 def _show(args: argparse.Namespace) -> int:
+    from . import control
+
     sched = _schedule(args.cubin, args.kernel)
     an = sched.analysis
     rows = []
@@ -106,6 +109,8 @@ def _stats(args: argparse.Namespace) -> int:
 
 
 def _read(path: Path) -> bytes:
+    from . import elf
+
     return elf.load(path).data
 
 

@@ -22,13 +22,18 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kbuild import __version__
+from kbuild.extras import needs
 from kbuild.fsutil import write_atomic
 from kbuild.tune import TUNER_VERSION
 from kbuild.tune.accept import Decision, aa_spread, decide
-from kbuild.tune.env import SassScheduleEnv
-from kbuild.tune.evaluate import BackendEvaluator, Budget, Evaluator, ModelEvaluator
 from kbuild.tune.measure.backend import K_ACCEPT, MODEL_BACKEND, Backend, KernelRef, TimeResult
-from kbuild.tune.search import ALGORITHMS, DEFAULT_ALGORITHM, DEFAULT_POLICY, SearchResult, run_search
+
+# The [tune] extra (gymnasium, numpy, torch, ...): without it, importing the tuner is one MissingDependencyError
+# naming `pip install 'kbuild[tune]'`, which a build under tune = "auto" reports and ships the baseline.
+with needs("tune", "tuning (kbuild.tune)"):
+    from kbuild.tune.env import SassScheduleEnv
+    from kbuild.tune.evaluate import BackendEvaluator, Budget, Evaluator, ModelEvaluator
+    from kbuild.tune.search import ALGORITHMS, DEFAULT_ALGORITHM, DEFAULT_POLICY, SearchResult, run_search
 
 
 @dataclass

@@ -11,9 +11,13 @@ Importing this package imports neither torch, triton nor optuna.
 
 from __future__ import annotations
 
-from .measurer import ConfigMeasurer, GpuConfigMeasurer, ModelConfigMeasurer, Prepared, TimedBatch
-from .search import Level1Result, NoWorkingConfig, Trial, search_configs
-from .space import Space
+from kbuild.extras import needs
+
+# The [tune] extra (numpy, optuna, ...): without it, one MissingDependencyError naming `pip install 'kbuild[tune]'`.
+with needs("tune", "tuning (kbuild.tune.level1)"):
+    from .measurer import ConfigMeasurer, GpuConfigMeasurer, ModelConfigMeasurer, Prepared, TimedBatch
+    from .search import Level1Result, NoWorkingConfig, Trial, search_configs
+    from .space import Space
 
 __all__ = ["ConfigMeasurer", "GpuConfigMeasurer", "Level1Result", "ModelConfigMeasurer", "NoWorkingConfig",
            "Prepared", "Space", "TimedBatch", "Trial", "search_configs"]
