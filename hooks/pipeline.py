@@ -178,30 +178,82 @@ def resolve(settings: Settings, kernels: Sequence[KernelSettings], targets: Sequ
     toolchain = {"triton_version": triton_version(), "ptxas_version": ptxas_version()}
     tuner = tuner_component(settings, version=TUNER_VERSION) if settings.tune != "off" else None
     for declared in kernels:
-        obj = load_source(settings, declared)
-        spec, space = resolve_space(settings, declared, obj)
-        fn = obj if _is_jit(obj) else obj.fn  # load_source returns a @triton.jit function or an autotuner over one
-        ast_source_args(settings, spec, fn)  # validates the declaration against the function
-        _check_space_against(settings, spec, fn, space)
+        spec, space, fn = resolve_declaration(settings, declared)
         shash = source_hash(fn)
+        dist = source_distribution(spec, fn)
         for target in targets:
-            baseline, tuned = _keys(spec, target, shash, toolchain, tuner, space)
+            baseline, tuned = _keys(spec, target, shash, toolchain, tuner, space, dist)
             builds.append(KernelBuild(spec=spec, target=target, baseline_key=baseline, tuned_key=tuned, fn=fn,
                                       space=space))
     return builds
 
 
-def _is_jit(obj: Any) -> bool:
-    from triton.runtime.jit import JITFunction
+def resolve_declaration(settings: Settings, declared: KernelSettings) -> tuple[KernelSettings, list[dict[str, Any]], Any]:
+    """Import ``declared.source`` and resolve the declaration against it: the ``@triton.jit`` function under any
+    ``@triton.autotune``/``@triton.heuristics`` layers (:func:`kbuild.compile.triton_aot.unwrap`), parameter
+    defaults filled in (:func:`~kbuild.compile.triton_aot.complete_declaration`), the configuration space
+    (:func:`resolve_space`) and the heuristics' values put into every point
+    (:func:`~kbuild.compile.triton_aot.evaluate_heuristics`). Returns (the resolved spec, its space, the function);
+    errors name the key, before anything is compiled."""
+    import dataclasses
 
-    return isinstance(obj, JITFunction)
+    from kbuild.compile.triton_aot import complete_declaration, evaluate_heuristics, unwrap
+    from kbuild.space import autotune_configs
+
+    layers = unwrap(load_source(settings, declared))
+    skip: set[str] = set()
+    if layers.autotuner is not None and not (declared.space or declared.configs):
+        with contextlib.suppress(ValueError):
+            skip = {n for e in autotune_configs(layers.autotuner) for n in e}
+    spec = complete_declaration(settings, declared, layers, skip)
+    spec, space = resolve_space(settings, spec, layers.autotuner)
+    if layers.heuristics:
+        given = dict(declared.constexprs)
+        section = "space" if spec.space else "configs"
+        space = [evaluate_heuristics(settings, spec, layers, space[0], declared=given)] + [
+            evaluate_heuristics(settings, spec, layers, p, declared={**given, **_config_values(spec, p)}, where=section)
+            for p in space[1:]]
+        default = space[0]
+        spec = dataclasses.replace(spec, constexprs=dict(default["constexprs"]))
+    fn = layers.jit
+    ast_source_args(settings, spec, fn)  # validates the declaration against the function
+    _check_space_against(settings, spec, fn, space)
+    return spec, space, fn
+
+
+def _config_values(spec: KernelSettings, point: dict[str, Any]) -> dict[str, Any]:
+    """The constexprs a point of ``spec``'s space sets itself (those that differ from the default's)."""
+    return {n: v for n, v in point["constexprs"].items() if spec.constexprs.get(n, object()) != v}
+
+
+def source_distribution(spec: KernelSettings, fn: Any) -> dict[str, str] | None:
+    """``{"name", "version"}`` of the installed distribution whose files hold the kernel's module (a kernel
+    imported from site-packages); None for a kernel of the project (its key stays what it was)."""
+    import importlib.metadata as md
+    import sys
+
+    mod = sys.modules.get(getattr(fn, "__module__", "") or spec.module)
+    path = getattr(mod, "__file__", None)
+    if not isinstance(path, str):
+        return None
+    real = os.path.realpath(path)
+    top = spec.module.partition(".")[0]
+    for name in md.packages_distributions().get(top, []):
+        try:
+            dist = md.distribution(name)
+        except md.PackageNotFoundError:
+            continue
+        for f in dist.files or []:
+            if os.path.realpath(str(dist.locate_file(f))) == real:
+                return {"name": str(dist.metadata["Name"]), "version": str(dist.version)}
+    return None
 
 
 def _keys(spec: KernelSettings, target: Target, shash: str, toolchain: dict[str, str], tuner: dict[str, Any] | None,
-          space: list[dict[str, Any]]) -> tuple[KernelKey, KernelKey | None]:
+          space: list[dict[str, Any]], dist: dict[str, str] | None = None) -> tuple[KernelKey, KernelKey | None]:
     compiler = compiler_component(options=portable_options(compiler_options(target, spec)), **toolchain)
     common: dict[str, Any] = {"spec": spec, "target": target, "source_hash": shash, "function": spec.function,
-                              "compiler": compiler}
+                              "compiler": compiler, "distribution": dist}
     baseline = kernel_key(**common, tuner=None)
     tuned = kernel_key(**common, tuner=tuner, space=space) if tuner is not None else None
     return baseline, tuned
@@ -210,7 +262,7 @@ def _keys(spec: KernelSettings, target: Target, shash: str, toolchain: dict[str,
 def resolve_space(settings: Settings, spec: KernelSettings, obj: Any) -> tuple[KernelSettings, list[dict[str, Any]]]:
     """The declaration with its configuration space resolved, and the space's points (default first).
 
-    ``obj`` is what ``spec.source`` names. An ``@triton.autotune`` object gives its configs when the declaration
+    ``obj`` is the ``@triton.autotune`` object of ``spec.source`` (None: there is none). An ``@triton.autotune`` object gives its configs when the declaration
     has no ``space`` or ``configs`` of its own (:func:`kbuild.space.autotune_configs`; the default is chosen by
     :func:`kbuild.space.autotune_default`); ``autotune = true`` over a plain ``@triton.jit`` function is an error
     naming the key."""
@@ -219,7 +271,7 @@ def resolve_space(settings: Settings, spec: KernelSettings, obj: Any) -> tuple[K
     from kbuild.space import SpaceError, autotune_configs, autotune_default, expand
 
     base = f"[tool.kbuild.kernels][{kernel_index(settings, spec)}]"
-    autotuner = obj if obj is not None and not _is_jit(obj) and hasattr(obj, "configs") else None
+    autotuner = obj if obj is not None and hasattr(obj, "configs") else None
     if spec.autotune and autotuner is None:
         raise KernelSourceError(settings.config_file, f"{base}.autotune",
                                 f"autotune = true, but {spec.source!r} is not an @triton.autotune object")
@@ -442,7 +494,7 @@ def compile_config(settings: Settings, b: KernelBuild, config: dict[str, Any]) -
     spec = config_spec(b.spec, point)
     ast_source_args(settings, spec, fn)
     toolchain = {"triton_version": triton_version(), "ptxas_version": ptxas_version()}
-    key, _ = _keys(spec, b.target, source_hash(fn), toolchain, None, [point])
+    key, _ = _keys(spec, b.target, source_hash(fn), toolchain, None, [point], source_distribution(spec, fn))
     cb = KernelBuild(spec=spec, target=b.target, baseline_key=key, tuned_key=None, fn=fn, space=[point])
     return _compile_baseline(settings, cb)
 

@@ -54,6 +54,8 @@ ShipMode = Literal["extension", "package-data"]
 
 #: Scalars allowed as constexpr values.
 Constexpr = bool | int | float | str
+#: A declared constexpr value: a scalar, or a dtype as ``{ dtype = "fp16" }`` (:func:`kbuild.compile.signature.dtype_constexpr`).
+ConstexprValue = bool | int | float | str | dict[str, str]
 
 def _setting(default: Any = dataclasses.MISSING, *, env: str | None = None, key: bool = False,
              default_factory: Any = dataclasses.MISSING, check: Callable[[Any, _Converter, str], None] | None = None,
@@ -106,10 +108,20 @@ class KernelSettings:
 
     signature: dict[str, str] = _setting(key=True, default_factory=dict)
     """Type of each non-constexpr parameter, by name, in Triton's AOT notation: ``"*fp16"`` is a pointer,
-    ``"i32"`` an integer; ``":16"`` declares the value (pointer address or integer) divisible by 16."""
+    ``"i32"`` an integer; ``":16"`` declares the value (pointer address or integer) divisible by 16, ``":1"`` the
+    constant 1; ``"none"``: the argument is passed None (compiled as the constant None, as Triton does). A
+    parameter with a default in the Python signature may be left out: it is specialised as Triton specialises
+    the default (1 and None become constants)."""
 
-    constexprs: dict[str, Constexpr] = _setting(key=True, default_factory=dict)
-    """Value of each ``tl.constexpr`` parameter, by name."""
+    constexprs: dict[str, ConstexprValue] = _setting(key=True, default_factory=dict)
+    """Value of each ``tl.constexpr`` parameter, by name; a dtype as ``{ dtype = "fp16" }``. A parameter with a
+    default in the Python signature, or set by an ``@triton.heuristics`` of the source, may be left out."""
+
+    variants: dict[str, list[ConstexprValue]] = field(default_factory=dict)
+    """A matrix of values, each combination one entry (:mod:`kbuild.variants`): ``{ BLOCK = [1024, 4096], dtype =
+    ["fp16", "bf16"] }``. A key written as ``{key}`` in a signature type or a constexpr string (``"*{dtype}:16"``,
+    ``{ dtype = "{dtype}" }``) is filled in there; any other key is a constexpr. Entries are named
+    ``name_BLOCK_1024_dtype_bf16`` (label ``name[BLOCK=1024,dtype=bf16]``)."""
 
     num_warps: int = _setting(4, key=True)
     """Warps per program (Triton's ``num_warps``)."""
@@ -147,6 +159,21 @@ class KernelSettings:
 
     bench: str | None = None
     """Optional bench spec, ``"package.module:callable"``, that makes inputs and the grid for measuring."""
+
+    # Resolved context, not read from TOML.
+    entry: int | None = field(default=None, metadata={"internal": True})
+    """Index of the ``[[tool.kbuild.kernels]]`` table this entry comes from (variants share one)."""
+    variant: dict[str, Any] = field(default_factory=dict, metadata={"internal": True})
+    """The variant's values (empty: not a variant)."""
+    variant_of: str | None = field(default=None, metadata={"internal": True})
+    """The declared name a variant was expanded from."""
+
+    @property
+    def label(self) -> str:
+        """The readable name: ``name[BLOCK=1024,dtype=bf16]`` for a variant, else the name."""
+        from kbuild.variants import label
+
+        return label(self.variant_of, self.variant) if self.variant_of is not None else self.name
 
     def default_config(self) -> dict[str, Any]:
         """The declared point, the configuration that ships untuned (:func:`kbuild.space.make_point`'s shape)."""
@@ -309,7 +336,7 @@ class Settings:
     def kernel(self, name: str) -> KernelSettings:
         """The kernel called ``name``; a :class:`ConfigError` listing the known names otherwise."""
         for k in self.kernels:
-            if k.name == name:
+            if k.name == name or (k.variant_of is not None and k.label == name):
                 return k
         known = ", ".join(k.name for k in self.kernels) or "none declared"
         hint = difflib.get_close_matches(name, [k.name for k in self.kernels], n=1)
@@ -593,11 +620,12 @@ def settings_from_table(table: Mapping[str, Any], *, where: str = "<table>", pro
             kpath = f"[tool.kbuild.kernels][{i}]"
             if not isinstance(k, dict):
                 raise conv.error(kpath, f"expected a table, got {_value_name(k)}")
-            parsed.append(_validate_kernel(conv.dataclass(KernelSettings, k, kpath), conv, kpath))
+            parsed.extend(_expand_kernel(conv.dataclass(KernelSettings, k, kpath), i, conv, kpath))
     names = [k.name for k in parsed]
-    for i, n in enumerate(names):
-        if n in names[:i]:
-            raise conv.error(f"[tool.kbuild.kernels][{i}].name", f"duplicate kernel name {n!r}")
+    for j, (k, n) in enumerate(zip(parsed, names)):
+        if n in names[:j]:
+            raise conv.error(f"[tool.kbuild.kernels][{k.entry}].name", f"duplicate kernel name {n!r}"
+                             + (f" (variant {k.label})" if k.variant_of is not None else ""))
     settings = dataclasses.replace(base, kernels=parsed, project_dir=project_dir or Path.cwd(), config_file=where)
     settings = _apply_environment(_apply_config_settings(settings, config_settings), environ)
     _check_types_on_targets(settings, conv)
@@ -614,13 +642,37 @@ def _check_types_on_targets(s: Settings, conv: _Converter) -> None:
             for t in targets:
                 problem = t.type_problem(ty.strip())
                 if problem:
-                    raise conv.error(_key_path(f"[tool.kbuild.kernels][{i}].signature", pname),
+                    raise conv.error(_key_path(f"[tool.kbuild.kernels][{i if k.entry is None else k.entry}].signature",
+                                               pname),
                                      f"{problem} (targets: {', '.join(s.targets)})")
+
+
+class _VariantConverter(_Converter):
+    """Errors of one variant's entry name the variant too."""
+
+    def __init__(self, where: str, label: str) -> None:
+        super().__init__(where)
+        self.label = label
+
+    def error(self, path: str, message: str) -> ConfigError:
+        return ConfigError(self.where, path, f"{message} (variant {self.label})")
+
+
+def _expand_kernel(k: KernelSettings, index: int, conv: _Converter, path: str) -> list[KernelSettings]:
+    """The entries of one table (its variants expanded, :mod:`kbuild.variants`), each validated."""
+    from kbuild.variants import VariantError, expand
+
+    try:
+        entries = expand(dataclasses.replace(k, entry=index))
+    except VariantError as exc:
+        raise conv.error(f"{path}.{exc.key}", exc.detail) from None
+    return [_validate_kernel(e, _VariantConverter(conv.where, e.label) if e.variant_of is not None else conv, path)
+            for e in entries]
 
 
 def _validate_kernel(k: KernelSettings, conv: _Converter, path: str) -> KernelSettings:
     # The one declaration grammar; imported here because kbuild.compile imports this module.
-    from kbuild.compile.signature import SignatureError, parse_type
+    from kbuild.compile.signature import SignatureError, check_constexpr_value, parse_type
 
     if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k.name):
         raise conv.error(f"{path}.name", f"{k.name!r} is not an identifier (letters, digits and _)")
@@ -637,9 +689,13 @@ def _validate_kernel(k: KernelSettings, conv: _Converter, path: str) -> KernelSe
             parse_type(ty)
         except SignatureError as exc:
             raise conv.error(f"{path}.signature.{pname}", str(exc)) from None
-    for cname in k.constexprs:
+    for cname, value in k.constexprs.items():
         if not cname.isidentifier():
             raise conv.error(_key_path(f"{path}.constexprs", cname), "parameter names must be identifiers")
+        try:
+            check_constexpr_value(value)
+        except SignatureError as exc:
+            raise conv.error(f"{path}.constexprs.{cname}", str(exc)) from None
     both = sorted(set(k.signature) & set(k.constexprs))
     if both:
         raise conv.error(f"{path}.constexprs.{both[0]}", "declared both in signature and constexprs")
@@ -687,7 +743,8 @@ def check_grid_names(k: KernelSettings, grid: Any, points: list[dict[str, Any]],
         if not t.pointer and t.element in INTEGER_TYPES:
             integers.add(pname)
         else:
-            others[pname] = f"a {'pointer' if t.pointer else 'floating-point or boolean'} argument ({ty.strip()})"
+            kind = "pointer" if t.pointer else "None" if t.is_none else "floating-point or boolean"
+            others[pname] = f"a {kind} argument ({ty.strip()})"
     names = {n for p in points for n in p["constexprs"]}
     for n in names:
         values = [p["constexprs"].get(n) for p in points]

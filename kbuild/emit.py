@@ -408,7 +408,9 @@ def cuda_include_dir() -> Path:
 
 def kernel_sources(settings: Settings) -> list[Path]:
     """``pyproject.toml``, ``kbuild.lock`` (when present) and every ``.py`` file of the packages the
-    kernels live in. Nothing is imported; a kernel whose package cannot be found is an error."""
+    kernels live in: under the project (``python_path``) first, else wherever Python finds the top-level
+    package (an installed one: its files and its distribution's ``RECORD``, which changes when the package is
+    reinstalled or upgraded). Nothing of the kernels is imported; a package found nowhere is an error."""
     out = {Path(settings.config_file).resolve()}
     lock = settings.project_dir / "kbuild.lock"
     if lock.is_file():
@@ -428,10 +430,43 @@ def kernel_sources(settings: Settings) -> list[Path]:
                 found = True
                 break
         if not found:
-            raise KernelSourceError(settings.config_file, f"[tool.kbuild.kernels][{i}].source",
-                                    f"kernel {k.name!r}: module {k.module!r} not found under "
-                                    f"{', '.join(str(r) for r in roots)} (python_path)")
+            installed = installed_sources(top)
+            if installed is None:
+                raise KernelSourceError(settings.config_file, f"[tool.kbuild.kernels][{i if k.entry is None else k.entry}]"
+                                        ".source", f"kernel {k.name!r}: module {k.module!r} not found under "
+                                        f"{', '.join(str(r) for r in roots)} (python_path) nor on sys.path")
+            out.update(installed)
     return sorted(out)
+
+
+def installed_sources(top: str) -> list[Path] | None:
+    """The ``.py`` files of the top-level package or module ``top`` as Python finds it on ``sys.path`` (without
+    importing it), and the ``RECORD`` of each installed distribution that provides it; None when not found."""
+    import importlib.metadata as md
+    import importlib.util
+
+    try:
+        spec = importlib.util.find_spec(top)
+    except (ImportError, ValueError):
+        return None
+    if spec is None:
+        return None
+    files: set[Path] = set()
+    for loc in spec.submodule_search_locations or []:
+        files.update(p.resolve() for p in Path(loc).rglob("*.py") if "__pycache__" not in p.parts)
+    if not spec.submodule_search_locations and spec.origin and Path(spec.origin).is_file():
+        files.add(Path(spec.origin).resolve())
+    if not files:
+        return None
+    for name in md.packages_distributions().get(top, []):
+        try:
+            dist = md.distribution(name)
+        except md.PackageNotFoundError:
+            continue
+        for f in dist.files or []:
+            if f.name == "RECORD" and f.parent.name.endswith(".dist-info"):
+                files.add(Path(str(dist.locate_file(f))).resolve())
+    return sorted(files)
 
 
 def write_files(out_dir: str | os.PathLike[str], files: Mapping[str, bytes], *, what: str | None = None) -> list[Path]:
@@ -440,5 +475,5 @@ def write_files(out_dir: str | os.PathLike[str], files: Mapping[str, bytes], *, 
     return fsutil.write_files(out_dir, files, what=what)
 
 
-__all__ = ["C_TYPES", "EmitError", "EmitKernel", "c_type", "cuda_include_dir", "kernel_sources", "kernels_from_builds",
-           "render_sources", "write_files"]
+__all__ = ["C_TYPES", "EmitError", "EmitKernel", "c_type", "cuda_include_dir", "installed_sources", "kernel_sources",
+           "kernels_from_builds", "render_sources", "write_files"]

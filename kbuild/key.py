@@ -4,7 +4,9 @@ Components (see ARCHITECTURE.md "The key"):
 
 * ``kernel``: Triton's source hash of the function and its callees, the function name, and
   every :class:`~kbuild.config.KernelSettings` field marked ``key`` (signature, constexprs,
-  num_warps, num_stages) — collected from the settings model, not listed here;
+  num_warps, num_stages) — collected from the settings model, not listed here — and, for a kernel
+  imported from an installed package rather than the project, that distribution's name and version
+  (``kernel.distribution``; absent for project kernels, whose keys stay as they were);
 * ``compiler``: Triton's version, its parsed backend options (paths reduced to file names),
   the ptxas version and line info (off);
 * ``target``: the exact architecture ptxas builds for (``sm_90a`` is not ``sm_90``);
@@ -89,15 +91,18 @@ def space_component(space: list[dict[str, Any]] | None) -> list[dict[str, Any]] 
 
 def kernel_key(*, spec: KernelSettings, target: Target, source_hash: str, function: str,
                compiler: dict[str, Any], tuner: dict[str, Any] | None,
-               space: list[dict[str, Any]] | None = None) -> KernelKey:
+               space: list[dict[str, Any]] | None = None, distribution: dict[str, str] | None = None) -> KernelKey:
     """Assemble the components. ``compiler`` comes from :func:`compiler_component`.
 
     The kernel component is the default configuration's (``maxnreg`` and ``num_ctas`` reach the key through
     the compiler options); ``space`` (:meth:`kbuild.config.KernelSettings.search_space`, resolved) goes into a
     tuned key only, as ``tuner.space``: a different space may choose a different configuration, while the
-    baseline is the default's compile whatever the space."""
+    baseline is the default's compile whatever the space. ``distribution``: ``{"name", "version"}`` of the
+    installed package the kernel comes from (None: the project's own kernel, no entry)."""
     kernel: dict[str, Any] = {"source_hash": source_hash, "function": function}
     kernel.update(_declared(spec, KernelSettings))
+    if distribution is not None:
+        kernel["distribution"] = dict(distribution)
     # Normalise whitespace in type strings so "*fp16 :16" and "*fp16:16" agree.
     kernel["signature"] = {k: "".join(v.split()) for k, v in kernel["signature"].items()}
     points = space_component(space)

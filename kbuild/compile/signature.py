@@ -7,7 +7,7 @@ inputs are checked against agree.
 
 The grammar is Triton 3.6's own, on the NVIDIA backend::
 
-    type    := pointer | scalar
+    type    := pointer | scalar | "none"
     pointer := "*" ["k"] element [":16"]      "k": pointer to constant data (``str_to_ty``)
     scalar  := integer [":16" | ":1"] | boolean | float
     integer := i8 | i16 | i32 | i64 | u8 | u16 | u32 | u64
@@ -28,6 +28,15 @@ Where each rule comes from (``site-packages/triton``):
   becomes ``"constexpr"``). The JIT (``backends/compiler.py`` ``get_int_specialization`` and the native
   specialiser) gives those hints to integers and pointers only, never to floats or bools, and the
   constant 1 only to integers; a hint elsewhere would declare a kernel Triton never builds.
+
+``"none"`` declares a parameter that is passed ``None`` (an optional pointer left out): Triton's JIT
+specialises ``None`` to a compile-time constant (``native_specialize_impl`` gives ``("constexpr", None)``), so
+it becomes a constexpr of value None and the launcher takes no argument for it. ``"None"`` (Python's
+spelling) is an error that says to write ``"none"``.
+
+A constexpr may be a dtype (Triton passes ``tl.float32``-like objects): ``{ dtype = "fp32" }``, the element
+names above (:func:`dtype_constexpr`). Its value stays that table in keys and metadata;
+:mod:`kbuild.compile.triton_aot` turns it into Triton's dtype object.
 
 Surrounding whitespace is ignored (TOML authors align tables); whitespace inside a type is an error.
 This module imports nothing of triton or torch.
@@ -57,10 +66,13 @@ TORCH_DTYPES: dict[str, str | None] = {
     "fp8e4nv": "float8_e4m3fn", "fp8e5": "float8_e5m2", "fp8e4b15": None,
 }
 
+#: A parameter passed None (Triton specialises it to the constant None).
+NONE_TYPE = "none"
+
 #: The hints Triton's AOT compiler knows: divisible by 16, and the constant 1.
 HINTS = (16, 1)
 
-EXAMPLES = '"*fp16:16", "*kfp32", "i32", "i64:16", "i32:1", "fp32"'
+EXAMPLES = '"*fp16:16", "*kfp32", "i32", "i64:16", "i32:1", "fp32", "none"'
 
 
 class SignatureError(ValueError):
@@ -94,9 +106,14 @@ class ParamType:
         return self.hint == 1
 
     @property
+    def is_none(self) -> bool:
+        """Declared ``"none"``: the argument is None, a compile-time constant."""
+        return self.element == NONE_TYPE
+
+    @property
     def torch_dtype(self) -> str | None:
         """The torch dtype a pointer's tensor holds (None: torch has none)."""
-        return TORCH_DTYPES[self.element]
+        return TORCH_DTYPES.get(self.element)
 
     def __str__(self) -> str:
         return self.triton_type + (f":{self.hint}" if self.hint is not None else "")
@@ -106,6 +123,11 @@ def parse_type(text: str) -> ParamType:
     """Read one declared type (``"*fp16:16"``); :class:`SignatureError` (a ValueError) says why not."""
     if not isinstance(text, str):
         raise SignatureError(None, f"expected a type string such as {EXAMPLES}, got {type(text).__name__}")
+    if text.strip() == NONE_TYPE:
+        return ParamType(element=NONE_TYPE)
+    if text.strip().lower() == NONE_TYPE:
+        raise SignatureError(None, f"{text!r} is not a Triton type; write \"none\" (lower case) for an argument "
+                                   "passed None")
     body, colon, hint_text = text.strip().partition(":")
     pointer = body.startswith("*")
     element = body[1:] if pointer else body
@@ -142,13 +164,42 @@ def is_type(text: object) -> bool:
     return True
 
 
+DTYPE_EXAMPLE = '{ dtype = "fp16" }'
+
+
+def dtype_constexpr(value: object) -> str | None:
+    """The element type of a dtype constexpr (``{ dtype = "fp16" }`` → ``"fp16"``); None for any other value.
+    A table that is not exactly one ``dtype`` key naming an element type is a :class:`SignatureError`."""
+    if not isinstance(value, Mapping):
+        return None
+    if set(value) != {"dtype"}:
+        raise SignatureError(None, f"a table constexpr declares a dtype and has the one key 'dtype', e.g. "
+                                   f"{DTYPE_EXAMPLE}; got keys {sorted(map(str, value))}")
+    name = value["dtype"]
+    if not isinstance(name, str) or name.strip() not in ELEMENT_TYPES:
+        raise SignatureError(None, f"dtype {name!r} is not a Triton element type; expected one of "
+                                   f"{', '.join(ELEMENT_TYPES)}")
+    return name.strip()
+
+
+def check_constexpr_value(value: object) -> None:
+    """A declared constexpr value Triton can take: a scalar or a dtype table (:func:`dtype_constexpr`). The
+    string ``"None"`` is refused (it would reach the kernel as a string): a None argument is declared under
+    signature as ``"none"``. :class:`SignatureError` says why."""
+    if isinstance(value, str) and value.strip() in ("None", "none"):
+        raise SignatureError(None, f"{value!r} would reach the kernel as a string; for an argument passed None, "
+                                   "declare it under signature as \"none\"")
+    dtype_constexpr(value)
+
+
 def ast_source_args(arg_names: Sequence[str], signature: Mapping[str, str],
                     constexprs: Mapping[str, Any]) -> dict[str, Any]:
     """``ASTSource``'s ``signature``, ``constexprs`` and ``attrs`` for a kernel with parameters ``arg_names``.
 
     Every parameter must be in exactly one of ``signature`` (declared types) and ``constexprs`` (values).
     As Triton's AOT compiler does, a ``:16`` hint becomes ``tt.divisibility = 16`` and a ``:1`` one the
-    constant 1; the result lists parameters in the function's order. :class:`SignatureError` names the
+    constant 1 and a ``"none"`` one the constant None; the result lists parameters in the function's order.
+    Dtype constexprs stay tables here (:func:`dtype_constexpr`; the caller makes Triton's objects). :class:`SignatureError` names the
     first parameter that is undeclared, declared twice, unknown or of a bad type.
     """
     unknown = [n for n in (*signature, *constexprs) if n not in arg_names]
@@ -171,9 +222,9 @@ def ast_source_args(arg_names: Sequence[str], signature: Mapping[str, str],
             ty = parse_type(signature[name])
         except SignatureError as exc:
             raise SignatureError(name, str(exc)) from None
-        if ty.is_constant_one:
+        if ty.is_constant_one or ty.is_none:
             sig[name] = "constexpr"
-            consts[name] = 1
+            consts[name] = None if ty.is_none else 1
             continue
         sig[name] = ty.triton_type
         if ty.hint == 16:
@@ -181,5 +232,6 @@ def ast_source_args(arg_names: Sequence[str], signature: Mapping[str, str],
     return {"signature": sig, "constexprs": consts, "attrs": attrs}
 
 
-__all__ = ["BOOLEAN_TYPES", "ELEMENT_TYPES", "FLOAT_TYPES", "FP8_TYPES", "HINTS", "INTEGER_TYPES", "SCALAR_TYPES",
-           "TORCH_DTYPES", "ParamType", "SignatureError", "ast_source_args", "is_type", "parse_type"]
+__all__ = ["BOOLEAN_TYPES", "ELEMENT_TYPES", "FLOAT_TYPES", "FP8_TYPES", "HINTS", "INTEGER_TYPES", "NONE_TYPE",
+           "SCALAR_TYPES", "TORCH_DTYPES", "ParamType", "SignatureError", "ast_source_args", "check_constexpr_value",
+           "dtype_constexpr", "is_type", "parse_type"]
