@@ -15,6 +15,12 @@ list and Triton's include directory), so the CMake build copies them and runs no
 under setuptools the plugin (:mod:`kbuild.hooks.setuptools_plugin`) picks it
 up in-process.
 
+``ship = "package-data"`` (packages that run their kernels through Triton's JIT): the backend also writes the
+package data (:func:`kbuild.runtime.package.write_package_data`: ``_kbuild/index.json``, the cubins and the
+enabling ``__init__.py``) into its temporary directory, and the plugin's ``build_py`` copies it into setuptools'
+``build_lib``, so the wheel ships ``<package>/_kbuild/`` and ``.dist-info/kbuild.json`` while the project's
+source tree gets nothing. (scikit-build-core projects cannot ship package data yet: an error says so.)
+
 Options: every ``[tool.kbuild]`` setting can also be given as a config setting ``kbuild.<key>``
 (``pip wheel -C kbuild.locked=true -C kbuild.targets=sm_90``), which the environment
 (``KBUILD_LOCKED=1``) overrides in turn (:mod:`kbuild.config` reads them all). A target list given
@@ -122,6 +128,12 @@ def plan(config_settings: ConfigSettings, out_dir: Path, *, project: Mapping[str
     from .manifest import MANIFEST_NAME
 
     settings = load_settings("pyproject.toml", config_settings=config_settings, document=project)
+    if settings.ship == "package-data" and _backend_spec(project) == _SKBUILD:
+        from kbuild.errors import UsageError
+
+        raise UsageError(f'{settings.config_file}: [tool.kbuild] ship = "package-data": the backend writes package '
+                         "data through setuptools only, and this project builds with scikit-build-core (CMake); "
+                         'ship = "extension" there, or run kbuild package-data into the built tree')
     part = list(settings.targets) if (config_settings or {}).get("kbuild.targets") else None
     result = pipeline.plan(settings, targets=part)
     tuned = sum(1 for b in result.builds if b.improved)
@@ -135,7 +147,32 @@ def plan(config_settings: ConfigSettings, out_dir: Path, *, project: Mapping[str
     files["depends.txt"] = "".join(f"{p}\n" for p in kernel_sources(settings)).encode()
     files["include_dir.txt"] = f"{cuda_include_dir()}\n".encode()
     write_files(out_dir, files, what=f"kbuild's build directory {out_dir}")
+    if settings.ship == "package-data":
+        _stage_package_data(settings, result.builds, out_dir)
     return out_dir / MANIFEST_NAME
+
+
+#: Where :func:`plan` stages the package data: ``<out_dir>/package-data/<package>/_kbuild/``.
+PACKAGE_DATA_DIR = "package-data"
+
+
+def _stage_package_data(settings: Any, builds: list[Any], out_dir: Path) -> Path:
+    """Write ``<out_dir>/package-data/<package>/_kbuild/`` for ``builds``; the ``<package>`` folder."""
+    from kbuild.runtime.package import infer_package, write_package_data
+
+    package = infer_package(settings, builds)
+    data = write_package_data(settings, builds, out_dir / PACKAGE_DATA_DIR / package, package=package)
+    shipped = sum(1 for e in data.index["entries"].values() if e["tuned"])
+    _say(f"kbuild: package data for {package}: {len(data.index['entries'])} kernel × target "
+         f"({shipped} tuned) in {package}/{data.data_dir.name}/")
+    return data.data_dir.parent
+
+
+def staged_package_data(manifest: Path) -> Path | None:
+    """The ``<package>`` folder :func:`plan` staged next to ``manifest``, or None when it staged none."""
+    base = manifest.parent / PACKAGE_DATA_DIR
+    found = sorted(p for p in base.iterdir() if p.is_dir()) if base.is_dir() else []
+    return found[0] if found else None
 
 
 @contextlib.contextmanager
@@ -160,7 +197,8 @@ def _planned(config_settings: ConfigSettings) -> Iterator[tuple[ModuleType, dict
         else:
             from .setuptools_plugin import planned_manifest
 
-            with planned_manifest(manifest):  # setuptools runs in this process: its build_ext emits this plan
+            # setuptools runs in this process: its build_ext emits this plan, its build_py copies the package data
+            with planned_manifest(manifest, staged_package_data(manifest)):
                 yield backend, settings
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -242,4 +280,5 @@ __all__ = [
     "plan",
     "prepare_metadata_for_build_editable",
     "prepare_metadata_for_build_wheel",
+    "staged_package_data",
 ]

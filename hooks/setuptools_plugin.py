@@ -1,4 +1,5 @@
-"""setuptools integration: the kernels' launchers compiled into a project's ``Extension``s.
+"""setuptools integration: the kernels' launchers compiled into a project's ``Extension``s, or, for
+``ship = "package-data"``, the shipped cubins written into the wheel as package data.
 
 Two ways in:
 
@@ -6,7 +7,8 @@ Two ways in:
   :func:`finalize_distribution_options`. For a project whose ``pyproject.toml`` has a
   ``[tool.kbuild]`` table and whose distribution has ``ext_modules``, it wraps the ``build_ext``
   command (the project's own, e.g. ``torch.utils.cpp_extension.BuildExtension``, or setuptools')
-  so that every extension gets the launchers. Projects without ``[tool.kbuild]`` are untouched.
+  so that every extension gets the launchers, and the ``build_py`` command (:func:`kbuild_build_py`), which
+  writes the package data of a ``ship = "package-data"`` project. Projects without ``[tool.kbuild]`` are untouched.
 * **Explicit** — ``cmdclass={"build_ext": kbuild_build_ext(BuildExtension, extensions=["pkg._ext"])}``
   in ``setup()``, to pick the extensions or the C prefix.
 
@@ -16,6 +18,12 @@ under kbuild's PEP 517 backend it replays the plan the backend already made, han
 ``build_temp/kbuild`` and adds them to the extensions, with Triton's ``cuda.h`` on the include path
 and ``-ldl -pthread``. The manifest goes into the egg-info directory, which the wheel turns into
 ``.dist-info/kbuild.json``.
+
+Package data (``ship = "package-data"``): after ``build_py`` has copied the sources into ``build_lib``, the
+wrapped command writes ``<build_lib>/<package>/_kbuild/`` (:func:`kbuild.runtime.package.write_package_data`:
+``index.json``, ``<sha256>.cubin``, ``__init__.py``) and the manifest, so both land in the wheel and nothing is
+written into the project's source tree (``build_lib`` is setuptools' own build directory). Under the backend the
+files were already written into the backend's temporary directory and are copied from there.
 """
 
 from __future__ import annotations
@@ -24,19 +32,31 @@ import contextlib
 import sys
 from collections.abc import Iterator, Sequence
 from contextvars import ContextVar
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-#: The manifest the PEP 517 backend planned for the build running in this process (:func:`planned_manifest`).
-_PLANNED: ContextVar[Path | None] = ContextVar("kbuild_planned_manifest", default=None)
+
+@dataclass(frozen=True)
+class _Handover:
+    manifest: Path
+    package_data: Path | None
+    """``<dir>/<package>`` holding ``_kbuild/`` as :func:`kbuild.runtime.package.write_package_data` wrote it,
+    under ``ship = "package-data"``; None otherwise."""
+
+
+#: The plan the PEP 517 backend made for the build running in this process (:func:`planned_manifest`).
+_PLANNED: ContextVar[_Handover | None] = ContextVar("kbuild_planned_manifest", default=None)
 
 
 @contextlib.contextmanager
-def planned_manifest(manifest: Path) -> Iterator[None]:
+def planned_manifest(manifest: Path, package_data: Path | None = None) -> Iterator[None]:
     """Within the block, the wrapped ``build_ext`` emits exactly the artefacts ``manifest`` names instead of
-    planning again: :mod:`kbuild.hooks.backend` hands over its plan this way, for setuptools runs the project's
-    build in the backend's own process and takes no other input from it."""
-    token = _PLANNED.set(manifest)
+    planning again, and the wrapped ``build_py`` copies ``package_data/_kbuild`` (the package data the backend
+    wrote for ``ship = "package-data"``; ``package_data`` is named like the import package, dots as folders)
+    into ``build_lib``: :mod:`kbuild.hooks.backend` hands over its plan this way, for setuptools runs the
+    project's build in the backend's own process and takes no other input from it."""
+    token = _PLANNED.set(_Handover(manifest, package_data))
     try:
         yield
     finally:
@@ -52,6 +72,22 @@ def _has_kbuild_table(pyproject: Path) -> bool:
     except ConfigError:  # setuptools reports a broken pyproject.toml itself
         return False
     return isinstance(tool, dict) and "kbuild" in tool
+
+
+def _ships_package_data() -> bool:
+    """Whether this build writes package data: the backend's plan says so, or (plain setuptools) the settings
+    have ``ship = "package-data"``. Settings that do not load count as yes: the wrapped ``build_py`` then
+    reports their error instead of the wheel silently lacking its package data."""
+    from kbuild.config import load_settings
+    from kbuild.errors import KBuildError
+
+    handed = _PLANNED.get()
+    if handed is not None:
+        return handed.package_data is not None
+    try:
+        return load_settings("pyproject.toml").ship == "package-data"
+    except KBuildError:
+        return True
 
 
 def _say(message: str) -> None:
@@ -116,9 +152,10 @@ def kbuild_build_ext(base: type | None = None, *, extensions: Sequence[str] | No
             targets = [e for e in self.extensions if wanted is None or e.name in wanted]
             if not targets:
                 return
+            handed = _PLANNED.get()
             try:
                 c_file, inc, _ = emit_for_build(config=config, out_dir=Path(self.build_temp).resolve() / "kbuild", prefix=prefix,
-                                                manifest_path=_PLANNED.get())
+                                                manifest_path=None if handed is None else handed.manifest)
             except KBuildError as exc:
                 _say(f"error: {exc}")
                 raise SystemExit(exc.exit_code) from None
@@ -131,30 +168,136 @@ def kbuild_build_ext(base: type | None = None, *, extensions: Sequence[str] | No
                 ext.extra_link_args = _add_args(ext.extra_link_args, ["-pthread"])
                 # Reproducible objects: no checkout or build path in debug info.
                 ext.extra_compile_args = _add_args(ext.extra_compile_args, [f"-ffile-prefix-map={root}=."])
-            self._kbuild_install_manifest(inc / "kbuild.json")
-
-        def _kbuild_install_manifest(self, manifest: Path) -> None:
-            """Put kbuild.json where bdist_wheel takes .dist-info from: the egg-info directory, or the
-            prepared metadata directory a PEP 517 frontend handed over (``--dist-info-dir``)."""
-            data = manifest.read_bytes()
-            dests = [Path(self.get_finalized_command("egg_info").egg_info)]
-            bdist = self.distribution.command_obj.get("bdist_wheel")
-            if bdist is not None and getattr(bdist, "dist_info_dir", None):
-                dests.append(Path(bdist.dist_info_dir))
-            for dest in dests:
-                dest.mkdir(parents=True, exist_ok=True)
-                (dest / "kbuild.json").write_bytes(data)
+            install_manifest(self, (inc / "kbuild.json").read_bytes())
 
     KBuildBuildExt.__name__ = f"KBuild{base_cls.__name__}"
     KBuildBuildExt.__qualname__ = KBuildBuildExt.__name__
     return KBuildBuildExt
 
 
+def install_manifest(cmd: Any, data: bytes) -> None:
+    """Put kbuild.json (``data``) where bdist_wheel takes .dist-info from: the egg-info directory of ``cmd``'s
+    distribution, or the prepared metadata directory a PEP 517 frontend handed over (``--dist-info-dir``)."""
+    from .manifest import MANIFEST_NAME
+
+    dests = [Path(cmd.get_finalized_command("egg_info").egg_info)]
+    bdist = cmd.distribution.command_obj.get("bdist_wheel")
+    if bdist is not None and getattr(bdist, "dist_info_dir", None):
+        dests.append(Path(bdist.dist_info_dir))
+    for dest in dests:
+        dest.mkdir(parents=True, exist_ok=True)
+        (dest / MANIFEST_NAME).write_bytes(data)
+
+
+def package_dir_in(build_lib: str | Path, package: str, *, config: str | Path) -> Path:
+    """The import package's folder under ``build_lib``, which ``build_py`` must have made; a :class:`UsageError`
+    naming the config file otherwise (the kernels' package is not one this distribution ships)."""
+    from kbuild.errors import UsageError
+
+    folder = Path(build_lib).joinpath(*package.split("."))
+    if not folder.is_dir():
+        raise UsageError(f"{config}: [tool.kbuild] ship = \"package-data\": the kernels live in package {package!r}, "
+                         f"which this distribution does not build (no {folder}); list it in the project's packages")
+    return folder
+
+
+def copy_package_data(staged: Path, package_dir: Path) -> list[Path]:
+    """Replace ``package_dir/_kbuild`` (kbuild's own folder) by ``staged/_kbuild``; the files copied, sorted."""
+    import shutil
+
+    from kbuild.fsutil import write_atomic
+    from kbuild.runtime.index import DATA_DIR
+
+    dest = package_dir / DATA_DIR
+    if dest.is_symlink() or dest.is_file():
+        dest.unlink()
+    elif dest.is_dir():
+        shutil.rmtree(dest)
+    out = []
+    for src in sorted(p for p in (staged / DATA_DIR).iterdir() if p.is_file()):
+        out.append(write_atomic(dest / src.name, src.read_bytes()))
+    return out
+
+
+def write_for_build(build_lib: str | Path, *, config: str | Path = "pyproject.toml",
+                    staged: Path | None = None, manifest_path: Path | None = None) -> tuple[list[Path], bytes] | None:
+    """The package data of a ``ship = "package-data"`` project, written into its package under ``build_lib``.
+
+    ``staged``/``manifest_path``: what the backend already wrote (:func:`planned_manifest`), copied as it is;
+    otherwise the project is planned here (:func:`kbuild.hooks.pipeline.plan`). Returns (files written, manifest
+    bytes), or None when the project ships extensions instead."""
+    from kbuild.config import load_settings
+    from kbuild.runtime.package import infer_package, write_package_data
+
+    from .manifest import manifest_bytes
+    from .pipeline import plan
+
+    if staged is not None and manifest_path is not None:
+        folder = package_dir_in(build_lib, staged.name, config=config)
+        return copy_package_data(staged, folder), manifest_path.read_bytes()
+    settings = load_settings(config)
+    if settings.ship != "package-data":
+        return None
+    result = plan(settings)
+    for line in result.status_lines():
+        _say(line)
+    package = infer_package(settings, result.builds)
+    folder = package_dir_in(build_lib, package, config=settings.config_file)
+    data = write_package_data(settings, result.builds, folder, package=package)
+    return data.files, manifest_bytes(result.manifest)
+
+
+def kbuild_build_py(base: type | None = None, *, config: str = "pyproject.toml") -> type:
+    """A ``build_py`` command class derived from ``base`` that writes the package data of a
+    ``ship = "package-data"`` project into ``build_lib`` (and the manifest into the metadata); a no-op for
+    other projects."""
+    if base is None:
+        from setuptools.command.build_py import build_py as base_cls
+    else:
+        base_cls = base
+
+    class KBuildBuildPy(base_cls):  # type: ignore[misc, valid-type]
+        _kbuild_wrapped = True
+
+        def run(self) -> None:
+            super().run()
+            if getattr(self, "editable_mode", False):  # an editable install imports the source tree
+                return
+            self._kbuild_package_data()
+
+        def _kbuild_package_data(self) -> None:
+            from kbuild.errors import KBuildError
+
+            handed = _PLANNED.get()
+            if handed is not None and handed.package_data is None:
+                return  # the backend planned a build that ships no package data
+            try:
+                written = write_for_build(self.build_lib, config=config,
+                                          staged=None if handed is None else handed.package_data,
+                                          manifest_path=None if handed is None else handed.manifest)
+            except KBuildError as exc:
+                _say(f"error: {exc}")
+                raise SystemExit(exc.exit_code) from None
+            if written is None:
+                return
+            files, manifest = written
+            _say(f"kbuild: package data: {len(files)} files in {files[0].parent if files else self.build_lib}")
+            install_manifest(self, manifest)
+
+    KBuildBuildPy.__name__ = f"KBuild{base_cls.__name__}"
+    KBuildBuildPy.__qualname__ = KBuildBuildPy.__name__
+    return KBuildBuildPy
+
+
 def finalize_distribution_options(dist: Any) -> None:
-    """Entry point ``setuptools.finalize_distribution_options``: wrap ``build_ext`` for kbuild projects."""
-    if not getattr(dist, "ext_modules", None):
-        return
+    """Entry point ``setuptools.finalize_distribution_options``: for kbuild projects, wrap ``build_py`` (package
+    data) and, when there are extensions, ``build_ext`` (launchers)."""
     if not _has_kbuild_table(Path("pyproject.toml")):
+        return
+    base_py = dist.cmdclass.get("build_py")
+    if _ships_package_data() and (base_py is None or not getattr(base_py, "_kbuild_wrapped", False)):
+        dist.cmdclass["build_py"] = kbuild_build_py(base_py)
+    if not getattr(dist, "ext_modules", None):
         return
     base = dist.cmdclass.get("build_ext")
     if base is not None and getattr(base, "_kbuild_wrapped", False):
@@ -162,4 +305,5 @@ def finalize_distribution_options(dist: Any) -> None:
     dist.cmdclass["build_ext"] = kbuild_build_ext(base)
 
 
-__all__ = ["emit_for_build", "finalize_distribution_options", "kbuild_build_ext", "planned_manifest"]
+__all__ = ["copy_package_data", "emit_for_build", "finalize_distribution_options", "install_manifest",
+           "kbuild_build_ext", "kbuild_build_py", "package_dir_in", "planned_manifest", "write_for_build"]
