@@ -1,0 +1,188 @@
+"""Cold-start table for zero-JIT loading (issue 16): a shipped kernel's first call in a fresh process.
+
+Run on the H200 (kbuild installed offline, as for gpu_runtime_substitution.py)::
+
+    python benchmarks/gpu_runtime_coldstart.py --out FILE          # JSON to FILE, table to stdout
+    python benchmarks/gpu_runtime_coldstart.py --out FILE --dry-run  # CPU: build + index checks only
+
+1. **build** (this process, CPU work): copies ``examples/jit-package`` to a temp dir, compiles its
+   kernels for this GPU with kbuild's pipeline (``tune = "off"``: the baseline cubins; zero-JIT
+   loading does not depend on tuning) and writes ``kbx_jit/_kbuild/`` with ``include_untuned``.
+   Every index entry must carry Triton's metadata (index version 2), or the run stops.
+2. **measure**: for each kernel and mode, a fresh ``python`` child process imports the package,
+   makes the package's ordinary ``kernel[grid](...)`` call once and times it from just before the
+   call to after ``torch.cuda.synchronize()`` (CUDA context and inputs created before the clock
+   starts). Modes, each ``--repeats`` times (median reported, raw samples kept):
+
+   * ``shipped_cold``: kbuild.runtime on, empty Triton cache (Triton still builds its C launcher once);
+   * ``shipped_warm``: kbuild.runtime on, the Triton cache holding only what ``shipped_cold`` left
+     (the launcher module; no kernel was compiled);
+   * ``triton_cold``: ``KBUILD_RUNTIME=off``, empty Triton cache (full JIT);
+   * ``triton_warm``: ``KBUILD_RUNTIME=off``, the cache ``triton_cold`` filled (disk-cache hit).
+
+   The child reports how often ``triton.compile`` was entered (wrapped to count calls; a disk-cache hit counts),
+   the kbuild.runtime events, and the sha256 of the output bytes; shipped and Triton outputs must be
+   bit-identical (same config, and here the same cubin up to Triton's own compile of it).
+
+The suite kernels (``tests/fixtures/sass``, the tuner's suite) are not JIT-package kernels; to
+add them, declare them in a ``ship = "package-data"`` project and point ``--example`` at it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import hashlib
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE = ROOT / "examples" / "jit-package"
+MODES = ("shipped_cold", "shipped_warm", "triton_cold", "triton_warm")
+
+# One call per kernel, as kbx_jit.ops makes it (shapes the declarations match).
+CALLS = {
+    "matmul_leaky_relu": "kbx_jit.matmul_leaky_relu(torch.randn((1024, 1024), device='cuda', dtype=torch.float16), "
+                         "torch.randn((1024, 1024), device='cuda', dtype=torch.float16))",
+    "softmax": "kbx_jit.softmax(torch.randn((4096, 1024), device='cuda', dtype=torch.float16))",
+}
+
+_CHILD = r'''
+import hashlib, json, sys, time
+sys.path.insert(0, {src!r})
+import torch
+torch.manual_seed(0)
+torch.zeros(1, device="cuda"); torch.cuda.synchronize()         # CUDA context before the clock
+import triton, triton.compiler
+compiles = []
+_orig = triton.compiler.compile
+def counting(*a, **k):
+    compiles.append(1)
+    return _orig(*a, **k)
+triton.compiler.compile = counting                                # what create_binder picks up
+import kbx_jit, kbuild.runtime
+make = lambda: {call}
+torch.manual_seed(1)
+t0 = time.perf_counter()
+out = make()
+torch.cuda.synchronize()
+seconds = time.perf_counter() - t0
+print(json.dumps({{"seconds": seconds, "compiles": len(compiles),
+                  "events": [e.as_dict() for e in kbuild.runtime.events()],
+                  "enabled": kbuild.runtime.enabled_packages(),
+                  "out_sha256": hashlib.sha256(out.contiguous().view(torch.uint8).cpu().numpy().tobytes()).hexdigest()}}))
+'''
+
+
+def build(work: Path, cc: int, example: Path) -> dict[str, Any]:
+    from kbuild.config import load_settings
+    from kbuild.hooks.pipeline import run_pipeline
+    from kbuild.runtime.index import load_index
+    from kbuild.runtime.package import write_package_data
+
+    src = work / "src"
+    shutil.copytree(example, src, ignore=shutil.ignore_patterns("__pycache__", "build", "dist", "_kbuild"))
+    settings = load_settings(src / "pyproject.toml")
+    settings = dataclasses.replace(settings, targets=[f"sm_{cc}"], tune="off", store=work / "store", remotes=[])
+    started = time.perf_counter()
+    builds = run_pipeline(settings)
+    result = write_package_data(settings, builds, src / settings.kernels[0].module.split(".")[0],
+                                include_untuned=True)
+    index = load_index(result.data_dir / "index.json")
+    missing = [e["kernel"] for e in index.entries.values() if "triton_metadata" not in e]
+    if index.version != 2 or missing:
+        raise SystemExit(f"index version {index.version}; entries without Triton metadata: {missing}")
+    return {"src": str(src), "build_seconds": round(time.perf_counter() - started, 2),
+            "kernels": sorted(e["kernel"] for e in index.entries.values()), "index_version": index.version}
+
+
+def child(src: str, kernel: str, cache: Path, runtime_on: bool) -> dict[str, Any]:
+    env = dict(os.environ, TRITON_CACHE_DIR=str(cache), KBUILD_RUNTIME="on" if runtime_on else "off")
+    code = _CHILD.format(src=src, call=CALLS[kernel])
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
+    if proc.returncode != 0:
+        return {"error": proc.stderr[-2000:]}
+    return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
+
+
+def measure(src: str, kernels: list[str], repeats: int) -> dict[str, Any]:
+    rows: dict[str, Any] = {}
+    for kernel in kernels:
+        samples: dict[str, list[dict[str, Any]]] = {m: [] for m in MODES}
+        for _ in range(repeats):
+            for runtime_on, cold, warm in ((True, "shipped_cold", "shipped_warm"), (False, "triton_cold", "triton_warm")):
+                with tempfile.TemporaryDirectory(prefix="kbuild-coldstart-cache-") as cache:
+                    samples[cold].append(child(src, kernel, Path(cache), runtime_on))
+                    samples[warm].append(child(src, kernel, Path(cache), runtime_on))
+        med = {m: statistics.median(s["seconds"] for s in samples[m]) if all("seconds" in s for s in samples[m])
+               else None for m in MODES}
+        outs = {s.get("out_sha256") for m in MODES for s in samples[m]}
+        rows[kernel] = {
+            "median_seconds": med,
+            "shipped_compiles": sum(s.get("compiles", 0) for m in ("shipped_cold", "shipped_warm") for s in samples[m]),
+            "zero_jit": all(any(e.get("stage") == "zero-jit" for e in s.get("events", ()))
+                            for m in ("shipped_cold", "shipped_warm") for s in samples[m]),
+            "bit_identical": len(outs) == 1 and None not in outs,
+            "x_vs_triton_cold": _ratio(med["triton_cold"], med["shipped_warm"]),
+            "x_vs_triton_warm": _ratio(med["triton_warm"], med["shipped_warm"]),
+            "x_cold_vs_cold": _ratio(med["triton_cold"], med["shipped_cold"]),
+            "samples": samples}
+    return rows
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return round(a / b, 1) if a and b else None
+
+
+def table(rows: dict[str, Any]) -> str:
+    head = f"{'kernel':<20} " + " ".join(f"{m:>13}" for m in MODES) + "  ×cold  ×warm  compiles  zero-JIT  bit-identical"
+    lines = [head]
+    for kernel, r in rows.items():
+        med = r["median_seconds"]
+        cells = " ".join(f"{med[m]:>12.4f}s" if med[m] is not None else f"{'error':>13}" for m in MODES)
+        lines.append(f"{kernel:<20} {cells}  {r['x_vs_triton_cold']!s:>5}  {r['x_vs_triton_warm']!s:>5}  "
+                     f"{r['shipped_compiles']:>8}  {r['zero_jit']!s:>8}  {r['bit_identical']!s:>13}")
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", required=True, help="JSON file to write")
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--example", type=Path, default=EXAMPLE)
+    parser.add_argument("--dry-run", action="store_true", help="CPU: build for sm_90 and check the index; no GPU")
+    args = parser.parse_args()
+    out = Path(args.out)
+    with tempfile.TemporaryDirectory(prefix="kbuild-coldstart-") as tmp:
+        if args.dry_run:
+            built = build(Path(tmp), 90, args.example)
+            doc = {"dry_run": True, "note": "CPU dry run: build and index only, nothing timed", "build": built,
+                   "children": {k: _CHILD.format(src=built["src"], call=CALLS[k]) for k in built["kernels"]}}
+            out.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+            print(f"dry run: built {built['kernels']} (index version {built['index_version']}); wrote {out}")
+            return 0
+        import torch
+
+        major, minor = torch.cuda.get_device_capability(0)
+        built = build(Path(tmp), major * 10 + minor, args.example)
+        rows = measure(built["src"], built["kernels"], args.repeats)
+        doc = {"device": torch.cuda.get_device_name(0), "cc": major * 10 + minor, "build": built,
+               "repeats": args.repeats, "rows": rows,
+               "command": " ".join([Path(sys.executable).name, *sys.argv]),
+               "sha256_of_script": hashlib.sha256(Path(__file__).read_bytes()).hexdigest()}
+        out.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+        print(table(rows))
+        failed = [k for k, r in rows.items() if r["shipped_compiles"] or not r["zero_jit"] or not r["bit_identical"]]
+        return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,44 @@
+"""Zero-JIT loading on a real GPU (marked ``gpu``; skipped without an sm_90 GPU).
+
+Fresh child processes (benchmarks/gpu_runtime_coldstart.py) make the example package's first call
+with kbuild.runtime on (shipped cubin, no compile) and off (Triton cold and warm cache): Triton's
+compiler must never run on the shipped side, outputs must be bit-identical to Triton's own
+compile of the same config, and the shipped first call must beat Triton's warm-cache first call.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from typing import Any
+
+from gpu_marks import needs_sm90
+
+pytestmark = needs_sm90
+
+SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu_runtime_coldstart.py"
+
+
+def _script() -> Any:
+    spec = importlib.util.spec_from_file_location("gpu_runtime_coldstart", SCRIPT)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_first_call_in_a_fresh_process_compiles_nothing(tmp_path: Path) -> None:
+    import torch
+
+    script = _script()
+    major, minor = torch.cuda.get_device_capability(0)
+    built = script.build(tmp_path, major * 10 + minor, script.EXAMPLE)
+    rows = script.measure(built["src"], ["softmax"], repeats=1)
+    row = rows["softmax"]
+    errors = [s["error"] for m in script.MODES for s in row["samples"][m] if "error" in s]
+    assert not errors, errors[0]
+    assert row["shipped_compiles"] == 0 and row["zero_jit"]
+    assert all(s["compiles"] >= 1 for s in row["samples"]["triton_cold"])  # the comparison really compiled
+    assert row["bit_identical"]
+    med = row["median_seconds"]
+    assert med["shipped_warm"] < med["triton_warm"] < med["triton_cold"]
