@@ -12,6 +12,12 @@ loaded from its cache, a kernel whose key (recomputed from Triton's specialisati
 tuned cubin replaces Triton's before the kernel is loaded. Otherwise nothing changes.
 ``KBUILD_RUNTIME=off`` disables it.
 
+Zero-JIT (:mod:`kbuild.runtime.loader`, issue 16): with a version 2 index (Triton's metadata per
+entry) an exactly matching call is answered before Triton compiles: Triton's ``jit_cache_hook`` wraps
+the function's compile slot, which returns a ``CompiledKernel`` built from the shipped cubin and
+metadata; ``@triton.autotune`` kernels get the shipped config per GPU and key in the autotuner's cache.
+The post-compile substitution above is the fallback.
+
 Importing this package imports neither torch nor triton.
 """
 
