@@ -18,6 +18,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -252,7 +253,8 @@ print(json.dumps([{"tuned": b.tuned, "status": b.status, "cubin": len(b.artefact
 
 @pytest.fixture(scope="module")
 def light_venv(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A venv with pyproject's core dependencies only, and kbuild's wheel installed with --no-deps."""
+    """A venv with pyproject's core dependencies only, and kbuild's wheel installed with --no-deps (the wheel's
+    folder, a wheelhouse, is ``<venv>/../wheel``)."""
     base = tmp_path_factory.mktemp("light")
     wheels = base / "wheel"
     subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(wheels),
@@ -326,3 +328,28 @@ def test_a_fresh_venv_with_only_the_core_builds_and_names_the_extra(light_venv: 
     (b,) = json.loads(auto.stdout)
     assert not b["tuned"] and b["cubin"] > 1000
     assert b["status"].startswith("untuned: ") and "pip install 'kbuild[tune]'" in b["status"], b
+
+
+@pytest.mark.slow
+def test_an_isolated_build_of_the_jit_example_installs_no_torch(light_venv: Path, tmp_path: Path) -> None:
+    """The issue's target: ``pip wheel`` of examples/jit-package with build isolation (kbuild from a wheelhouse, as
+    one uses it before it is on an index) installs the core and setuptools into the build environment, nothing of
+    the tune extra, and builds the wheel."""
+    project = tmp_path / "jit-package"
+    shutil.copytree(ROOT / "examples" / "jit-package", project,
+                    ignore=shutil.ignore_patterns("__pycache__", "build", "dist", "*.egg-info"))
+    wheelhouse = light_venv.parent / "wheel"
+    env = _env(KBUILD_STORE=str(tmp_path / "store"), XDG_CACHE_HOME=str(tmp_path / "xdg"),
+               TRITON_CACHE_DIR=str(tmp_path / "triton"),
+               PIP_FIND_LINKS=" ".join(filter(None, [os.environ.get("PIP_FIND_LINKS", ""), str(wheelhouse)])))
+    proc = subprocess.run([str(light_venv / "bin" / "python"), "-m", "pip", "wheel", "-v", "--no-deps",
+                           "--disable-pip-version-check", "-w", str(tmp_path / "out"), str(project)],
+                          env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600, check=False)
+    log = proc.stdout + proc.stderr
+    assert proc.returncode == 0, log[-4000:]
+    installed = [line.split("Successfully installed", 1)[1].split() for line in log.splitlines()
+                 if "Successfully installed" in line]
+    names = {dist.rsplit("-", 1)[0].lower().replace("-", "_") for batch in installed for dist in batch}
+    assert {"kbuild", "triton", "setuptools"} <= names, installed
+    assert not names & {*OPTIONAL, "scikit_build_core"}, names
+    assert list((tmp_path / "out").glob("kbx_jit-*.whl"))
