@@ -194,7 +194,7 @@ def test_a_second_build_in_the_same_tree_drops_what_no_longer_ships(built: dict[
                      f"kbx_jit/_kbuild/{mm80['cubin_sha256']}.cubin"}
 
 
-@pytest.mark.hostile(fault="tampered wheel", outcome="clean error")
+@pytest.mark.hostile(fault="malformed package index", outcome="clean error")
 def test_inspect_of_a_wheel_with_a_broken_index_is_a_clean_error(built: dict[str, Any], tmp_path: Path):
     bad = tmp_path / WHEEL
     with zipfile.ZipFile(built["wheel"]) as src, zipfile.ZipFile(bad, "w") as dst:
@@ -205,7 +205,7 @@ def test_inspect_of_a_wheel_with_a_broken_index_is_a_clean_error(built: dict[str
     assert_clean_error(proc.returncode, proc.stderr, names=[f"{bad}!kbx_jit/_kbuild/index.json"])
 
 
-@pytest.mark.hostile(fault="tampered wheel", outcome="degraded with warning")
+@pytest.mark.hostile(fault="malformed package index", outcome="degraded with warning")
 def test_inspect_flags_a_cubin_whose_digest_does_not_match(built: dict[str, Any], tmp_path: Path):
     bad = tmp_path / WHEEL
     victim = f"kbx_jit/_kbuild/{built['tuned'][0]['cubin_sha256']}.cubin"
