@@ -360,5 +360,19 @@ def test_kbuild_emit_builds_an_installed_package_kernel(installed: Path, tmp_pat
     assert rc == 0
     c = (out / "kbuild_kernels.c").read_text()
     assert "kbuild_bump" in c
-    # a second build is served (memo and store) and lists the installed files as its sources
+    # the memo (hooks/memo.py) fingerprints the installed distribution through its RECORD: a second build takes
+    # the keys from it without importing the kernel
+    from kbuild.hooks import pipeline
+
+    memos = list((tmp_path / "store" / "memo").glob("*.json"))
+    assert memos and "kbx-installed" in memos[0].read_text()
+
+    def no_resolve(*a: object, **k: object) -> None:
+        raise AssertionError("resolved in full although the memo holds")
+
+    monkeypatch.setattr(pipeline, "resolve", no_resolve)
     assert main(["emit", "--config", str(tmp_path / "proj" / "pyproject.toml"), "--out-dir", str(out)]) == 0
+    # a new version of the package invalidates the memo: resolved in full again
+    install_fake_package(installed, "0.2")
+    with pytest.raises(AssertionError, match="resolved in full"):
+        main(["emit", "--config", str(tmp_path / "proj" / "pyproject.toml"), "--out-dir", str(out)])
