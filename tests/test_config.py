@@ -112,7 +112,7 @@ def test_relative_store_is_taken_from_the_project_dir():
 
 def test_key_fields_are_declared_in_the_model():
     assert set(key_fields(KernelSettings)) == {"signature", "constexprs", "num_warps", "num_stages"}
-    assert set(key_fields(Settings)) == {"algorithm", "seed"}
+    assert set(key_fields(Settings)) == {"algorithm", "kinds", "seed"}
 
 
 def test_committed_schema_matches_the_model():

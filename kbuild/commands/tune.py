@@ -31,8 +31,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--suite", action="store_true", help="tune kbuild's benchmark suite instead of a project kernel")
     p.add_argument("--only", action="append", metavar="NAME", help="with --suite: only these suite kernels")
     p.add_argument("--configs-from", metavar="BENCH_JSON",
-                   help="with --suite: tune each kernel's autotuned configuration from a `kbuild bench` record "
-                        "(default: each spec's first configuration)")
+                   help="with --suite: tune the SASS schedule of each kernel's configuration from a `kbuild bench` "
+                        "record (implies --levels sass)")
     p.add_argument("--total-seconds", type=float, default=None, metavar="S",
                    help="with --suite: finish within about S seconds, sharing them out among the kernels and "
                         "algorithms still to run (never more than --budget-seconds each)")
@@ -193,6 +193,8 @@ def run(args: argparse.Namespace) -> int:
 
         args.algo = settings.algorithm if settings else DEFAULT_ALGORITHM
     algorithms = ("random", "greedy", "ppo") if args.algo == "all" else (args.algo,)
+    if args.configs_from and args.levels == "both":
+        args.levels = "sass"  # the configuration is given: only its SASS schedule is searched
     if args.levels == "both" and (args.suite or _has_space(settings, args.kernel)):
         return run_two_level(args, target, settings, evals, secs, seed, algorithms, kinds)
     backend = _backend(args, target)

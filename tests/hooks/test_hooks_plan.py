@@ -76,8 +76,10 @@ def test_a_replayed_manifest_gives_the_same_sources_without_planning(project: Pa
     manifest = backend.plan(None, tmp_path / "backend")
     assert manifest is not None and len(plans) == 1
     with setuptools_plugin.planned_manifest(manifest):
+        handover = setuptools_plugin._PLANNED.get()
+        assert handover is not None and handover.package_data is None  # ship = "extension": no package data
         c_file, _, replayed = setuptools_plugin.emit_for_build(out_dir=tmp_path / "replay",
-                                                               manifest_path=setuptools_plugin._PLANNED.get())
+                                                               manifest_path=handover.manifest)
     assert setuptools_plugin._PLANNED.get() is None  # the hand-over ends with the block
     assert len(plans) == 1, "a replay does not plan again"
     assert replayed == json.loads(manifest.read_text())
