@@ -208,20 +208,25 @@ def read_manifest(path: str | Path) -> dict[str, Any]:
     return check_manifest(read_json_file(p, max_bytes=MAX_MANIFEST_BYTES), str(p))
 
 
-def wheel_manifest(wheel: str | Path) -> dict[str, Any]:
-    """The manifest inside ``wheel`` (``*.dist-info/kbuild.json``); its size is checked before it is read."""
+def open_wheel(wheel: str | Path) -> zipfile.ZipFile:
+    """``wheel`` opened as a zip archive; anything that is not a readable zip file is a UsageError naming it."""
     path = Path(wheel)
     if path.is_dir():
         raise UsageError(f"{path}: is a directory, not a wheel (.whl file)")
     try:
-        zf = zipfile.ZipFile(path)
+        return zipfile.ZipFile(path)
     except FileNotFoundError:
         raise UsageError(f"{path}: no such file") from None
     except (zipfile.BadZipFile, EOFError):
         raise UsageError(f"{path}: not a wheel (not a zip archive)") from None
     except OSError as exc:
         raise UsageError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    with zf:
+
+
+def wheel_manifest(wheel: str | Path) -> dict[str, Any]:
+    """The manifest inside ``wheel`` (``*.dist-info/kbuild.json``); its size is checked before it is read."""
+    path = Path(wheel)
+    with open_wheel(path) as zf:
         names = [n for n in zf.namelist() if n.count("/") == 1 and n.split("/")[0].endswith(".dist-info")
                  and n.endswith("/" + MANIFEST_NAME)]
         if not names:

@@ -113,21 +113,10 @@ def wheel_package_data(wheel: str | Path) -> tuple[bool, list[dict[str, Any]]]:
     A :class:`~kbuild.errors.UsageError` names the wheel (and the member) when it is no zip, an index is over
     :data:`kbuild.jsonio.DEFAULT_MAX_BYTES` or is no kbuild runtime index (:func:`kbuild.runtime.index.parse_index`).
     """
-    from kbuild.errors import UsageError
-    from kbuild.hooks.manifest import MANIFEST_NAME
+    from kbuild.hooks.manifest import MANIFEST_NAME, open_wheel
 
     path = Path(wheel)
-    if path.is_dir():
-        raise UsageError(f"{path}: is a directory, not a wheel (.whl file)")
-    try:
-        zf = zipfile.ZipFile(path)
-    except FileNotFoundError:
-        raise UsageError(f"{path}: no such file") from None
-    except (zipfile.BadZipFile, EOFError):
-        raise UsageError(f"{path}: not a wheel (not a zip archive)") from None
-    except OSError as exc:
-        raise UsageError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    with zf:
+    with open_wheel(path) as zf:
         names = zf.namelist()
         has_manifest = any(n.count("/") == 1 and n.split("/")[0].endswith(".dist-info")
                            and n.endswith("/" + MANIFEST_NAME) for n in names)
