@@ -301,7 +301,7 @@ def _on_compiled(key: Any, fn: Any, compile_info: Mapping[str, Any]) -> None:
 
 def _decide(jit: Any, kernel: Any, compile_info: Mapping[str, Any], function: str,
             candidates: list[tuple[Index, str, dict[str, Any]]]) -> None:
-    from kbuild.runtime.keys import current_triton_version, specialization_from_hook
+    from kbuild.runtime.keys import current_triton_version, installed_distribution, specialization_from_hook
 
     target = kernel.metadata.target
     if getattr(target, "backend", None) != "cuda" or getattr(target, "warp_size", 32) != 32:
@@ -315,7 +315,8 @@ def _decide(jit: Any, kernel: Any, compile_info: Mapping[str, Any], function: st
     best: tuple[int, list[str]] | None = None
     for index, entry_key, entry in candidates:
         comps = entry["key_components"]
-        mine = call.key(ptxas_version=comps["compiler"]["ptxas"], declared=entry.get("signature"))
+        mine = call.key(ptxas_version=comps["compiler"]["ptxas"], declared=entry.get("signature"),
+                        distribution=installed_distribution(entry))
         if mine.hex != entry_key:
             diffs = sorted(_differences(json.loads(canonical_json(mine.components)), comps), key=_priority)
             if best is None or len(diffs) < best[0]:

@@ -17,19 +17,25 @@ its own terms, as handed to ``knobs.runtime.jit_post_compile_hook``:
 divisible pointer, ``"i32"`` for an integer that is not, a constexpr value by name, and ``":1"``
 for an integer Triton made the constant 1. Triton keeps no type for that constant, and the build
 compiles every ``"T:1"`` declaration to the same code, so the type is taken from the declaration
-the call is compared with (:meth:`CallSpecialization.key`). Anything the declaration format cannot
-express (tuple arguments, ``None``, dtype constexprs, other attributes) makes the call
-unsupported: it is never substituted.
+the call is compared with (:meth:`CallSpecialization.key`). An argument passed ``None`` (Triton's
+constant None) is ``"none"``, a dtype constexpr (``tl.float16``) is ``{"dtype": "fp16"}``, as the
+declaration writes them. Anything else the declaration format cannot express (tuple arguments, other
+constants, other attributes) makes the call unsupported: it is never substituted.
+
+A kernel of an installed distribution (Liger-Kernel's, say) has the distribution's name and version
+in its build key; :func:`installed_distribution` gives the run time the same component when the
+installed version is the one the entry was built from (else the keys differ and Triton compiles).
 """
 
 from __future__ import annotations
 
+import functools
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from kbuild.compile.triton_aot import portable_options, source_hash
+from kbuild.compile.triton_aot import declared_value, portable_options, source_hash
 from kbuild.config import KernelSettings
 from kbuild.key import KernelKey, compiler_component, kernel_key
 from kbuild.targets import Target
@@ -78,11 +84,14 @@ class CallSpecialization:
             out[name] = want if want.endswith(":1") else "i32:1"
         return out
 
-    def key(self, *, ptxas_version: str, declared: Mapping[str, str] | None = None) -> KernelKey:
+    def key(self, *, ptxas_version: str, declared: Mapping[str, str] | None = None,
+            distribution: Mapping[str, str] | None = None) -> KernelKey:
         """The baseline key the build gives the declaration this call corresponds to.
 
         ``ptxas_version`` is the build toolchain's (recorded in the index): the run time never runs
-        ptxas on the shipped cubin, so the version only has to name the one the cubin came from."""
+        ptxas on the shipped cubin, so the version only has to name the one the cubin came from.
+        ``distribution``: the installed distribution the function comes from, as the build keyed it
+        (:func:`installed_distribution`); None for a kernel of the project itself."""
         spec = KernelSettings(name=self.name, source=f"{self.function.partition(':')[0]}:{self.name}",
                               signature=self.declaration(declared), constexprs=dict(self.constexprs),
                               num_warps=int(self.options.get("num_warps", 4)),
@@ -90,7 +99,38 @@ class CallSpecialization:
         compiler = compiler_component(triton_version=self.triton_version, ptxas_version=ptxas_version,
                                       options=self.options)
         return kernel_key(spec=spec, target=self.target, source_hash=self.source_hash, function=self.name,
-                          compiler=compiler, tuner=None)
+                          compiler=compiler, tuner=None,
+                          distribution=dict(distribution) if distribution is not None else None)
+
+
+@functools.lru_cache(maxsize=64)
+def _installed_version(name: str) -> str | None:
+    """The installed version of distribution ``name`` (None: not installed); looked up once per process."""
+    import importlib.metadata as md
+
+    try:
+        return str(md.version(name))
+    except md.PackageNotFoundError:
+        return None
+
+
+def installed_distribution(entry: Mapping[str, Any]) -> dict[str, str] | None:
+    """The ``distribution`` key component of an index entry (``key_components.kernel.distribution``) when that
+    distribution is installed at the version the entry was built from; None otherwise (no component: a kernel of
+    the project, or another version installed, whose call then keys differently and is not substituted)."""
+    recorded = ((entry.get("key_components") or {}).get("kernel") or {}).get("distribution")
+    if not isinstance(recorded, Mapping):
+        return None
+    installed = _installed_version(str(recorded.get("name")))
+    if installed is None or installed != recorded.get("version"):
+        return None
+    return {"name": str(recorded["name"]), "version": installed}
+
+
+def _is_dtype(value: Any) -> bool:
+    import triton.language as tl
+
+    return isinstance(value, tl.dtype) and not isinstance(value, tl.pointer_type)
 
 
 def _divisibility(attrs: Any) -> tuple[str, str | None]:
@@ -145,10 +185,18 @@ def _specialization(jit: Any, signature_in: Mapping[str, Any], constants: Mappin
                 continue
             value = constants[(i,)]
             if param.is_constexpr:
+                if _is_dtype(value):  # a dtype constexpr, declared as { dtype = "fp16" }
+                    try:
+                        constexprs[name] = declared_value(value)
+                    except ValueError as exc:
+                        problem = problem or f"constexpr {name!r} = {value!r}: {exc}"
+                    continue
                 if type(value) not in _CONSTEXPR_TYPES:
                     problem = problem or f"constexpr {name!r} = {value!r} is not a bool, int, float or str"
                     continue
                 constexprs[name] = value
+            elif value is None:  # an argument passed None: Triton's constant None, declared "none"
+                signature[name] = "none"
             elif value == 1 and type(value) is int:
                 signature[name] = ":1"
                 ones.append(name)
@@ -196,5 +244,5 @@ def specialization_for_call(jit: Any, *args: Any, cc: int, **kwargs: Any) -> Cal
     return specialization_from_hook(jit, captured["compile"], cc=cc)
 
 
-__all__ = ["CallSpecialization", "current_triton_version", "specialization_for_call", "specialization_from_hook",
-           "specialization_from_source"]
+__all__ = ["CallSpecialization", "current_triton_version", "installed_distribution", "specialization_for_call",
+           "specialization_from_hook", "specialization_from_source"]

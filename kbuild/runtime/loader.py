@@ -213,7 +213,7 @@ def _checks_mismatch(md: Mapping[str, Any], entry: Mapping[str, Any]) -> str | N
 def shipped_kernel(src: Any, target: Any, options: Mapping[str, Any]) -> Any | None:
     """The shipped ``CompiledKernel`` for what Triton is about to compile, or None (Triton compiles)."""
     from kbuild.runtime.handover import KernelPayload, kernel_from_payload
-    from kbuild.runtime.keys import current_triton_version, specialization_from_source
+    from kbuild.runtime.keys import current_triton_version, installed_distribution, specialization_from_source
 
     if runtime_disabled():
         return None
@@ -231,7 +231,8 @@ def shipped_kernel(src: Any, target: Any, options: Mapping[str, Any]) -> Any | N
         _fallback(function, f"call not declarable: {call.unsupported}")
         return None
     for index, entry_key, entry in candidates:
-        mine = call.key(ptxas_version=entry["key_components"]["compiler"]["ptxas"], declared=entry.get("signature"))
+        mine = call.key(ptxas_version=entry["key_components"]["compiler"]["ptxas"], declared=entry.get("signature"),
+                        distribution=installed_distribution(entry))
         if mine.hex != entry_key:
             continue
         md = entry["triton_metadata"]

@@ -123,7 +123,11 @@ def test_undeclarable_calls_are_unsupported(jit_settings: Any) -> None:
 
     (sm,) = resolve(jit_settings, [jit_settings.kernel("softmax")], select_targets(jit_settings, ["sm_90"]))
     x = torch.empty((64, 1024), dtype=torch.float16)
+    # Issue 16: an argument passed None and a dtype constexpr are declarable ("none", { dtype = "fp16" }), so
+    # they map onto the declaration notation; they are not this declaration, so the key differs.
     none_arg = specialization_for_call(sm.fn, x, None, 1024, 1024, 1024, BLOCK=1024, cc=90)
-    assert none_arg.unsupported and "in_ptr" in none_arg.unsupported
+    assert none_arg.unsupported is None and none_arg.signature["in_ptr"] == "none"
+    assert none_arg.key(ptxas_version=ptxas_version(), declared=sm.spec.signature).hex != sm.baseline_key.hex
     dtype_const = specialization_for_call(sm.fn, x, x, 1024, 1024, 1024, BLOCK=tl.float16, cc=90)
-    assert dtype_const.unsupported and "BLOCK" in dtype_const.unsupported
+    assert dtype_const.unsupported is None and dtype_const.constexprs["BLOCK"] == {"dtype": "fp16"}
+    assert dtype_const.key(ptxas_version=ptxas_version(), declared=sm.spec.signature).hex != sm.baseline_key.hex
