@@ -324,6 +324,12 @@ class Settings:
     launcher; ``package-data`` writes them with an index into ``<package>/_kbuild/`` for packages that
     run their ``@triton.jit`` kernels just in time, and :mod:`kbuild.runtime` substitutes the tuned ones."""
 
+    package: str | None = _setting(None)
+    """With ``ship = "package-data"``: the import package of this project whose ``_kbuild/`` ships the cubins
+    (``"kbx_liger"``). Unset: the one top-level package the kernels live in, which must be the project's; set it
+    when the kernels come from an installed distribution (``source = "liger_kernel.ops.rms_norm:..."``), whose
+    package this project does not build."""
+
     compile_timeout: float = _setting(600.0, env="KBUILD_COMPILE_TIMEOUT", check=_check_positive,
                                       schema={"exclusiveMinimum": 0})
     """Most seconds ptxas may run on one kernel × target (wall clock). Past it ptxas is stopped and the build

@@ -76,7 +76,10 @@ class PackageData:
 
 
 def infer_package(settings: Settings, builds: Sequence[Any]) -> str:
-    """The one top-level package all kernels live in; a :class:`UsageError` when they differ."""
+    """``[tool.kbuild] package`` when set (kernels of an installed distribution ship from the project's own
+    package), else the one top-level package all kernels live in; a :class:`UsageError` when they differ."""
+    if settings.package:
+        return settings.package
     tops = sorted({b.spec.module.split(".")[0] for b in builds} or {k.module.split(".")[0] for k in settings.kernels})
     if len(tops) != 1:
         raise UsageError(f"{settings.config_file}: [tool.kbuild.kernels]: kernels live in "
