@@ -16,6 +16,7 @@ Needs ``liger-kernel==0.8.5`` installed with ``--no-deps`` (its dependencies are
 
 from __future__ import annotations
 
+import importlib.metadata as _md
 import json
 import math
 import subprocess
@@ -31,8 +32,6 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLE = ROOT / "examples" / "liger"
 LIGER_VERSION = "0.8.5"
-
-import importlib.metadata as _md
 
 _installed: str | None
 try:
