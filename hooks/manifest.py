@@ -133,6 +133,7 @@ def _check_entry(e: Any, at: str, bad: Any) -> None:
 
 def _check_config_fields(e: dict[str, Any], at: str, bad: Any) -> None:
     """``config``, ``default_config``, ``gains`` and ``grid``: each optional, each of its shape when present."""
+    from kbuild.compile.signature import SignatureError, dtype_constexpr
     from kbuild.grid import GridExprError, parse_grid
     from kbuild.space import SpaceError, normalize_point
 
@@ -141,8 +142,12 @@ def _check_config_fields(e: dict[str, Any], at: str, bad: Any) -> None:
             normalize_point(e["config"], where="config")
         except SpaceError as exc:
             bad(f"{at}.{exc.key}", exc.detail)
-        if not all(isinstance(v, (bool, int, float, str)) for v in (e["config"].get("constexprs") or {}).values()):
-            bad(f"{at}.config.constexprs", "expected scalar constexpr values")
+        for name, v in (e["config"].get("constexprs") or {}).items():
+            try:
+                if not isinstance(v, (bool, int, float, str)) and dtype_constexpr(v) is None:
+                    raise SignatureError(None, "expected a scalar or a dtype table")
+            except SignatureError as exc:
+                bad(f"{at}.config.constexprs.{name}", str(exc))
     if e.get("default_config") is not None and not isinstance(e["default_config"], bool):
         bad(f"{at}.default_config", f"expected true, false or null, got {_kind(e['default_config'])}")
     gains = e.get("gains")
