@@ -18,7 +18,8 @@ def canonical_json(value: Any, *, ascii_only: bool = False) -> bytes:
 
     ``ascii_only`` writes every non-ASCII character as a ``\\uXXXX`` escape instead of in UTF-8: the
     spelling of the content key (``KEY_SCHEMA`` 1), while store records (format ``kbuild-artefact/1``) are
-    UTF-8. The two spellings are the same bytes for ASCII data. Both were in use before they became one
+    UTF-8. The two spellings are the same bytes for ASCII data without DEL (U+007F, which only the ASCII
+    spelling escapes). Both were in use before they became one
     function and each stays as it was, so that no key and no signature changes; changing either would take
     a new ``KEY_SCHEMA`` or record format.
     """

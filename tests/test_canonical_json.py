@@ -98,9 +98,10 @@ def test_the_key_spelling_is_the_old_key_encoding(value: Any):
 @settings(max_examples=300, deadline=None)
 @given(json_values(unicode=True))
 def test_the_two_spellings_agree_on_ascii_data(value: Any):
-    """They differ only in how non-ASCII characters are written."""
+    """They differ only in how characters outside printable ASCII are written: non-ASCII ones, and DEL (U+007F),
+    which the ASCII spelling escapes and UTF-8 writes as it is (found by this test in CI)."""
     utf8 = canonical_json(value)
-    if utf8.isascii():
+    if utf8.isascii() and b"\x7f" not in utf8:
         assert canonical_json(value, ascii_only=True) == utf8
     else:
         assert json.loads(canonical_json(value, ascii_only=True)) == json.loads(utf8)
