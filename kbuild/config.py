@@ -51,6 +51,7 @@ TuneMode = Literal["off", "auto", "require"]
 Algorithm = Literal["ppo", "random", "greedy"]
 EditKind = Literal["moves", "far", "yield", "reuse", "stall"]
 ShipMode = Literal["extension", "package-data"]
+PackageDataMode = Literal["all", "tuned"]
 
 #: Scalars allowed as constexpr values.
 Constexpr = bool | int | float | str
@@ -323,6 +324,12 @@ class Settings:
     """How the wheel carries the kernels: ``extension`` embeds the cubins in a C extension with a
     launcher; ``package-data`` writes them with an index into ``<package>/_kbuild/`` for packages that
     run their ``@triton.jit`` kernels just in time, and :mod:`kbuild.runtime` substitutes the tuned ones."""
+
+    package_data: PackageDataMode = _setting("all")
+    """With ``ship = "package-data"``: which kernel × target ship in ``<package>/_kbuild/``. ``all``: every one, the
+    tuned artefact where there is one, else the baseline (the cubin Triton would compile), so that no shipped
+    kernel compiles on its first call (:mod:`kbuild.runtime.loader`); ``tuned``: only those with an accepted
+    tuning result (smaller wheels; untuned kernels compile just in time as without kbuild)."""
 
     package: str | None = _setting(None)
     """With ``ship = "package-data"``: the import package of this project whose ``_kbuild/`` ships the cubins

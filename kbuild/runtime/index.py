@@ -7,7 +7,13 @@ key also covers the tuner's settings, which the run time cannot know; it is kept
 ``module:qualname``, declared signature and constexprs, options, target, Triton and ptxas
 versions, the full key components), the facts checked against Triton's compiled kernel before
 its cubin is replaced (``checks``: kernel symbol, shared memory, warps, CTAs, scratch), and the
-cubin's file name, sha256 and size, the tuned flag and the measured speedup.
+cubin's file name, sha256 and size, the tuned flag and the measured speedup, ``state`` (``tuned``,
+``baseline-kept``, ``baseline``, or ``default-of-tuned``: the declared default's compile shipped in place of a
+tuned configuration the caller cannot reach) and, where there is something to say, a ``note``.
+
+An ``@triton.autotune`` kernel whose tuned configuration is not the declared default has its entry keyed by
+that configuration's baseline key (what the call the answered autotuner launches recomputes), with the
+``autotune`` key that makes the autotuner choose it (:func:`kbuild.runtime.package.select_shipped`).
 
 Version 2 (issue 16, zero-JIT loading: :mod:`kbuild.runtime.loader`) adds, per entry, what Triton
 needs to launch the shipped cubin without compiling anything:
@@ -66,17 +72,24 @@ def entry_config(constexprs: Mapping[str, Any], options: Mapping[str, Any]) -> d
             "maxnreg": int(maxnreg) if maxnreg is not None else None}
 
 
-def index_entry(build: Any, *, autotune_key: Sequence[Any] | None = None) -> tuple[str, dict[str, Any]]:
-    """``(baseline key, entry)`` for one :class:`kbuild.hooks.pipeline.KernelBuild` with an artefact.
+def index_entry(build: Any, *, autotune_key: Sequence[Any] | None = None, artefact: Any = None, key: Any = None,
+                tuned: bool | None = None, state: str | None = None, note: str | None = None) -> tuple[str, dict[str, Any]]:
+    """``(key, entry)`` for one :class:`kbuild.hooks.pipeline.KernelBuild` with an artefact.
 
     ``triton_metadata`` comes from the artefact's ``meta["triton_metadata"]`` (recorded at compile time);
     ``autotune_key`` (default: the build's ``autotune_key`` attribute or ``meta["autotune_key"]``) marks the
-    entry as the shipped answer of an ``@triton.autotune`` kernel for that key."""
-    art = build.artefact
+    entry as the shipped answer of an ``@triton.autotune`` kernel for that key. :func:`kbuild.runtime.package.
+    select_shipped` may ship another ``artefact`` than the build's (the default's compile of a config-tuned
+    kernel) or file it under another ``key`` (the tuned configuration's baseline key, a
+    :class:`kbuild.key.KernelKey`), with its own ``tuned``/``state`` and a ``note`` saying why; by default the
+    build's artefact under its baseline key."""
+    art = artefact if artefact is not None else build.artefact
     meta = art.meta
-    comps = build.baseline_key.components
+    key = key if key is not None else build.baseline_key
+    comps = key.components
     fn = build.fn
-    speedup = meta.get("speedup") if build.improved else None
+    tuned = build.improved if tuned is None else tuned
+    speedup = meta.get("speedup") if tuned else None
     checks = {"name": meta.get("symbol"), "shared": meta.get("shared"), "num_warps": meta.get("num_warps"),
               "num_ctas": meta.get("num_ctas", 1), "global_scratch_size": meta.get("global_scratch_size", 0)}
     entry = {
@@ -91,10 +104,10 @@ def index_entry(build: Any, *, autotune_key: Sequence[Any] | None = None) -> tup
         "ptxas_version": comps["compiler"]["ptxas"],
         "symbol": meta.get("symbol"),
         "checks": checks,
-        "tuned": build.improved,
-        "state": build.state,
+        "tuned": tuned,
+        "state": build.state if state is None else state,
         "speedup": float(speedup) if isinstance(speedup, (int, float)) and not isinstance(speedup, bool) else None,
-        "artefact_key": build.key.hex,
+        "artefact_key": str(meta.get("key") or build.key.hex) if artefact is not None else build.key.hex,
         "cubin": f"{art.cubin_sha256}.cubin",
         "cubin_sha256": art.cubin_sha256,
         "cubin_bytes": len(art.cubin),
@@ -108,7 +121,9 @@ def index_entry(build: Any, *, autotune_key: Sequence[Any] | None = None) -> tup
         autotune_key = getattr(build, "autotune_key", None) or meta.get("autotune_key")
     if autotune_key is not None:
         entry["autotune"] = {"key": list(autotune_key)}
-    return build.baseline_key.hex, entry
+    if note:
+        entry["note"] = note
+    return key.hex, entry
 
 
 def build_index(entries: Iterable[tuple[str, Mapping[str, Any]]], *, package: str) -> dict[str, Any]:
@@ -152,7 +167,8 @@ _FIELD_TYPES: dict[str, type | tuple[type, ...]] = {
     "key_components": dict, "tuned": bool}
 
 #: Types of the optional fields of version 2 (checked when present).
-_OPTIONAL_TYPES: dict[str, type | tuple[type, ...]] = {"triton_metadata": dict, "config": dict, "autotune": dict}
+_OPTIONAL_TYPES: dict[str, type | tuple[type, ...]] = {"triton_metadata": dict, "config": dict, "autotune": dict,
+                                                       "state": str, "note": str}
 
 
 def parse_index(data: bytes | str, *, data_dir: Path, where: str) -> Index:

@@ -53,16 +53,26 @@ def test_index_entries(jit_settings: Any, tuned_builds: list[Any], tmp_path: Pat
         + [f"kbx_jit/{DATA_DIR}/{e['cubin']}" for e in index.entries.values()])
 
 
-def test_only_tuned_kernels_ship_and_stale_files_go(jit_settings: Any, baseline_builds: list[Any],
-                                                    tuned_builds: list[Any], tmp_path: Path) -> None:
+def test_every_kernel_ships_by_default_and_stale_files_go(jit_settings: Any, baseline_builds: list[Any],
+                                                          tuned_builds: list[Any], tmp_path: Path) -> None:
+    """package_data = "all" (default): the baseline ships where there is no tuning result, and says so; "tuned"
+    ships accepted tuning results only, and the stale baseline cubin goes."""
     first = write_package_data(jit_settings, tuned_builds, tmp_path / "kbx_jit")
     assert len(list(first.data_dir.glob("*.cubin"))) == 2
     mixed = [tuned_builds[0], dataclasses.replace(baseline_builds[1])]
     second = write_package_data(jit_settings, mixed, tmp_path / "kbx_jit")
-    assert len(second.index["entries"]) == 1 and len(list(second.data_dir.glob("*.cubin"))) == 1
-    assert [(k, t) for k, t, _ in second.skipped] == [("softmax", baseline_builds[1].target.name)]
-    with_baselines = write_package_data(jit_settings, mixed, tmp_path / "kbx_jit", include_untuned=True)
-    assert [e["tuned"] for e in with_baselines.index["entries"].values()].count(False) == 1
+    assert jit_settings.package_data == "all" and second.skipped == []
+    states = {e["target"]["name"]: (e["state"], e["tuned"], e["cubin_sha256"]) for e in second.index["entries"].values()}
+    assert states == {tuned_builds[0].target.name: ("tuned", True, tuned_builds[0].artefact.cubin_sha256),
+                      baseline_builds[1].target.name: ("baseline", False, baseline_builds[1].artefact.cubin_sha256)}
+    assert len(list(second.data_dir.glob("*.cubin"))) == 2
+    only_tuned = dataclasses.replace(jit_settings, package_data="tuned")
+    third = write_package_data(only_tuned, mixed, tmp_path / "kbx_jit")
+    assert len(third.index["entries"]) == 1 and len(list(third.data_dir.glob("*.cubin"))) == 1
+    assert [(k, t) for k, t, _ in third.skipped] == [("softmax", baseline_builds[1].target.name)]
+    assert 'package_data = "tuned"' in third.skipped[0][2]
+    forced = write_package_data(only_tuned, mixed, tmp_path / "kbx_jit", include_untuned=True)
+    assert [e["tuned"] for e in forced.index["entries"].values()].count(False) == 1
 
 
 def test_generated_module_enables_the_package(jit_settings: Any, tuned_builds: list[Any], tmp_path: Path,
@@ -97,8 +107,8 @@ def test_cli_package_data(tmp_path: Path, capsys: pytest.CaptureFixture[str], mo
                "--kernel", "softmax", "--json"])
     assert rc == 0
     doc = json.loads(capsys.readouterr().out)
-    # A CPU build has no tuned entries in a fresh store: nothing ships, and each kernel says why.
-    assert doc["entries"] == [] and doc["skipped"][0]["kernel"] == "softmax"
+    # A CPU build has no tuned entries in a fresh store: the baseline ships (package_data = "all", the default).
+    assert [e["tuned"] for e in doc["entries"]] == [False] and doc["skipped"] == []
     assert (out / DATA_DIR / INDEX_FILE).is_file()
     rc = main(["package-data", "--config", str(JIT_EXAMPLE / "pyproject.toml"), "--out", str(out), "--targets", "sm_90",
                "--kernel", "softmax", "--include-untuned", "--json"])
