@@ -24,7 +24,7 @@ cd "$(dirname "$0")/.."
 # The checkout imports like the installed wheel, where hooks/, cache/ and templates/ are kbuild.hooks,
 # kbuild.cache and kbuild.templates (links, git-ignored).
 for d in hooks cache templates; do [ -e "kbuild/$d" ] || ln -s "../$d" "kbuild/$d"; done
-[ $# -gt 0 ] || { echo "usage: gpu_session.sh STEP... (bench tests tune hooks runtime)"; exit 2; }
+[ $# -gt 0 ] || { echo "usage: gpu_session.sh STEP... (bench tests tune hooks runtime liger ...)"; exit 2; }
 CALL_S=${CALL_S:-560}
 OUT=${OUT:-/tmp/kbuild-gpu-out}
 mkdir -p "$OUT" .gpu-state
@@ -154,6 +154,16 @@ PY
   echo "kbuild bench exit $?"
   tail -30 "$OUT/peers.log"
   tar czf "$OUT/peers.tar.gz" -C "$OUT" peers 2>/dev/null && rm -rf "$OUT/peers"
+  ;;
+liger)
+  # Issue 16 item 5: examples/liger built through the backend (baselines), Liger's own API first-call
+  # cold start (shipped vs Triton cold/warm cache), zero-JIT counts, bit-identity, steady state, and
+  # Liger's own unit tests from its sdist with kbuild.runtime on. Carry .whl: liger_kernel-0.8.5 wheel
+  # in .whl/ (../shared/tools/device-wheels liger-kernel==0.8.5); sdist and transformers>=5 wheels in
+  # .whl/liger-tests/ (see benchmarks/gpu_liger.py). LIGER_REPEATS, LIGER_TESTS_S override.
+  timeout "$(left "$CALL_S")" python3 benchmarks/gpu_liger.py --out "$OUT/gpu_liger.json" \
+    --repeats "${LIGER_REPEATS:-1}" --tests-timeout "${LIGER_TESTS_S:-170}" 2>&1 | tee "$OUT/gpu_liger.log" | tail -40
+  echo "gpu_liger exit ${PIPESTATUS[0]}"
   ;;
 *) echo "unknown step $step"; exit 2;;
 esac

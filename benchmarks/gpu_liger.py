@@ -1,0 +1,517 @@
+"""Liger-Kernel 0.8.5 through its own Python API with kbuild's shipped cubins (issue 16, item 5), on the H200.
+
+Run on the GPU machine from the repository root (``bash benchmarks/gpu_session.sh liger`` does it)::
+
+    python benchmarks/gpu_liger.py --out FILE [--repeats N] [--sdist .whl/liger-tests/liger_kernel-0.8.5.tar.gz]
+    python benchmarks/gpu_liger.py --out FILE --dry-run     # CPU: build, install, plan check; nothing timed
+
+1. **build**: ``examples/liger`` is copied to a temp dir and built into a wheel through kbuild's PEP 517
+   backend (``pip wheel --no-build-isolation --no-deps --no-index``, ``-C kbuild.targets=sm_XX`` for this
+   GPU) with an empty store (``KBUILD_STORE`` a fresh dir, ``tune = "off"``): what ships are the baselines.
+   The wheel must hold ``kbx_liger/_kbuild/index.json`` and a cubin per declared kernel × dtype with
+   Triton's metadata (index version 2), or the run stops with a clear error (an empty ``_kbuild/`` means
+   the backend shipped only tuned kernels). It is installed with ``--no-deps`` into a target dir;
+   liger-kernel itself comes from ``.whl/`` (installed by gpu_session.sh) or the environment.
+2. **first call**: for each op × dtype, fresh ``python`` children call Liger's own autograd Function
+   (``LigerRMSNormFunction`` forward and backward, ``LigerSiLUMulFunction``, ``LigerGELUMulFunction``,
+   ``LigerLayerNormFunction``, ``LigerCrossEntropyFunction``, ``LigerDyTFunction`` — an ``@triton.autotune``
+   kernel) on the shapes of ``kbx_liger.SHAPES``, timed from before the call to after
+   ``torch.cuda.synchronize()`` (CUDA context and inputs made before the clock). Modes, ``--repeats`` each:
+   ``shipped_cold`` (``import kbx_liger`` enables kbuild.runtime; fresh ``TRITON_CACHE_DIR``),
+   ``shipped_warm`` (the cache ``shipped_cold`` left), ``triton_cold`` (``KBUILD_RUNTIME=off``, fresh cache:
+   full JIT, and for dyt the autotuner's benchmarking of its 18 configs), ``triton_warm`` (the cache
+   ``triton_cold`` filled). A child reports the ``triton.compiler.compile`` calls (wrapped; a disk-cache hit
+   counts), kbuild.runtime's events (stage ``zero-jit``/``autotune``/``post-compile``), the runtime's
+   fall-back log lines (``... Triton compiles it``), and the sha256 of every output (forward; for rms_norm
+   also dX and dW). Shipped and Triton outputs must be bit-identical. Note: Liger's dyt autotuner may pick
+   another config than the shipped one (the first); its outputs are compared all the same, and a
+   difference is reported, not hidden.
+3. **steady state**: one child per dtype runs every op with kbuild.runtime on (the shipped kernels), then
+   ``kbuild.runtime.disable()``, clears the JIT caches and runs them again (Triton's own compile of the
+   same specialisation), checks the outputs bit for bit once more and times both, interleaved launch by
+   launch with an L2 flush (:func:`kbuild.device.timing.time_interleaved`), each variant's JIT cache
+   swapped in before its call.
+4. **Liger's own unit tests** (``--sdist``): ``test/transformers/test_{rms_norm,swiglu,geglu,layer_norm,
+   cross_entropy,dyt}.py`` from the 0.8.5 sdist, run with pytest and a root ``conftest.py`` that imports
+   ``kbx_liger`` (kbuild.runtime on) and records the runtime's events; pass/fail counts from the junit XML.
+   Liger's ``test/utils.py`` imports transformers (>= 5) and tokenizers: their wheels travel in
+   ``.whl/liger-tests/`` (installed into a separate target dir). ``pythonpath`` is overridden to ``.`` so
+   that liger_kernel is the installed wheel, not the sdist's ``src/``.
+5. JSON with every raw sample to ``--out``; a short table is printed last.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tarfile
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+import zipfile
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLE = ROOT / "examples" / "liger"
+PACKAGE = "kbx_liger"
+MODES = ("shipped_cold", "shipped_warm", "triton_cold", "triton_warm")
+#: Liger's own ops, each with the declared kernels its call runs (pyproject names without ``_dtype_*``).
+OPS = {
+    "rms_norm": ("rms_norm_fwd", "rms_norm_bwd"),
+    "swiglu": ("swiglu_fwd",),
+    "geglu": ("geglu_fwd",),
+    "layer_norm": ("layer_norm_fwd",),
+    "cross_entropy": ("cross_entropy",),
+    "dyt": ("dyt_fwd",),
+}
+DTYPES = ("fp16", "bf16")
+LIGER_TESTS = tuple(f"test/transformers/test_{op}.py" for op in OPS)
+#: Wheels Liger's tests need beyond the device image (transformers>=5 and its import-time dependencies).
+TEST_WHEELS = ROOT / ".whl" / "liger-tests"
+
+# The calls, shared by the first-call and steady-state children (and checked on CPU by --dry-run).
+# ``make(op, dtype, device)`` returns (inputs, run) where run(inputs) -> dict of output tensors.
+_CALLS = r'''
+import torch
+from liger_kernel.ops import (LigerCrossEntropyFunction, LigerDyTFunction, LigerGELUMulFunction,
+                              LigerLayerNormFunction, LigerRMSNormFunction, LigerSiLUMulFunction)
+import kbx_liger
+S = kbx_liger.SHAPES
+DT = {"fp16": torch.float16, "bf16": torch.bfloat16}
+
+def make(op, dtype, device):
+    g = torch.Generator(device="cpu").manual_seed(1234)
+    dt, R, H, I, V = DT[dtype], S["rows"], S["hidden"], S["intermediate"], S["vocab"]
+    rnd = lambda *shape: torch.randn(*shape, generator=g).to(device=device, dtype=dt)
+    if op == "rms_norm":
+        x, w, dy = rnd(R, H), rnd(H), rnd(R, H)
+        def run(x=x, w=w, dy=dy):
+            x = x.clone().requires_grad_(True); w = w.clone().requires_grad_(True)
+            y = LigerRMSNormFunction.apply(x, w, 1e-6)
+            dx, dw = torch.autograd.grad(y, (x, w), dy.clone())
+            return {"y": y, "dx": dx, "dw": dw}
+        return run
+    if op in ("swiglu", "geglu"):
+        a, b = rnd(R, I), rnd(R, I)
+        fn = LigerSiLUMulFunction if op == "swiglu" else LigerGELUMulFunction
+        return lambda: {"c": fn.apply(a, b)}
+    if op == "layer_norm":
+        x, w, b = rnd(R, H), rnd(H), rnd(H)
+        return lambda: {"y": LigerLayerNormFunction.apply(x, w, b, 1e-5)}
+    if op == "cross_entropy":
+        logits = rnd(R, V)
+        target = torch.randint(0, V, (R,), generator=g).to(device)
+        def run():
+            x = logits.clone().requires_grad_(True)   # Liger writes the gradient into the logits
+            loss = LigerCrossEntropyFunction.apply(x, target, None)[0]
+            return {"loss": loss, "grad_in_logits": x.detach()}
+        return run
+    if op == "dyt":
+        x, alpha, gamma, beta = rnd(R, H), torch.full((1,), 0.5, dtype=dt, device=device), rnd(H), rnd(H)
+        return lambda: {"y": LigerDyTFunction.apply(x, alpha, gamma, beta)}
+    raise KeyError(op)
+
+def digest(outs):
+    return {k: hashlib.sha256(v.detach().contiguous().view(torch.uint8).cpu().numpy().tobytes()).hexdigest()
+            for k, v in outs.items()}
+'''
+
+_FIRST_CALL = r'''
+import hashlib, json, logging, sys, time
+import torch
+torch.zeros(1, device="cuda"); torch.cuda.synchronize()          # CUDA context before the clock
+import triton, triton.compiler
+compiles = []
+_orig = triton.compiler.compile
+def counting(*a, **k):
+    compiles.append(getattr(a[0], "name", "?") if a else "?")
+    return _orig(*a, **k)
+triton.compiler.compile = counting                                 # what create_binder picks up
+fallbacks = []
+class _H(logging.Handler):
+    def emit(self, record):
+        msg = record.getMessage()
+        if "Triton compiles it" in msg or "Triton's own" in msg:
+            fallbacks.append(msg)
+logging.getLogger("kbuild").addHandler(_H()); logging.getLogger("kbuild").setLevel(logging.INFO)
+{calls}
+import kbuild.runtime
+run = make({op!r}, {dtype!r}, "cuda")
+torch.cuda.synchronize()
+t0 = time.perf_counter()
+outs = run()
+torch.cuda.synchronize()
+seconds = time.perf_counter() - t0
+print(json.dumps({{"seconds": seconds, "compiles": compiles, "fallbacks": fallbacks,
+                  "events": [e.as_dict() for e in kbuild.runtime.events()],
+                  "enabled": kbuild.runtime.enabled_packages(), "out_sha256": digest(outs)}}))
+'''
+
+_STEADY = r'''
+import json, statistics, sys
+import torch
+{calls}
+import kbuild.runtime
+from kbuild.device.timing import L2Flush, time_interleaved
+from liger_kernel.ops import cross_entropy, dyt, geglu, layer_norm, rms_norm, swiglu
+from triton.runtime.autotuner import Autotuner
+JITS = {{"rms_norm": [rms_norm._rms_norm_forward_kernel, rms_norm._rms_norm_backward_kernel],
+        "swiglu": [swiglu._swiglu_forward_kernel], "geglu": [geglu._geglu_tanh_forward_kernel],
+        "layer_norm": [layer_norm._layer_norm_forward_kernel],
+        "cross_entropy": [cross_entropy.liger_cross_entropy_kernel], "dyt": [dyt._dyt_fwd_kernel]}}
+jit = lambda k: k.fn if isinstance(k, Autotuner) else k
+cache = lambda k: jit(k).device_caches[torch.cuda.current_device()][0]
+dtype, rounds, reps = {dtype!r}, {rounds}, {reps}
+runs = {{op: make(op, dtype, "cuda") for op in JITS}}
+shipped, plain, out = {{}}, {{}}, {{}}
+for op, run in runs.items():
+    o = run(); torch.cuda.synchronize()
+    shipped[op] = ([dict(cache(k)) for k in JITS[op]], digest(o))
+events = [e.as_dict() for e in kbuild.runtime.events()]
+kbuild.runtime.disable()                                   # Triton's own compile of the same calls
+for op, run in runs.items():
+    for k in JITS[op]:
+        cache(k).clear()
+    o = run(); torch.cuda.synchronize()
+    plain[op] = ([dict(cache(k)) for k in JITS[op]], digest(o))
+def variant(op, snaps):
+    def call():
+        for k, snap in zip(JITS[op], snaps):
+            c = cache(k); c.clear(); c.update(snap)
+        runs[op]()
+    return call
+flush = L2Flush()
+for op in runs:
+    ms = time_interleaved([variant(op, shipped[op][0]), variant(op, plain[op][0])], rounds=rounds, reps=reps,
+                          flush=flush)
+    flat = [[x for r in v for x in r] for v in ms]
+    out[op] = {{"bit_identical": shipped[op][1] == plain[op][1], "shipped_sha256": shipped[op][1],
+               "triton_sha256": plain[op][1], "shipped_ms": flat[0], "triton_ms": flat[1],
+               "median_ms": {{"shipped": statistics.median(flat[0]), "triton": statistics.median(flat[1])}}}}
+print(json.dumps({{"ops": out, "events": events}}))
+'''
+
+_CONFTEST = r'''
+"""Written by benchmarks/gpu_liger.py: Liger's own tests with kbuild.runtime on (kbx_liger's shipped cubins)."""
+import json, os
+import kbuild.runtime
+import kbx_liger  # noqa: F401  (its _kbuild enables the runtime)
+
+assert kbuild.runtime.enabled_packages() == ["kbx_liger"], kbuild.runtime.enabled_packages()
+
+def pytest_sessionfinish(session, exitstatus):
+    with open(os.environ["KBX_LIGER_EVENTS"], "w") as f:
+        json.dump([e.as_dict() for e in kbuild.runtime.events()], f)
+'''
+
+
+class PlanError(SystemExit):
+    """The build or the plan is not what the benchmark needs (message says what)."""
+
+
+def build_wheel(work: Path, cc: int) -> dict[str, Any]:
+    """Build examples/liger through kbuild's backend (empty store, tune off) for sm_<cc>; check its _kbuild/."""
+    src, dist = work / "src", work / "dist"
+    shutil.copytree(EXAMPLE, src, ignore=shutil.ignore_patterns("__pycache__", "build", "dist", "_kbuild", "*.egg-info"))
+    env = dict(os.environ, KBUILD_STORE=str(work / "store"), KBUILD_TUNE="off", SOURCE_DATE_EPOCH="1700000000",
+               TRITON_CACHE_DIR=str(work / "build-triton-cache"))
+    started = time.perf_counter()
+    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "--disable-pip-version-check", "--no-deps",
+                           "--no-build-isolation", "--no-index", "-v", "-w", str(dist), str(src),
+                           "-C", f"kbuild.targets=sm_{cc}"], env=env, capture_output=True, text=True, check=False)
+    seconds = round(time.perf_counter() - started, 2)
+    (work / "build.log").write_text(proc.stdout + proc.stderr)
+    if proc.returncode != 0:
+        raise PlanError(f"wheel build failed (exit {proc.returncode}):\n{(proc.stdout + proc.stderr)[-3000:]}")
+    (wheel,) = dist.glob("kbx_liger-*.whl")
+    with zipfile.ZipFile(wheel) as zf:
+        names = zf.namelist()
+        data = [n for n in names if n.startswith(f"{PACKAGE}/_kbuild/")]
+        cubins = [n for n in data if n.endswith(".cubin")]
+        if not cubins or f"{PACKAGE}/_kbuild/index.json" not in names:
+            raise PlanError(f"{wheel.name}: {PACKAGE}/_kbuild/ is empty ({len(data)} files, {len(cubins)} cubins, "
+                            f"index.json {'present' if f'{PACKAGE}/_kbuild/index.json' in names else 'absent'}): "
+                            "the backend shipped no baselines from an untuned build (ship = \"package-data\" "
+                            "must ship untuned kernels too), so nothing can load zero-JIT")
+        index = json.loads(zf.read(f"{PACKAGE}/_kbuild/index.json"))
+    entries = list(index.get("entries", {}).values())
+    want = {f"{k}_dtype_{d}" for ks in OPS.values() for k in ks for d in DTYPES}
+    got = {e["kernel"] for e in entries if e.get("target", {}).get("name") == f"sm_{cc}"}
+    no_md = sorted(e["kernel"] for e in entries if "triton_metadata" not in e)
+    if got != want or no_md or index.get("version") != 2:
+        raise PlanError(f"{wheel.name}: index version {index.get('version')}, sm_{cc} entries missing "
+                        f"{sorted(want - got)}, unexpected {sorted(got - want)}, without Triton metadata {no_md}")
+    return {"wheel": str(wheel), "wheel_sha256": hashlib.sha256(wheel.read_bytes()).hexdigest(),
+            "build_seconds": seconds, "cubins": len(cubins), "index_version": index["version"],
+            "entries": {e["kernel"]: {"key": k, "cubin_sha256": e.get("cubin_sha256"), "tuned": e.get("tuned")}
+                        for k, e in index["entries"].items()}}
+
+
+def install(wheel: str, site: Path) -> None:
+    subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-index",
+                    "--no-deps", "--target", str(site), wheel], check=True)
+
+
+def child_env(site: Path, cache: Path | None, runtime_on: bool) -> dict[str, str]:
+    path = os.pathsep.join(p for p in (str(site), os.environ.get("PYTHONPATH", "")) if p)
+    env = dict(os.environ, PYTHONPATH=path, KBUILD_RUNTIME="on" if runtime_on else "off")
+    if cache is not None:
+        env["TRITON_CACHE_DIR"] = str(cache)
+    return env
+
+
+def run_child(code: str, env: dict[str, str], timeout: float = 300) -> dict[str, Any]:
+    try:
+        proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                              timeout=timeout, cwd=tempfile.gettempdir())
+    except subprocess.TimeoutExpired:
+        return {"error": f"timed out after {timeout} s"}
+    if proc.returncode != 0:
+        return {"error": proc.stderr[-3000:]}
+    return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
+
+
+def first_calls(site: Path, repeats: int) -> dict[str, Any]:
+    rows: dict[str, Any] = {}
+    for op in OPS:
+        for dtype in DTYPES:
+            code = _FIRST_CALL.format(calls=_CALLS, op=op, dtype=dtype)
+            samples: dict[str, list[dict[str, Any]]] = {m: [] for m in MODES}
+            for _ in range(repeats):
+                for on, cold, warm in ((True, "shipped_cold", "shipped_warm"), (False, "triton_cold", "triton_warm")):
+                    with tempfile.TemporaryDirectory(prefix="kbuild-liger-cache-") as cache:
+                        samples[cold].append(run_child(code, child_env(site, Path(cache), on)))
+                        samples[warm].append(run_child(code, child_env(site, Path(cache), on)))
+            rows[f"{op}/{dtype}"] = summarise(samples, len(OPS[op]))
+            print(f"  {op}/{dtype}: {short(rows[f'{op}/{dtype}'])}", flush=True)
+    return rows
+
+
+def summarise(samples: dict[str, list[dict[str, Any]]], n_kernels: int) -> dict[str, Any]:
+    ok = {m: [s for s in samples[m] if "seconds" in s] for m in MODES}
+    med = {m: statistics.median(s["seconds"] for s in ok[m]) if ok[m] and len(ok[m]) == len(samples[m]) else None
+           for m in MODES}
+    shipped = ok["shipped_cold"] + ok["shipped_warm"]
+    served = [sum(1 for e in s["events"] if e.get("stage") in ("zero-jit", "autotune") and e.get("substituted"))
+              for s in shipped]
+    digests = {json.dumps(s["out_sha256"], sort_keys=True) for m in MODES for s in ok[m]}
+    return {
+        "median_seconds": med,
+        "errors": {m: [s["error"] for s in samples[m] if "error" in s] for m in MODES if len(ok[m]) < len(samples[m])},
+        "kernels": n_kernels,
+        "served_zero_jit": min(served) if served else 0,
+        "shipped_compiles": sorted({c for s in shipped for c in s["compiles"]}),
+        "fallbacks": sorted({f for s in shipped for f in s["fallbacks"]}),
+        "stages": sorted({str(e.get("stage")) for s in shipped for e in s["events"]}),
+        "bit_identical": len(digests) == 1 and all(len(ok[m]) == len(samples[m]) for m in MODES),
+        "x_vs_triton_cold": _ratio(med["triton_cold"], med["shipped_cold"]),
+        "x_vs_triton_warm": _ratio(med["triton_warm"], med["shipped_warm"]),
+        "samples": samples,
+    }
+
+
+def _ratio(a: float | None, b: float | None) -> float | None:
+    return round(a / b, 1) if a and b else None
+
+
+def short(r: dict[str, Any]) -> str:
+    med = r["median_seconds"]
+    cells = " ".join(f"{m}={med[m]:.4f}s" if med[m] is not None else f"{m}=error" for m in MODES)
+    return (f"{cells} zero-jit {r['served_zero_jit']}/{r['kernels']} compiles {r['shipped_compiles']} "
+            f"bit-identical {r['bit_identical']}")
+
+
+def steady_state(site: Path, rounds: int, reps: int) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for dtype in DTYPES:
+        with tempfile.TemporaryDirectory(prefix="kbuild-liger-steady-") as cache:
+            code = _STEADY.format(calls=_CALLS, dtype=dtype, rounds=rounds, reps=reps)
+            out[dtype] = run_child(code, child_env(site, Path(cache), True), timeout=400)
+    return out
+
+
+def liger_tests(site: Path, sdist: Path, work: Path, timeout: float) -> dict[str, Any]:
+    """Liger's own unit tests for the covered ops, from its sdist, with kbuild.runtime on."""
+    tests_site = work / "liger-tests-site"
+    wheels = sorted(TEST_WHEELS.glob("*.whl"))
+    if wheels:
+        subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-index",
+                        "--no-deps", "--target", str(tests_site), *map(str, wheels)], check=True)
+    with tarfile.open(sdist) as tf:
+        top = tf.getnames()[0].split("/")[0]
+        members = [m for m in tf.getmembers() if m.name.startswith(f"{top}/test/") and m.isfile()]
+        tf.extractall(work / "sdist", members=members, filter="data")
+    root = work / "sdist" / top
+    (root / "conftest.py").write_text(_CONFTEST)
+    (root / "pytest.ini").write_text("[pytest]\n")  # not the sdist's pyproject options (pythonpath src/, asyncio)
+    env = child_env(site, work / "liger-tests-triton-cache", True)
+    env["PYTHONPATH"] = os.pathsep.join([str(root), str(tests_site), env["PYTHONPATH"]])
+    env["KBX_LIGER_EVENTS"] = str(work / "liger-tests-events.json")
+    junit = work / "liger-tests.xml"
+    started = time.perf_counter()
+    try:
+        proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfE",
+                               f"--junitxml={junit}", *LIGER_TESTS], cwd=root, env=env, capture_output=True,
+                              text=True, timeout=timeout, check=False)
+        log, rc = proc.stdout + proc.stderr, proc.returncode
+    except subprocess.TimeoutExpired as exc:
+        parts = [p.decode(errors="replace") if isinstance(p, bytes) else (p or "") for p in (exc.stdout, exc.stderr)]
+        log, rc = f"{parts[0]}{parts[1]}\n[timed out after {timeout} s]", None
+    counts: dict[str, dict[str, int]] = {}
+    if junit.is_file():
+        for case in ET.parse(junit).getroot().iter("testcase"):
+            f = Path(str(case.get("classname", "")).replace(".", "/")).name or "?"
+            kind = next((c.tag for c in case if c.tag in ("failure", "error", "skipped")), "passed")
+            counts.setdefault(f, {}).setdefault(kind, 0)
+            counts[f][kind] += 1
+    events = json.loads(Path(env["KBX_LIGER_EVENTS"]).read_text()) if Path(env["KBX_LIGER_EVENTS"]).is_file() else []
+    stages: dict[str, int] = {}
+    for e in events:
+        stages[str(e.get("stage"))] = stages.get(str(e.get("stage")), 0) + 1
+    return {"rc": rc, "seconds": round(time.perf_counter() - started, 1), "counts": counts,
+            "runtime_event_stages": stages, "log": log[-20000:], "files": list(LIGER_TESTS),
+            "extra_wheels": [w.name for w in wheels]}
+
+
+def dry_run_plan(site: Path, built: dict[str, Any]) -> dict[str, Any]:
+    """CPU: each op × dtype through Liger's Function API with launches recorded (nothing compiles); every
+    recorded call must key to the wheel's sm_90 entry of the same name (the runtime's exact match)."""
+    code = _CALLS + r'''
+import json, sys
+from unittest import mock
+from triton.runtime.autotuner import Autotuner
+from triton.runtime.jit import JITFunction
+from kbuild.runtime.keys import installed_distribution, specialization_for_call
+entries = json.load(open(sys.argv[1]))["entries"]
+by_kernel = {e["kernel"]: (k, e) for k, e in entries.items() if e["target"]["name"] == "sm_90"}
+OPS = json.loads(sys.argv[2])
+report = {}
+for op, kernels in OPS.items():
+    for dtype in ("fp16", "bf16"):
+        calls = []
+        def jit_run(self, *a, grid, warmup, **kw): calls.append((self, a, kw))
+        def tuner_run(self, *a, grid, warmup=False, **kw):
+            cfg = self.configs[0]   # the declared default: the autotuner's first config
+            calls.append((self.fn, a, {**kw, **cfg.kwargs, "num_warps": cfg.num_warps, "num_stages": cfg.num_stages}))
+        with mock.patch.object(JITFunction, "run", jit_run), mock.patch.object(Autotuner, "run", tuner_run):
+            try:
+                make(op, dtype, "cpu")()
+            except Exception as exc:   # the recorder launched nothing, so later CPU code may trip on garbage
+                pass
+        for kernel, (jit, a, kw) in zip(kernels, calls):
+            key, entry = by_kernel[f"{kernel}_dtype_{dtype}"]
+            comps = entry["key_components"]
+            call = specialization_for_call(jit, *a, cc=90, **kw)
+            got = None if call.unsupported else call.key(ptxas_version=comps["compiler"]["ptxas"],
+                declared=entry.get("signature"), distribution=installed_distribution(entry)).hex
+            report[f"{kernel}_dtype_{dtype}"] = {"recorded": True, "unsupported": call.unsupported, "match": got == key}
+        for kernel in kernels[len(calls):]:
+            report[f"{kernel}_dtype_{dtype}"] = {"recorded": False, "match": False}
+print(json.dumps(report))
+'''
+    index = site / PACKAGE / "_kbuild" / "index.json"
+    env = child_env(site, None, True)
+    proc = subprocess.run([sys.executable, "-c", code, str(index), json.dumps(OPS)], env=env, capture_output=True,
+                          text=True, check=False, cwd=tempfile.gettempdir())
+    if proc.returncode != 0:
+        raise PlanError(f"plan check failed:\n{proc.stderr[-3000:]}")
+    return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
+
+
+def table(doc: dict[str, Any]) -> str:
+    lines = [f"{'op/dtype':<20} " + " ".join(f"{m:>13}" for m in MODES)
+             + "  ×cold  ×warm  zero-JIT  bit-id  steady shipped/triton ms"]
+    for name, r in doc.get("first_call", {}).items():
+        med = r["median_seconds"]
+        op, dtype = name.split("/")
+        st = doc.get("steady", {}).get(dtype, {}).get("ops", {}).get(op)
+        steady = (f"{st['median_ms']['shipped']:.4f}/{st['median_ms']['triton']:.4f}"
+                  f"{'' if st['bit_identical'] else ' DIFFER'}") if st else "-"
+        cells = " ".join(f"{med[m]:>12.4f}s" if med[m] is not None else f"{'error':>13}" for m in MODES)
+        lines.append(f"{name:<20} {cells}  {r['x_vs_triton_cold']!s:>5}  {r['x_vs_triton_warm']!s:>5}  "
+                     f"{r['served_zero_jit']}/{r['kernels']:<6}  {r['bit_identical']!s:>6}  {steady}")
+    tests = doc.get("liger_tests")
+    if tests:
+        lines.append(f"Liger's tests (rc {tests['rc']}, {tests['seconds']} s, runtime events "
+                     f"{tests['runtime_event_stages']}):")
+        lines += [f"  {f}: {c}" for f, c in sorted(tests["counts"].items())]
+    return "\n".join(lines)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
+    parser.add_argument("--out", required=True, type=Path, help="JSON file to write")
+    parser.add_argument("--repeats", type=int, default=1, help="fresh-process samples per op × dtype × mode")
+    parser.add_argument("--rounds", type=int, default=5, help="steady state: interleaved rounds")
+    parser.add_argument("--reps", type=int, default=20, help="steady state: launches per variant per round")
+    parser.add_argument("--sdist", type=Path, default=TEST_WHEELS / "liger_kernel-0.8.5.tar.gz",
+                        help="Liger-Kernel's sdist, for its unit tests (skipped when absent)")
+    parser.add_argument("--tests-timeout", type=float, default=170.0, help="seconds for Liger's tests")
+    parser.add_argument("--skip", action="append", default=[], choices=["first-call", "steady", "tests"])
+    parser.add_argument("--dry-run", action="store_true",
+                        help="CPU: build for sm_90, install, check the plan against the index; nothing timed")
+    args = parser.parse_args()
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="kbuild-liger-") as tmp:
+        work = Path(tmp)
+        if args.dry_run:
+            cc = 90
+        else:
+            import torch
+
+            major, minor = torch.cuda.get_device_capability(0)
+            cc = major * 10 + minor
+        built = build_wheel(work, cc)
+        print(f"built {Path(built['wheel']).name}: {built['cubins']} cubins for sm_{cc} in {built['build_seconds']} s",
+              flush=True)
+        site = work / "site"
+        install(built["wheel"], site)
+        doc: dict[str, Any] = {"build": built, "cc": cc, "command": " ".join([Path(sys.executable).name, *sys.argv]),
+                               "sha256_of_script": hashlib.sha256(Path(__file__).read_bytes()).hexdigest()}
+        if args.dry_run:
+            plan = dry_run_plan(site, built)
+            doc.update(dry_run=True, note="CPU dry run: wheel built and installed, Liger's Function calls recorded "
+                       "(nothing launched or timed) and keyed against the index", plan=plan,
+                       sdist_present=args.sdist.is_file(), test_wheels=[w.name for w in TEST_WHEELS.glob("*.whl")])
+            args.out.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+            bad = sorted(k for k, v in plan.items() if not v["match"])
+            print(f"dry run: {len(plan) - len(bad)}/{len(plan)} Liger calls key to the shipped entries"
+                  f"{'; MISMATCH: ' + ', '.join(bad) if bad else ''}; sdist {'found' if doc['sdist_present'] else 'ABSENT'}"
+                  f" ({args.sdist}); {len(doc['test_wheels'])} test wheels; wrote {args.out}")
+            return 1 if bad else 0
+        from kbuild.device.timing import device_report
+
+        doc["device"] = device_report()
+        doc["repeats"] = args.repeats
+        if "first-call" not in args.skip:
+            print("== first calls (fresh processes)", flush=True)
+            doc["first_call"] = first_calls(site, args.repeats)
+        if "steady" not in args.skip:
+            print("== steady state (interleaved)", flush=True)
+            doc["steady"] = steady_state(site, args.rounds, args.reps)
+        if "tests" not in args.skip and args.sdist.is_file():
+            print(f"== Liger's own tests ({', '.join(LIGER_TESTS)})", flush=True)
+            doc["liger_tests"] = liger_tests(site, args.sdist, work, args.tests_timeout)
+            (args.out.parent / "liger_tests.log").write_text(doc["liger_tests"]["log"])
+        elif "tests" not in args.skip:
+            doc["liger_tests"] = None
+            print(f"no sdist at {args.sdist}: Liger's tests not run")
+        doc["seconds"] = round(time.perf_counter() - t0, 1)
+        args.out.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+        print(table(doc))
+        rows = doc.get("first_call", {}).values()
+        bad = [r for r in rows if not r["bit_identical"] or r["served_zero_jit"] < r["kernels"]]
+        steady_bad = [o for d in doc.get("steady", {}).values() for o in d.get("ops", {}).values()
+                      if not o["bit_identical"]] + [d["error"] for d in doc.get("steady", {}).values() if "error" in d]
+        return 1 if bad or steady_bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
