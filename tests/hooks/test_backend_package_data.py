@@ -101,8 +101,17 @@ def test_the_wheel_ships_the_index_the_cubins_and_the_manifest(built: dict[str, 
     zf = zipfile.ZipFile(built["wheel"])
     names = set(zf.namelist())
     tuned = {(t["kernel"], t["target"]): t for t in built["tuned"]}
+    manifest = json.loads(zf.read("kbx_jit-0.1.0.dist-info/kbuild.json"))
+    states = {(e["kernel"], e["target"]): (e["state"], e["cubin_sha256"]) for e in manifest["kernels"]}
+    assert len(states) == 4
+    for kt, (state, sha) in states.items():
+        assert state == ("tuned" if kt in STAND_IN_TUNED else "baseline")
+        if kt in STAND_IN_TUNED:
+            assert sha == tuned[kt]["cubin_sha256"]
+    # package_data = "all" (the default): every kernel × target ships, the stand-in tuned cubin where there is
+    # one, else the baseline (the zero-JIT loader serves it instead of compiling on the first call).
     expected = {"kbx_jit/_kbuild/index.json", "kbx_jit/_kbuild/__init__.py"} | {
-        f"kbx_jit/_kbuild/{t['cubin_sha256']}.cubin" for t in built["tuned"]}
+        f"kbx_jit/_kbuild/{sha}.cubin" for _, sha in states.values()}
     assert {n for n in names if n.startswith("kbx_jit/_kbuild/")} == expected
     for t in built["tuned"]:
         cubin = zf.read(f"kbx_jit/_kbuild/{t['cubin_sha256']}.cubin")
@@ -113,28 +122,25 @@ def test_the_wheel_ships_the_index_the_cubins_and_the_manifest(built: dict[str, 
     index = json.loads(zf.read("kbx_jit/_kbuild/index.json"))
     assert index["package"] == "kbx_jit"
     entries = index["entries"]
-    # Keyed by the baseline key (what the run time recomputes), naming the stand-in tuned artefact; only the
-    # tuned kernel × target ship (a baseline cubin gains nothing over Triton's own compile).
-    assert {(e["kernel"], e["target"]["name"]) for e in entries.values()} == STAND_IN_TUNED
+    # Keyed by the baseline key (what the run time recomputes); a tuned entry names the stand-in tuned artefact.
+    assert {(e["kernel"], e["target"]["name"]) for e in entries.values()} == set(states)
     for key, e in entries.items():
-        t = tuned[(e["kernel"], e["target"]["name"])]
-        assert key == t["baseline_key"] and e["artefact_key"] == t["tuned_key"]
-        assert e["cubin_sha256"] == t["cubin_sha256"] and e["tuned"] is True and e["speedup"] == 1.25
-
-    manifest = json.loads(zf.read("kbx_jit-0.1.0.dist-info/kbuild.json"))
-    states = {(e["kernel"], e["target"]): (e["state"], e["cubin_sha256"]) for e in manifest["kernels"]}
-    assert len(states) == 4
-    for kt, (state, sha) in states.items():
-        assert state == ("tuned" if kt in STAND_IN_TUNED else "baseline")
+        kt = (e["kernel"], e["target"]["name"])
+        assert e["state"] == states[kt][0] and e["cubin_sha256"] == states[kt][1]
         if kt in STAND_IN_TUNED:
-            assert sha == tuned[kt]["cubin_sha256"]
+            t = tuned[kt]
+            assert key == t["baseline_key"] and e["artefact_key"] == t["tuned_key"]
+            assert e["tuned"] is True and e["speedup"] == 1.25
+        else:
+            assert key == e["artefact_key"] and e["tuned"] is False and e["speedup"] is None
+            assert not zf.read(f"kbx_jit/_kbuild/{e['cubin']}").endswith(MARKER)
 
     # RECORD covers the package data with the right hashes (pip checks them on install).
     record = {line.split(",")[0]: line.split(",")[1] for line in zf.read("kbx_jit-0.1.0.dist-info/RECORD")
               .decode().splitlines() if line}
     for name in expected | {"kbx_jit-0.1.0.dist-info/kbuild.json"}:
         assert record[name] == _record_hash(zf.read(name)), name
-    assert "kbuild: package data for kbx_jit: 2 kernel × target (2 tuned)" in built["log"]
+    assert "kbuild: package data for kbx_jit: 4 kernel × target (2 tuned)" in built["log"]
 
 
 def test_the_source_tree_is_left_clean(built: dict[str, Any]):
@@ -156,7 +162,8 @@ def test_kbuild_inspect_lists_the_package_data(built: dict[str, Any]):
     (data,) = doc["package_data"]
     assert data["index"] == "kbx_jit/_kbuild/index.json" and data["package"] == "kbx_jit"
     got = {(e["kernel"], e["target"]): e for e in data["entries"]}
-    assert set(got) == STAND_IN_TUNED
+    assert len(got) == 4 and STAND_IN_TUNED <= set(got)  # package_data = "all": the baselines ship too
+    assert all(e["cubin_check"] == "ok" and e["tuned"] is False for kt, e in got.items() if kt not in STAND_IN_TUNED)
     for t in built["tuned"]:
         e = got[(t["kernel"], t["target"])]
         assert e["cubin_sha256"] == t["cubin_sha256"] and e["cubin_check"] == "ok" and e["tuned"] is True
@@ -190,8 +197,11 @@ def test_a_second_build_in_the_same_tree_drops_what_no_longer_ships(built: dict[
     pip_wheel(project, tmp_path / "d2", env, config={"kbuild.targets": "sm_80"})
     names = {n for n in zipfile.ZipFile(tmp_path / "d2" / WHEEL).namelist() if n.startswith("kbx_jit/_kbuild/")}
     (mm80,) = [t for t in built["tuned"] if t["target"] == "sm_80"]
-    assert names == {"kbx_jit/_kbuild/index.json", "kbx_jit/_kbuild/__init__.py",
-                     f"kbx_jit/_kbuild/{mm80['cubin_sha256']}.cubin"}
+    index = json.loads(zipfile.ZipFile(tmp_path / "d2" / WHEEL).read("kbx_jit/_kbuild/index.json"))
+    assert {e["target"]["name"] for e in index["entries"].values()} == {"sm_80"} and len(index["entries"]) == 2
+    assert names == {"kbx_jit/_kbuild/index.json", "kbx_jit/_kbuild/__init__.py"} | {
+        f"kbx_jit/_kbuild/{e['cubin']}" for e in index["entries"].values()}
+    assert f"kbx_jit/_kbuild/{mm80['cubin_sha256']}.cubin" in names and f"kbx_jit/_kbuild/{'0' * 64}.cubin" not in names
 
 
 @pytest.mark.hostile(fault="malformed package index", outcome="clean error")
@@ -217,7 +227,7 @@ def test_inspect_flags_a_cubin_whose_digest_does_not_match(built: dict[str, Any]
     assert proc.returncode == 0, proc.stderr
     checks = {e["cubin"]: e["cubin_check"] for e in json.loads(proc.stdout)["package_data"][0]["entries"]}
     assert checks[victim] == "sha256 mismatch"
-    assert sorted(checks.values()) == ["ok", "sha256 mismatch"]
+    assert sorted(checks.values()) == ["ok", "ok", "ok", "sha256 mismatch"]  # the other tuned one and 2 baselines
     flat = "".join(proc.stderr.split())  # the console wraps long lines
     assert f"warning:{bad}!{victim}:sha256mismatch" in flat
 
