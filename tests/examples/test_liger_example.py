@@ -8,8 +8,10 @@
    the key the run time computes from it must equal the build's baseline key of the declared entry: the
    runtime's exact match would hit on the GPU.
 2. The wheel built through kbuild's PEP 517 backend ships ``kbx_liger/_kbuild/`` with a cubin per kernel ×
-   target, listed by ``kbuild inspect``. **Stand-in tuning result** (no GPU here): only tuned kernels ship,
-   so the store gets, under each tuned key, the baseline cubin with :data:`MARKER` appended (never loaded).
+   target, listed by ``kbuild inspect``. **Stand-in tuning result** (no GPU here): every kernel × target ships
+   (``package_data = "all"``), and the store gets, under each tuned key, the baseline cubin with :data:`MARKER`
+   appended (never loaded), so that each ships as a tuned entry; the autotuned ``dyt_fwd`` entries carry the
+   autotune key Triton's ``Autotuner.run`` builds for Liger's call (``N``, then the five tensors' dtypes).
 
 Needs ``liger-kernel==0.8.5`` installed with ``--no-deps`` (its dependencies are torch and triton).
 """
@@ -226,6 +228,11 @@ def test_the_backend_wheel_ships_a_cubin_per_kernel_and_target(tmp_path: Path) -
     got = {(e["kernel"], e["target"]["name"]) for e in index["entries"].values()}
     assert len(got) == 28 and {t for _, t in got} == {"sm_80", "sm_90"}
     assert all(e["function"].startswith("liger_kernel.ops.") for e in index["entries"].values())
+    dyt = {e["kernel"]: e for e in index["entries"].values() if e["kernel"].startswith("dyt_fwd")}
+    assert len(dyt) == 2
+    for name, e in dyt.items():  # liger_dyt_fwd calls _dyt_fwd_kernel[grid](x, y, alpha, gamma, beta, HAVE_BETA, N)
+        dtype = "torch.bfloat16" if "bf16" in name else "torch.float16"
+        assert e["autotune"] == {"key": [4096] + [dtype] * 5}, name
     inspect = kbuild_cli("inspect", str(wheel), "--json", env=env)
     assert inspect.returncode == 0, inspect.stderr[-2000:]  # the manifest reader takes the dtype constexprs it wrote
     (data,) = json.loads(inspect.stdout)["package_data"]
