@@ -5,7 +5,8 @@ For projects that run their Triton kernels just in time (``ship = "package-data"
     kbuild package-data --config pyproject.toml --out build/lib/mypkg [--package mypkg]
 
 writes ``build/lib/mypkg/_kbuild/`` (``index.json``, ``<sha256>.cubin``, ``__init__.py``; see
-:mod:`kbuild.runtime.package`). Only tuned kernels are written unless ``--include-untuned``.
+:mod:`kbuild.runtime.package`). Every kernel × target is written (the baseline where there is no tuning result)
+unless ``[tool.kbuild] package_data = "tuned"``; ``--include-untuned`` writes them all whatever it says.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--package", metavar="NAME", help="import name to enable (default: the kernels' top-level package)")
     p.add_argument("--kernel", action="append", metavar="NAME", help="only this kernel (repeatable)")
     p.add_argument("--include-untuned", action="store_true",
-                   help="also ship baseline cubins (substituting them gains nothing; for testing)")
+                   help="ship baseline cubins too, even under package_data = \"tuned\"")
     p.set_defaults(func=run)
 
 
