@@ -207,8 +207,8 @@ import kbx_liger  # noqa: F401  (its _kbuild enables the runtime)
 assert kbuild.runtime.enabled_packages() == ["kbx_liger"], kbuild.runtime.enabled_packages()
 
 def pytest_sessionfinish(session, exitstatus):
-    with open(os.environ["KBX_LIGER_EVENTS"], "w") as f:
-        json.dump([e.as_dict() for e in kbuild.runtime.events()], f)
+    with open(os.environ["KBX_LIGER_EVENTS"], "a") as f:  # one line per pytest run (one per test file)
+        f.write(json.dumps([e.as_dict() for e in kbuild.runtime.events()]) + "\n")
 '''
 
 
@@ -337,11 +337,15 @@ def steady_state(site: Path, rounds: int, reps: int) -> dict[str, Any]:
     return out
 
 
-def liger_tests(site: Path, sdist: Path, work: Path, timeout: float) -> dict[str, Any]:
-    """Liger's own unit tests for the covered ops, from its sdist, with kbuild.runtime on."""
-    tests_site = work / "liger-tests-site"
+def liger_tests(site: Path, sdist: Path, work: Path, timeout: float, *, collect_only: bool = False,
+                tests_site: Path | None = None) -> dict[str, Any]:
+    """Liger's own unit tests for the covered ops, from its sdist, with kbuild.runtime on.
+
+    ``tests_site``: a folder already holding transformers & co. (else ``.whl/liger-tests/*.whl`` are installed);
+    ``collect_only``: pytest ``--collect-only`` (the CPU dry run: imports, conftest, runtime enabled)."""
     wheels = sorted(TEST_WHEELS.glob("*.whl"))
-    if wheels:
+    if tests_site is None and wheels:
+        tests_site = work / "liger-tests-site"
         subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check", "--no-index",
                         "--no-deps", "--target", str(tests_site), *map(str, wheels)], check=True)
     with tarfile.open(sdist) as tf:
@@ -352,32 +356,45 @@ def liger_tests(site: Path, sdist: Path, work: Path, timeout: float) -> dict[str
     (root / "conftest.py").write_text(_CONFTEST)
     (root / "pytest.ini").write_text("[pytest]\n")  # not the sdist's pyproject options (pythonpath src/, asyncio)
     env = child_env(site, work / "liger-tests-triton-cache", True)
-    env["PYTHONPATH"] = os.pathsep.join([str(root), str(tests_site), env["PYTHONPATH"]])
+    env["PYTHONPATH"] = os.pathsep.join([str(root), *([str(tests_site)] if tests_site else []), env["PYTHONPATH"]])
     env["KBX_LIGER_EVENTS"] = str(work / "liger-tests-events.json")
-    junit = work / "liger-tests.xml"
+    # One pytest per file, each with its own junit XML, so that a file cut short by the time limit loses only
+    # its own counts; the files share ``timeout`` in order (the covered ops first-come).
     started = time.perf_counter()
-    try:
-        proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfE",
-                               f"--junitxml={junit}", *LIGER_TESTS], cwd=root, env=env, capture_output=True,
-                              text=True, timeout=timeout, check=False)
-        log, rc = proc.stdout + proc.stderr, proc.returncode
-    except subprocess.TimeoutExpired as exc:
-        parts = [p.decode(errors="replace") if isinstance(p, bytes) else (p or "") for p in (exc.stdout, exc.stderr)]
-        log, rc = f"{parts[0]}{parts[1]}\n[timed out after {timeout} s]", None
     counts: dict[str, dict[str, int]] = {}
-    if junit.is_file():
-        for case in ET.parse(junit).getroot().iter("testcase"):
-            f = Path(str(case.get("classname", "")).replace(".", "/")).name or "?"
-            kind = next((c.tag for c in case if c.tag in ("failure", "error", "skipped")), "passed")
-            counts.setdefault(f, {}).setdefault(kind, 0)
-            counts[f][kind] += 1
-    events = json.loads(Path(env["KBX_LIGER_EVENTS"]).read_text()) if Path(env["KBX_LIGER_EVENTS"]).is_file() else []
+    logs: list[str] = []
+    rcs: dict[str, int | str] = {}
+    for test_file in LIGER_TESTS:
+        left = timeout - (time.perf_counter() - started)
+        name = Path(test_file).name
+        if left < 5:
+            rcs[name] = "not run (time)"
+            continue
+        junit = work / f"{Path(test_file).stem}.xml"
+        try:
+            proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfE",
+                                   f"--junitxml={junit}", *(["--collect-only"] if collect_only else []), test_file], cwd=root, env=env, capture_output=True,
+                                  text=True, timeout=left, check=False)
+            logs.append(f"==== {test_file} (exit {proc.returncode})\n{proc.stdout[-6000:]}{proc.stderr[-2000:]}")
+            rcs[name] = proc.returncode
+        except subprocess.TimeoutExpired as exc:
+            parts = [p.decode(errors="replace") if isinstance(p, bytes) else (p or "") for p in (exc.stdout, exc.stderr)]
+            logs.append(f"==== {test_file} [timed out after {left:.0f} s]\n{parts[0][-6000:]}{parts[1][-2000:]}")
+            rcs[name] = "timed out"
+        if junit.is_file():
+            for case in ET.parse(junit).getroot().iter("testcase"):
+                kind = next((c.tag for c in case if c.tag in ("failure", "error", "skipped")), "passed")
+                counts.setdefault(name, {}).setdefault(kind, 0)
+                counts[name][kind] += 1
+    log = "\n".join(logs)
+    events_file = Path(env["KBX_LIGER_EVENTS"])
+    events = [e for line in (events_file.read_text().splitlines() if events_file.is_file() else ()) for e in json.loads(line)]
     stages: dict[str, int] = {}
     for e in events:
         stages[str(e.get("stage"))] = stages.get(str(e.get("stage")), 0) + 1
-    return {"rc": rc, "seconds": round(time.perf_counter() - started, 1), "counts": counts,
+    return {"rc": rcs, "seconds": round(time.perf_counter() - started, 1), "counts": counts,
             "runtime_event_stages": stages, "log": log[-20000:], "files": list(LIGER_TESTS),
-            "extra_wheels": [w.name for w in wheels]}
+            "extra_wheels": [w.name for w in wheels], "collect_only": collect_only}
 
 
 def dry_run_plan(site: Path, built: dict[str, Any]) -> dict[str, Any]:
@@ -439,7 +456,7 @@ def table(doc: dict[str, Any]) -> str:
                      f"{r['served_zero_jit']}/{r['kernels']:<6}  {r['bit_identical']!s:>6}  {steady}")
     tests = doc.get("liger_tests")
     if tests:
-        lines.append(f"Liger's tests (rc {tests['rc']}, {tests['seconds']} s, runtime events "
+        lines.append(f"Liger's tests (exit per file {tests['rc']}, {tests['seconds']} s, runtime events "
                      f"{tests['runtime_event_stages']}):")
         lines += [f"  {f}: {c}" for f, c in sorted(tests["counts"].items())]
     return "\n".join(lines)
@@ -453,7 +470,9 @@ def main() -> int:
     parser.add_argument("--reps", type=int, default=20, help="steady state: launches per variant per round")
     parser.add_argument("--sdist", type=Path, default=TEST_WHEELS / "liger_kernel-0.8.5.tar.gz",
                         help="Liger-Kernel's sdist, for its unit tests (skipped when absent)")
-    parser.add_argument("--tests-timeout", type=float, default=170.0, help="seconds for Liger's tests")
+    parser.add_argument("--tests-timeout", type=float, default=150.0, help="seconds for Liger's tests")
+    parser.add_argument("--tests-site", type=Path, default=None,
+                        help="a folder holding transformers>=5 & co. for Liger's tests (default: install .whl/liger-tests)")
     parser.add_argument("--skip", action="append", default=[], choices=["first-call", "steady", "tests"])
     parser.add_argument("--dry-run", action="store_true",
                         help="CPU: build for sm_90, install, check the plan against the index; nothing timed")
@@ -480,6 +499,14 @@ def main() -> int:
             doc.update(dry_run=True, note="CPU dry run: wheel built and installed, Liger's Function calls recorded "
                        "(nothing launched or timed) and keyed against the index", plan=plan,
                        sdist_present=args.sdist.is_file(), test_wheels=[w.name for w in TEST_WHEELS.glob("*.whl")])
+            if args.sdist.is_file() and "tests" not in args.skip:
+                collected = liger_tests(site, args.sdist, work, args.tests_timeout, collect_only=True,
+                                        tests_site=args.tests_site)
+                doc["liger_tests_collected"] = {k: v for k, v in collected.items() if k != "log"}
+                print(f"collected Liger's tests with kbuild.runtime on: exit {collected['rc']}")
+                if any(rc != 0 for rc in collected["rc"].values()):
+                    print(collected["log"][-3000:])
+                    return 1
             args.out.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
             bad = sorted(k for k, v in plan.items() if not v["match"])
             print(f"dry run: {len(plan) - len(bad)}/{len(plan)} Liger calls key to the shipped entries"
@@ -498,7 +525,7 @@ def main() -> int:
             doc["steady"] = steady_state(site, args.rounds, args.reps)
         if "tests" not in args.skip and args.sdist.is_file():
             print(f"== Liger's own tests ({', '.join(LIGER_TESTS)})", flush=True)
-            doc["liger_tests"] = liger_tests(site, args.sdist, work, args.tests_timeout)
+            doc["liger_tests"] = liger_tests(site, args.sdist, work, args.tests_timeout, tests_site=args.tests_site)
             (args.out.parent / "liger_tests.log").write_text(doc["liger_tests"]["log"])
         elif "tests" not in args.skip:
             doc["liger_tests"] = None
