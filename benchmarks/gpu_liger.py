@@ -46,6 +46,7 @@ import argparse
 import hashlib
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
@@ -377,6 +378,9 @@ def liger_tests(site: Path, sdist: Path, work: Path, timeout: float, *, collect_
                                   text=True, timeout=left, check=False)
             logs.append(f"==== {test_file} (exit {proc.returncode})\n{proc.stdout[-6000:]}{proc.stderr[-2000:]}")
             rcs[name] = proc.returncode
+            found = re.search(r"(\d+) tests? collected", proc.stdout)
+            if collect_only and found:
+                counts.setdefault(name, {})["collected"] = int(found.group(1))
         except subprocess.TimeoutExpired as exc:
             parts = [p.decode(errors="replace") if isinstance(p, bytes) else (p or "") for p in (exc.stdout, exc.stderr)]
             logs.append(f"==== {test_file} [timed out after {left:.0f} s]\n{parts[0][-6000:]}{parts[1][-2000:]}")

@@ -14,6 +14,7 @@
 #            TUNE_SECONDS seconds each at most, all within TUNE_TOTAL_S
 #   hooks    #7: the example wheel built with tune = auto beside the baseline wheel (HOOKS_TUNE_S per kernel)
 #   runtime  #8: the JIT example built with the tuner's results, substituted into @triton.jit calls
+#   liger    #16: Liger-Kernel through its own API with kbx_liger's shipped cubins (benchmarks/gpu_liger.md)
 #
 # Outputs go to $OUT (at most 8 files come back from a device call, so folders are tarred).
 # `bench` also leaves .gpu-state/bench.json (git-ignored), which `tune` reads on the same warm machine
