@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import importlib
 import logging
+import os
 import sys
 import traceback
 from collections.abc import Sequence
@@ -87,3 +88,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130  # 128 + SIGINT, as shells report it
+    except BrokenPipeError:
+        # The reader of stdout went away (`kbuild cache ls --json | head`): stop quietly, as a tool killed by
+        # SIGPIPE does, with no traceback; stdout goes to /dev/null so the interpreter's final flush is quiet too.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE, as shells report it

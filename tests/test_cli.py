@@ -208,3 +208,18 @@ def test_every_verb_is_in_the_help():
     for verb in ("compile", "explain", "tune", "prewarm", "emit", "inspect", "verify-wheel", "lock", "package-data",
                  "cache", "sass", "bench"):
         assert verb in help_text, verb
+
+
+@pytest.mark.hostile(fault="closed output pipe", outcome="clean error")
+def test_a_reader_that_closes_stdout_early_stops_kbuild_quietly_with_sigpipes_status() -> None:
+    """`kbuild ... --json | head` : the reader leaves after a few bytes; kbuild stops at its next write with the
+    status a tool killed by SIGPIPE has (141) and no traceback (it printed one before)."""
+    cubin = Path(__file__).parent / "fixtures" / "sass" / "attention_fwd.sm90.cubin"
+    proc = subprocess.Popen([sys.executable, "-m", "kbuild", "sass", "show", "--json", str(cubin)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    assert proc.stdout is not None and proc.stderr is not None
+    assert proc.stdout.read(16)  # the reader takes a little, then goes away
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 141
+    assert "Traceback" not in err and "BrokenPipe" not in err, err
