@@ -55,12 +55,49 @@ def planned_manifest(manifest: Path, package_data: Path | None = None) -> Iterat
     planning again, and the wrapped ``build_py`` copies ``package_data/_kbuild`` (the package data the backend
     wrote for ``ship = "package-data"``; ``package_data`` is named like the import package, dots as folders)
     into ``build_lib``: :mod:`kbuild.hooks.backend` hands over its plan this way, for setuptools runs the
-    project's build in the backend's own process and takes no other input from it."""
+    project's build in the backend's own process and takes no other input from it.
+
+    The commands are wrapped by the entry point :func:`finalize_distribution_options`, which setuptools finds
+    only when kbuild is *installed* (its ``.dist-info`` lists it). When kbuild is merely importable (a checkout
+    on ``PYTHONPATH`` with ``--no-build-isolation``), the entry point is invisible and the wheel would silently
+    ship no package data and no launchers; within this block the backend then applies the same function itself,
+    after setuptools' own ``Distribution.finalize_options``."""
     token = _PLANNED.set(_Handover(manifest, package_data))
+    try:
+        with _plugin_applied():
+            yield
+    finally:
+        _PLANNED.reset(token)
+
+
+def _entry_point_registered() -> bool:
+    """Whether setuptools will call :func:`finalize_distribution_options` through its entry point."""
+    from importlib.metadata import entry_points
+
+    target = "kbuild.hooks.setuptools_plugin:finalize_distribution_options"
+    found = entry_points(group="setuptools.finalize_distribution_options")
+    return any(ep.value.replace(" ", "") == target for ep in found)
+
+
+@contextlib.contextmanager
+def _plugin_applied() -> Iterator[None]:
+    """Make sure :func:`finalize_distribution_options` runs for distributions finalised in this block."""
+    if _entry_point_registered():
+        yield
+        return
+    from setuptools.dist import Distribution
+
+    original = Distribution.finalize_options
+
+    def finalize_options(self: Any) -> None:
+        original(self)
+        finalize_distribution_options(self)
+
+    Distribution.finalize_options = finalize_options  # type: ignore[method-assign]
     try:
         yield
     finally:
-        _PLANNED.reset(token)
+        Distribution.finalize_options = original  # type: ignore[method-assign]
 
 
 def _has_kbuild_table(pyproject: Path) -> bool:

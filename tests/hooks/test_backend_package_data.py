@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -184,6 +185,37 @@ def test_a_rebuild_elsewhere_and_plain_setuptools_give_the_same_wheel(built: dic
     set_backend(plain, "setuptools.build_meta")  # only kbuild's finalize_distribution_options entry point
     pip_wheel(plain, tmp_path / "d2", built["env"])
     assert (tmp_path / "d2" / WHEEL).read_bytes() == built["wheel"].read_bytes()
+
+
+# A sitecustomize for the build's processes: kbuild importable but its entry points invisible, as for a
+# checkout on PYTHONPATH (not pip-installed) built with --no-build-isolation.
+_HIDE_ENTRY_POINTS = """
+import importlib.metadata as md, os, pathlib
+_real = md.entry_points
+def entry_points(**params):
+    found = _real(**params)
+    if params.get("group") == "setuptools.finalize_distribution_options":
+        pathlib.Path(os.environ["KBUILD_TEST_HIDDEN"]).write_text("hidden")
+        return md.EntryPoints(ep for ep in found if not ep.value.startswith("kbuild."))
+    return found
+md.entry_points = entry_points
+"""
+
+
+def test_the_backend_ships_package_data_when_kbuild_is_importable_but_not_installed(built: dict[str, Any],
+                                                                                     tmp_path: Path):
+    """On the H200, kbuild came from a checkout on PYTHONPATH: setuptools saw no entry point, and the backend
+    built a wheel with an empty ``_kbuild/``. The backend now applies its setuptools plugin itself."""
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(_HIDE_ENTRY_POINTS)
+    flag = tmp_path / "hidden"
+    env = {**built["env"], "PYTHONPATH": os.pathsep.join(filter(None, [str(site), built["env"].get("PYTHONPATH")])),
+           "KBUILD_TEST_HIDDEN": str(flag)}
+    project = copy_project(JIT_EXAMPLE, tmp_path / "p" / "jit-package")
+    pip_wheel(project, tmp_path / "d", env)
+    assert flag.read_text() == "hidden"  # setuptools asked, and did not see kbuild's entry point
+    assert (tmp_path / "d" / WHEEL).read_bytes() == built["wheel"].read_bytes()
 
 
 def test_a_second_build_in_the_same_tree_drops_what_no_longer_ships(built: dict[str, Any], tmp_path: Path):
