@@ -4,7 +4,7 @@ Verbs and their modules: ``compile`` → :mod:`kbuild.commands.compile`; ``expla
 :mod:`kbuild.commands.explain`; ``emit``, ``inspect``, ``verify-wheel``, ``lock`` →
 :mod:`kbuild.commands.emit` etc. (build hooks); ``package-data`` →
 :mod:`kbuild.commands.package_data` (Triton-JIT packages, :mod:`kbuild.runtime`);
-``cache`` → :mod:`kbuild.cache.cli`; ``sass`` → :mod:`kbuild.sass.cli`; ``bench`` →
+``nvcc`` → :mod:`kbuild.nvcc.cli` (CUDA C++ launcher); ``cache`` → :mod:`kbuild.cache.cli`; ``sass`` → :mod:`kbuild.sass.cli`; ``bench`` →
 :mod:`kbuild.bench.cli`. Each module exposes ``add_parser(subparsers)`` and sets
 ``func=handler`` where ``handler(args) -> int``. Building the parser imports no optional
 package: ``tune``, ``prewarm``, ``bench`` and ``sass`` need the ``tune`` extra
@@ -41,6 +41,7 @@ COMMAND_MODULES = [
     "kbuild.commands.verify_wheel",
     "kbuild.commands.lock",
     "kbuild.commands.package_data",
+    "kbuild.nvcc.cli",
     "kbuild.cache.cli",
     "kbuild.sass.cli",
     "kbuild.bench.cli",

@@ -317,6 +317,14 @@ class Settings:
     """Whether :mod:`kbuild.runtime` substitutes the tuned cubins an installed package ships for the ones
     Triton compiles (``KBUILD_RUNTIME=off``: Triton's own run). Environment only, read where the package runs."""
 
+    nvcc_cache: bool = field(default=True, metadata={"env": "KBUILD_NVCC_CACHE", "env_only": _ONE_PROCESS})
+    """Whether the nvcc launcher (``kbuild-nvcc``, :mod:`kbuild.nvcc`) answers cicc and ptxas from the store
+    (``KBUILD_NVCC_CACHE=off``: every step runs, nothing is stored). Environment only."""
+
+    nvcc_log: Path | None = field(default=None, metadata={"env": "KBUILD_NVCC_LOG", "env_only": _ONE_PROCESS})
+    """A file the nvcc launcher appends one JSON line to per step it runs or answers from the store (tool,
+    architecture, ``run``/``hit``/``stored``/``uncached``/``plain``, seconds). Environment only."""
+
     python_path: list[str] = field(default_factory=lambda: [".", "src"])
     """Directories (relative to ``pyproject.toml``) put on ``sys.path`` to import kernel sources."""
 

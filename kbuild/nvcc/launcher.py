@@ -1,0 +1,306 @@
+"""The nvcc launcher: nvcc's own plan executed step by step, ``cicc`` and ``ptxas`` answered from the store.
+
+``kbuild-nvcc NVCC ARGS...`` (``CMAKE_CUDA_COMPILER_LAUNCHER=kbuild-nvcc``, or torch's
+``PYTORCH_NVCC="kbuild-nvcc nvcc"``):
+
+1. with a flag the launcher cannot honour (:data:`kbuild.nvcc.plan.CONFLICTING_FLAGS`), or when nvcc's plan
+   has no device compile (a link, ``--version``, a host-only file), or cannot be read, it runs plain
+   ``NVCC ARGS`` — with one warning naming why, except for invocations that compile no CUDA at all;
+2. otherwise it runs ``NVCC ARGS --dryrun --keep --keep-dir TMP`` and executes the plan's commands in order,
+   in the caller's directory, with nvcc's variables set. Each ``cicc`` and ``ptxas`` command is looked up in
+   the store first (:mod:`kbuild.nvcc.steps` says what the key covers); a hit writes the stored outputs
+   (and replays the tool's messages) instead of running the tool, a miss runs it and stores its outputs.
+
+The store is the one the settings model names (``KBUILD_STORE``, default ``~/.cache/kbuild``); a store that
+cannot be opened or written is a warning and the steps run uncached. ``KBUILD_NVCC_LOG`` names a file that
+gets one JSON line per executed or answered step (``tool``, ``arch``, ``action`` = ``run``/``hit``/
+``stored``/``uncached``, ``seconds``): the evidence that a second build runs no cicc and no ptxas.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from contextlib import ExitStack
+from pathlib import Path
+from typing import Any
+
+from kbuild.canonical import canonical_json
+from kbuild.errors import KBuildError, MissingDependencyError, StoreError
+
+from .plan import Plan, Unsupported, child_env, conflicting_flag, dryrun, which
+from .steps import TMP_PLACEHOLDER, NotCacheable, Step, cicc_step, cudafe_step, ptxas_step
+
+log = logging.getLogger(__name__)
+
+#: Record kinds in artefact metadata.
+KIND_STEP = "nvcc-step"
+KIND_POINTER = "nvcc-step-pointer"
+KIND_OUTPUT = "nvcc-step-output"
+KIND_TOOL = "nvcc-tool-digest"
+
+#: Outputs whose text may name kbuild's temporary directory (written as :data:`TMP_PLACEHOLDER` in the store).
+#: A binary output (a cubin) naming it is not stored.
+_TEXT_ROLES = {"ptx", "gen_c", "stub", "gen_device", "module_id"}
+
+#: The steps answered from the store, by the executable's name.
+_STEPS = {"cicc": cicc_step, "ptxas": ptxas_step, "cudafe++": cudafe_step}
+
+
+class Launcher:
+    """One nvcc invocation. ``store`` is an open :class:`kbuild.cache.Store`, or None to run uncached."""
+
+    def __init__(self, nvcc: str, args: Sequence[str], *, cwd: Path, environ: Mapping[str, str],
+                 store: Any | None, log_path: Path | None = None) -> None:
+        self.nvcc = nvcc
+        self.args = list(args)
+        self.cwd = cwd
+        self.environ = dict(environ)
+        self.store = store
+        self.log_path = log_path
+        self.events: list[dict[str, Any]] = []
+        self._identity_cache: dict[str, Any] | None = None
+
+    # --- entry --------------------------------------------------------------------------------------------------
+    def run(self) -> int:
+        """Compile; the exit status is nvcc's (or the failing step's)."""
+        reason = conflicting_flag(self.args)
+        if reason is not None:
+            return self.plain(f"the argument {reason}")
+        with tempfile.TemporaryDirectory(prefix="kbuild-nvcc-") as tmp:
+            keep = Path(tmp)
+            try:
+                plan = dryrun(self.nvcc, self.args, keep, cwd=self.cwd, env=self.environ)
+            except Unsupported as exc:
+                quiet = "compiles no device code" in str(exc) or "exited with status" in str(exc)
+                return self.plain(str(exc), warn=not quiet)
+            t0 = time.perf_counter()
+            rc = self.execute(plan)
+            self._event("nvcc", "", "total", time.perf_counter() - t0, status=rc)
+            return rc
+
+    def plain(self, why: str, *, warn: bool = True) -> int:
+        """Run plain nvcc with the caller's arguments, saying why once (never silently for a CUDA compile)."""
+        if warn:
+            print(f"kbuild-nvcc: warning: running plain nvcc, uncached: {why}", file=sys.stderr)
+        self._event("nvcc", "", "plain", 0.0, reason=why)
+        try:
+            return subprocess.run([self.nvcc, *self.args], cwd=self.cwd, env=self.environ, check=False).returncode
+        except OSError as exc:
+            raise MissingDependencyError(f"kbuild-nvcc: cannot run nvcc {self.nvcc!r}: {exc}") from None
+
+    # --- the plan -----------------------------------------------------------------------------------------------
+    def execute(self, plan: Plan) -> int:
+        env = child_env(plan, self.environ)
+        tmp = str(plan.keep_dir)
+        for cmd in plan.commands:
+            try:
+                exe = which(cmd.argv[0], env, self.cwd)
+            except Unsupported as exc:
+                print(f"kbuild-nvcc: error: {exc}", file=sys.stderr)
+                return 1
+            argv = (exe, *cmd.argv[1:])
+            step: Step | None = None
+            make = _STEPS.get(cmd.tool)
+            if make is not None and self.store is not None:
+                try:
+                    step = make(argv, cwd=self.cwd, tmp=tmp, identity=self.identity(env, exe))
+                except NotCacheable as exc:
+                    log.warning("kbuild-nvcc: %s runs uncached: %s", cmd.tool, exc)
+                    step = None
+            if step is not None and self._restore(step, tmp):
+                continue
+            t0 = time.perf_counter()
+            rc, output = self._run(argv, env, capture=step is not None)
+            seconds = time.perf_counter() - t0
+            if rc != 0:
+                return rc
+            if step is None:
+                self._event(cmd.tool, "", "run" if cmd.tool not in _STEPS else "uncached", seconds)
+            else:
+                self._save(step, tmp, output, seconds)
+        return 0
+
+    def _run(self, argv: Sequence[str], env: Mapping[str, str], *, capture: bool) -> tuple[int, str]:
+        """Run one command; a cached tool's messages are captured (to be replayed on a hit) and passed on."""
+        if not capture:
+            return subprocess.run(list(argv), cwd=self.cwd, env=dict(env), check=False).returncode, ""
+        proc = subprocess.run(list(argv), cwd=self.cwd, env=dict(env), check=False, capture_output=True, text=True,
+                              errors="replace")
+        output = (proc.stdout or "") + (proc.stderr or "")
+        if output:
+            sys.stderr.write(output)
+        return proc.returncode, output
+
+    # --- the store ----------------------------------------------------------------------------------------------
+    def _get(self, key: str) -> Any | None:
+        try:
+            return self.store.get(key) if self.store is not None else None
+        except StoreError as exc:
+            self._store_failed(exc)
+            return None
+
+    def _put(self, art: Any) -> None:
+        try:
+            if self.store is not None:
+                self.store.put(art)
+        except (StoreError, OSError) as exc:
+            self._store_failed(exc)
+
+    def _store_failed(self, exc: Exception) -> None:
+        print(f"kbuild-nvcc: warning: the artefact store failed, steps run uncached: {exc}", file=sys.stderr)
+        self.store = None
+
+    def _restore(self, step: Step, tmp: str) -> bool:
+        """Write a stored step's outputs; False on a miss (or an incomplete entry: the step then runs)."""
+        t0 = time.perf_counter()
+        head = self._get(step.key)
+        if head is not None and head.meta.get("kind") == KIND_POINTER:
+            head = self._get(step.volatile_key())
+        if head is None or head.meta.get("kind") != KIND_STEP:
+            return False
+        outputs = head.meta.get("outputs", {})
+        if set(outputs) != set(step.outputs):
+            return False
+        blobs: dict[str, bytes] = {}
+        for role, sub in outputs.items():
+            art = self._get(sub)
+            if art is None or art.meta.get("kind") != KIND_OUTPUT:
+                return False
+            data = art.cubin
+            if role in _TEXT_ROLES:
+                data = data.replace(TMP_PLACEHOLDER.encode(), tmp.encode())
+            blobs[role] = data
+        for role, data in blobs.items():
+            path = step.outputs[role]
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(data)
+        if head.meta.get("output"):
+            sys.stderr.write(head.meta["output"].replace(TMP_PLACEHOLDER, tmp))
+        self._event(step.tool, step.arch, "hit", time.perf_counter() - t0, key=step.key)
+        return True
+
+    def _save(self, step: Step, tmp: str, output: str, seconds: float) -> None:
+        blobs: dict[str, bytes] = {}
+        for role, path in step.outputs.items():
+            try:
+                data = path.read_bytes()
+            except OSError:
+                self._event(step.tool, step.arch, "uncached", seconds, reason=f"{role} output {path} missing")
+                return
+            if tmp.encode() in data:
+                if role not in _TEXT_ROLES:
+                    self._event(step.tool, step.arch, "uncached", seconds, reason=f"{role} names the temporary dir")
+                    return
+                data = data.replace(tmp.encode(), TMP_PLACEHOLDER.encode())
+            blobs[role] = data
+        key = step.key
+        if any(v and v.encode() in data for v in step.volatile.values() for data in blobs.values()):
+            # The outputs depend on where the source lives: the first key points at a second one that covers it.
+            self._put(_artefact(key, b"", {"kind": KIND_POINTER, "tool": step.tool}))
+            key = step.volatile_key()
+        outputs: dict[str, str] = {}
+        for role, data in blobs.items():
+            sub = hashlib.sha256(f"{key}:{role}".encode()).hexdigest()
+            self._put(_artefact(sub, data, {"kind": KIND_OUTPUT, "tool": step.tool, "role": role,
+                                            "target": step.arch}))
+            outputs[role] = sub
+        meta = {"kind": KIND_STEP, "tool": step.tool, "target": step.arch, "outputs": outputs,
+                "key_components": step.components, "compile_seconds": round(seconds, 4),
+                "output": output.replace(tmp, TMP_PLACEHOLDER)}
+        main_role = {"cicc": "ptx", "ptxas": "cubin"}.get(step.tool, "gen_c")
+        self._put(_artefact(key, blobs[main_role], meta))  # the step's record last: a partial entry is a miss
+        self._event(step.tool, step.arch, "stored", seconds, key=step.key)
+
+    # --- identities ---------------------------------------------------------------------------------------------
+    def identity(self, env: Mapping[str, str], exe: str) -> dict[str, Any]:
+        """nvcc's ``--version`` and the sha256 of the step's executable (memoised in the store by path, size and
+        modification time, so that a 100 MB cicc is hashed once, not per file)."""
+        if self._identity_cache is None:
+            proc = subprocess.run([self.nvcc, "--version"], env=dict(env), capture_output=True, text=True,
+                                  check=False)
+            lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(("Cuda compilation", "Build "))]
+            self._identity_cache = {"nvcc": lines or [proc.stdout.strip()]}
+        out = dict(self._identity_cache)
+        out["executable_sha256"] = self._tool_digest(exe)
+        return out
+
+    def _tool_digest(self, exe: str) -> str:
+        real = Path(exe).resolve()
+        st = real.stat()
+        memo = hashlib.sha256(canonical_json({"kind": KIND_TOOL, "path": str(real), "size": st.st_size,
+                                              "mtime_ns": st.st_mtime_ns, "inode": st.st_ino})).hexdigest()
+        art = self._get(memo)
+        if art is not None and art.meta.get("kind") == KIND_TOOL:
+            return art.cubin.decode()
+        h = hashlib.sha256()
+        with real.open("rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                h.update(chunk)
+        digest = h.hexdigest()
+        self._put(_artefact(memo, digest.encode(), {"kind": KIND_TOOL, "path": str(real)}))
+        return digest
+
+    def _event(self, tool: str, arch: str, action: str, seconds: float, **extra: Any) -> None:
+        ev = {"tool": tool, "arch": arch, "action": action, "seconds": round(seconds, 4), **extra}
+        self.events.append(ev)
+        if self.log_path is not None:
+            try:
+                with self.log_path.open("a", encoding="utf-8") as f:  # one short line per write: atomic enough
+                    f.write(json.dumps(ev, sort_keys=True) + "\n")
+            except OSError as exc:
+                log.warning("kbuild-nvcc: cannot write %s: %s", self.log_path, exc)
+
+
+def _artefact(key: str, data: bytes, meta: dict[str, Any]) -> Any:
+    from kbuild.cache import Artefact
+
+    return Artefact.create(key=key, cubin=data, meta=meta)
+
+
+def launch(argv: Sequence[str], *, cwd: Path | None = None) -> int:
+    """``argv`` = ``[NVCC, ARGS...]``. Returns the exit status; a missing nvcc is a :class:`MissingDependencyError`."""
+    from kbuild.config import env_setting, env_with_prefix, settings_from_table
+
+    if not argv:
+        raise MissingDependencyError("kbuild-nvcc: no nvcc given; usage: kbuild-nvcc NVCC [NVCC ARGUMENTS...] "
+                                     "(argv[1] is the real nvcc, as CMAKE_CUDA_COMPILER_LAUNCHER passes it)")
+    nvcc, args = argv[0], list(argv[1:])
+    environ = env_with_prefix(("",))
+    resolved = nvcc if os.sep in nvcc else shutil.which(nvcc, path=environ.get("PATH"))
+    if resolved is None or not os.path.isfile(resolved) or not os.access(resolved, os.X_OK):
+        raise MissingDependencyError(f"kbuild-nvcc: nvcc {nvcc!r} not found or not executable (argv[1] must be the "
+                                     "real nvcc; install it with pip install nvidia-cuda-nvcc, or see kbuild nvcc "
+                                     "--where)")
+    cwd = cwd or Path.cwd()
+    log_path = env_setting("nvcc_log")
+    with ExitStack() as stack:
+        store = None
+        if env_setting("nvcc_cache"):
+            try:
+                from kbuild.cache import open_store
+
+                store = stack.enter_context(open_store(settings_from_table({}, where="environment")))
+            except (StoreError, OSError) as exc:
+                print(f"kbuild-nvcc: warning: no artefact store ({exc}); steps run uncached", file=sys.stderr)
+        return Launcher(resolved, args, cwd=cwd, environ=environ, store=store, log_path=log_path).run()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """The ``kbuild-nvcc`` console script."""
+    try:
+        return launch(list(sys.argv[1:] if argv is None else argv))
+    except KBuildError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return int(exc.exit_code)
+
+
+__all__ = ["Launcher", "launch", "main"]

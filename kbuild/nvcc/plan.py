@@ -1,0 +1,163 @@
+"""nvcc's own compilation plan: ``nvcc ARGS --dryrun --keep --keep-dir DIR`` parsed into steps.
+
+nvcc prints its plan on stderr, one line per action, each starting with ``#$ ``: first assignments of
+its internal variables (``PATH=...``, ``CICC_PATH=...``), then the commands, which refer to those as
+``$NAME``. With ``--keep --keep-dir DIR`` every intermediate file is named after the input inside
+``DIR`` (no process ids), so the plan is the same from run to run and the files outlive each command.
+
+:func:`parse_plan` turns the text into a :class:`Plan`; anything it cannot read with certainty
+(a line without the prefix, a shell operator, a variable it cannot expand, no device compile at all)
+raises :class:`Unsupported` with the reason, and the launcher then runs plain nvcc.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shlex
+import subprocess
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+_PREFIX = "#$ "
+_ASSIGN = re.compile(r"^([_A-Za-z][_A-Za-z0-9]*)=(.*)$")
+_SHELL_OPERATORS = {">", ">>", "<", "|", "||", "&&", ";", "&"}
+
+#: Arguments that change what nvcc does so much that its plan is not one compile (or that the launcher itself
+#: sets): with any of them the launcher runs plain nvcc.
+CONFLICTING_FLAGS = {
+    "--dryrun": "the launcher runs nvcc's plan itself",
+    "-dryrun": "the launcher runs nvcc's plan itself",
+    "--keep": "the launcher keeps nvcc's intermediate files in its own directory",
+    "-keep": "the launcher keeps nvcc's intermediate files in its own directory",
+    "--keep-dir": "the launcher keeps nvcc's intermediate files in its own directory",
+    "-keep-dir": "the launcher keeps nvcc's intermediate files in its own directory",
+    "--save-temps": "the launcher keeps nvcc's intermediate files in its own directory",
+    "-save-temps": "the launcher keeps nvcc's intermediate files in its own directory",
+    "--threads": "the launcher runs the plan's steps itself",
+    "-t": "the launcher runs the plan's steps itself",
+}
+
+
+class Unsupported(Exception):
+    """nvcc's invocation or plan is one the launcher does not handle; ``str()`` says why."""
+
+
+@dataclass(frozen=True)
+class Command:
+    """One command of the plan, its ``$VARIABLES`` expanded."""
+
+    argv: tuple[str, ...]
+    line: int
+    """The line number in nvcc's dryrun output (for messages)."""
+
+    @property
+    def tool(self) -> str:
+        """The executable's file name: ``cicc``, ``ptxas``, ``gcc``, ``cudafe++``, ``fatbinary``, ..."""
+        return Path(self.argv[0]).name
+
+
+@dataclass(frozen=True)
+class Plan:
+    """nvcc's plan for one invocation."""
+
+    env: dict[str, str]
+    """nvcc's variable assignments, in order (``PATH``, ``LD_LIBRARY_PATH``, ``CICC_PATH``, ...)."""
+    commands: list[Command] = field(default_factory=list)
+    keep_dir: Path = Path(".")
+
+    def tools(self) -> list[str]:
+        return [c.tool for c in self.commands]
+
+
+def conflicting_flag(args: Sequence[str]) -> str | None:
+    """The first argument the launcher cannot honour and why (``"--keep: ..."``), or None."""
+    for a in args:
+        name = a.split("=", 1)[0]
+        if name in CONFLICTING_FLAGS:
+            return f"{name}: {CONFLICTING_FLAGS[name]}"
+        if name.startswith("--threads") or (name.startswith("-t") and name[2:].isdigit()):
+            return f"{a}: {CONFLICTING_FLAGS['--threads']}"
+    return None
+
+
+def dryrun(nvcc: str, args: Sequence[str], keep_dir: Path, *, cwd: Path,
+           env: Mapping[str, str]) -> Plan:
+    """Run ``nvcc ARGS --dryrun --keep --keep-dir KEEP_DIR`` and parse its plan. :class:`Unsupported` when nvcc
+    rejects the arguments (plain nvcc then prints its own error) or the plan cannot be read."""
+    cmd = [nvcc, *args, "--dryrun", "--keep", "--keep-dir", str(keep_dir)]
+    try:
+        proc = subprocess.run(cmd, cwd=cwd, env=dict(env), capture_output=True, text=True, check=False)
+    except OSError as exc:
+        raise Unsupported(f"nvcc --dryrun could not start: {exc}") from None
+    if proc.returncode != 0:
+        first = next((ln for ln in proc.stderr.splitlines() if ln and not ln.startswith(_PREFIX)), "")
+        raise Unsupported(f"nvcc --dryrun exited with status {proc.returncode}" + (f" ({first.strip()})" if first else ""))
+    return parse_plan(proc.stderr, keep_dir=keep_dir)
+
+
+def parse_plan(text: str, *, keep_dir: Path) -> Plan:
+    """The plan in nvcc's dryrun ``text``. :class:`Unsupported` for anything not read with certainty."""
+    env: dict[str, str] = {}
+    commands: list[Command] = []
+    for n, raw in enumerate(text.splitlines(), 1):
+        if not raw.strip():
+            continue
+        if not raw.startswith(_PREFIX):
+            raise Unsupported(f"line {n} of nvcc's plan is not a step: {raw.strip()[:120]!r}")
+        body = raw[len(_PREFIX):]
+        m = _ASSIGN.match(body)
+        if m and not commands:
+            env[m.group(1)] = m.group(2)
+            continue
+        expanded = _expand(body, env, n)
+        try:
+            argv = shlex.split(expanded)
+        except ValueError as exc:
+            raise Unsupported(f"line {n} of nvcc's plan cannot be split into arguments ({exc})") from None
+        if not argv:
+            continue
+        ops = [a for a in argv if a in _SHELL_OPERATORS]
+        if ops:
+            raise Unsupported(f"line {n} of nvcc's plan uses the shell operator {ops[0]!r}")
+        commands.append(Command(tuple(argv), n))
+    if not any(c.tool == "cicc" for c in commands):
+        raise Unsupported("nvcc's plan compiles no device code (no cicc step)")
+    return Plan(env=env, commands=commands, keep_dir=keep_dir)
+
+
+def _expand(line: str, env: Mapping[str, str], n: int) -> str:
+    """``$NAME`` replaced by nvcc's own assignment. A ``$`` left over (a variable nvcc did not assign) is
+    :class:`Unsupported`: the shell would have read it from the environment, and guessing is not certain."""
+    def sub(m: re.Match[str]) -> str:
+        name = m.group(1) or m.group(2)
+        if name not in env:
+            raise Unsupported(f"line {n} of nvcc's plan uses ${name}, which the plan does not assign")
+        return env[name]
+    return re.sub(r"\$\{([_A-Za-z][_A-Za-z0-9]*)\}|\$([_A-Za-z][_A-Za-z0-9]*)", sub, line)
+
+
+def child_env(plan: Plan, base: Mapping[str, str]) -> dict[str, str]:
+    """The environment of the plan's commands: ``base`` with nvcc's assignments on top (as nvcc's own shell
+    would export them; ``PATH`` names the toolkit's ``bin`` and ``nvvm/bin`` first)."""
+    out = dict(base)
+    out.update(plan.env)
+    return out
+
+
+def which(tool: str, env: Mapping[str, str], cwd: Path) -> str:
+    """An executable of the plan as a path: as written when it has a ``/``, else looked up on the plan's
+    ``PATH``; :class:`Unsupported` when it is not found."""
+    if os.sep in tool:
+        return tool if os.path.isabs(tool) else str(cwd / tool)
+    import shutil
+
+    found = shutil.which(tool, path=env.get("PATH"))
+    if found is None:
+        raise Unsupported(f"the plan's tool {tool!r} is not on nvcc's PATH")
+    return found
+
+
+__all__ = ["CONFLICTING_FLAGS", "Command", "Plan", "Unsupported", "child_env", "conflicting_flag", "dryrun",
+           "parse_plan", "which"]
