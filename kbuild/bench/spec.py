@@ -314,15 +314,15 @@ def validate_inputs(spec: BenchSpec, inputs: Mapping[str, Any], *, check_referen
 
 
 def ast_source(spec: BenchSpec, config: Config) -> Any:
-    """Triton's ``ASTSource`` for one configuration, built as ``kbuild compile`` builds it
+    """Triton's ``ASTSource`` (``GluonASTSource`` for a Gluon kernel) for one configuration, built as ``kbuild compile`` builds it
     (:func:`kbuild.compile.signature.ast_source_args`: constexprs, ``:16`` divisibility, ``:1`` constants)."""
-    from triton.compiler import ASTSource
+    from kbuild.compile.triton_aot import ast_source_class
 
     try:
         args = ast_source_args(spec.arg_names(), spec.signature, spec.all_constexprs(config))
     except SignatureError as exc:
         raise BenchSpecError(spec.label(), f"[{config.label()}]: {exc}") from None
-    return ASTSource(fn=spec.fn, **args)
+    return ast_source_class(spec.fn)(fn=spec.fn, **args)
 
 
 def compile_spec(spec: BenchSpec, config: Config, arch: int) -> Any:

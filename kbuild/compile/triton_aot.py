@@ -622,11 +622,22 @@ def hermetic_compile(src: Any, cc: int, options: dict[str, Any], *,
         return compiled
 
 
-def compile_kernel(settings: Settings, spec: KernelSettings, target: Target, fn: Any | None = None) -> CompiledKernel:
-    """Compile one kernel for one target to a cubin, deterministically, without a GPU."""
+def ast_source_class(fn: Any) -> Any:
+    """Triton's ``ASTSource`` for a ``@triton.jit`` function; ``GluonASTSource`` for a ``@gluon.jit`` one (Gluon
+    kernels start from TTGIR with their own layouts, and compile AOT the same way otherwise)."""
+    if getattr(fn, "is_gluon", lambda: False)():
+        from triton.experimental.gluon._runtime import GluonASTSource
+
+        return GluonASTSource
     from triton.compiler import ASTSource
 
+    return ASTSource
+
+
+def compile_kernel(settings: Settings, spec: KernelSettings, target: Target, fn: Any | None = None) -> CompiledKernel:
+    """Compile one kernel for one target to a cubin, deterministically, without a GPU."""
     fn = fn if fn is not None else load_jit_function(settings, spec)
+    ASTSource = ast_source_class(fn)
     args = ast_source_args(settings, spec, fn)
     options = compiler_options(target, spec)
     started = time.perf_counter()
