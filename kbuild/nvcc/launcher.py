@@ -36,7 +36,19 @@ from typing import Any
 from kbuild.canonical import canonical_json
 from kbuild.errors import KBuildError, MissingDependencyError, StoreError
 
-from .plan import Plan, Unsupported, child_env, conflicting_flag, dryrun, which
+from . import direct
+from .deps import format_nvcc_deps, parse_make_deps, union
+from .plan import (
+    DEPS_STEP,
+    Plan,
+    Unsupported,
+    child_env,
+    conflicting_flag,
+    dependency_target,
+    dryrun,
+    is_preprocess,
+    which,
+)
 from .steps import TMP_PLACEHOLDER, NotCacheable, Step, cicc_step, cudafe_step, ptxas_step
 
 log = logging.getLogger(__name__)
@@ -46,6 +58,7 @@ KIND_STEP = "nvcc-step"
 KIND_POINTER = "nvcc-step-pointer"
 KIND_OUTPUT = "nvcc-step-output"
 KIND_TOOL = "nvcc-tool-digest"
+KIND_MANIFEST = "nvcc-direct-manifest"
 
 #: Outputs whose text may name kbuild's temporary directory (written as :data:`TMP_PLACEHOLDER` in the store).
 #: A binary output (a cubin) naming it is not stored.
@@ -72,9 +85,16 @@ class Launcher:
     # --- entry --------------------------------------------------------------------------------------------------
     def run(self) -> int:
         """Compile; the exit status is nvcc's (or the failing step's)."""
+        t0 = time.perf_counter()
         reason = conflicting_flag(self.args)
         if reason is not None:
             return self.plain(f"the argument {reason}")
+        invocation = None
+        if self.store is not None and direct.eligible(self.args):
+            invocation = direct.invocation_key(self._tool_digest(self.nvcc), self.args, self.cwd, self.environ)
+            if self._direct_restore(invocation):
+                self._event("nvcc", "", "total", time.perf_counter() - t0, status=0, direct=True)
+                return 0
         with tempfile.TemporaryDirectory(prefix="kbuild-nvcc-") as tmp:
             keep = Path(tmp)
             try:
@@ -82,9 +102,8 @@ class Launcher:
             except Unsupported as exc:
                 quiet = "compiles no device code" in str(exc) or "exited with status" in str(exc)
                 return self.plain(str(exc), warn=not quiet)
-            t0 = time.perf_counter()
-            rc = self.execute(plan)
-            self._event("nvcc", "", "total", time.perf_counter() - t0, status=rc)
+            rc = self.execute(plan, invocation)
+            self._event("nvcc", "", "total", time.perf_counter() - t0, status=rc, direct=False)
             return rc
 
     def plain(self, why: str, *, warn: bool = True) -> int:
@@ -98,21 +117,38 @@ class Launcher:
             raise MissingDependencyError(f"kbuild-nvcc: cannot run nvcc {self.nvcc!r}: {exc}") from None
 
     # --- the plan -----------------------------------------------------------------------------------------------
-    def execute(self, plan: Plan) -> int:
+    def execute(self, plan: Plan, invocation: str | None = None) -> int:
+        """Run ``plan``; with ``invocation`` (the direct mode's key), store the object for a direct answer."""
         env = child_env(plan, self.environ)
         tmp = str(plan.keep_dir)
-        for cmd in plan.commands:
-            try:
-                exe = which(cmd.argv[0], env, self.cwd)
-            except Unsupported as exc:
-                print(f"kbuild-nvcc: error: {exc}", file=sys.stderr)
-                return 1
-            argv = (exe, *cmd.argv[1:])
+        try:  # every command resolved before any runs: what cannot be resolved runs plain nvcc instead
+            deps_target = dependency_target(self.args) if any(c.argv[0] == DEPS_STEP for c in plan.commands) else None
+            argvs: list[tuple[str, ...]] = []
+            for i, c in enumerate(plan.commands):
+                if c.argv[0] == DEPS_STEP:
+                    argvs.append(c.argv)
+                elif is_preprocess(c.argv):  # its dependency list as a side effect: what this unit reads
+                    argvs.append((which(c.argv[0], env, self.cwd), *c.argv[1:], "-MD", "-MF", f"{tmp}/kbuild-deps-{i}.d"))
+                else:
+                    argvs.append((which(c.argv[0], env, self.cwd), *c.argv[1:]))
+        except Unsupported as exc:
+            return self.plain(str(exc))
+        read: list[list[str]] = []
+        deps_file: tuple[Path, str] | None = None
+        for cmd, argv in zip(plan.commands, argvs):
+            if cmd.argv[0] == DEPS_STEP:
+                assert deps_target is not None
+                text = format_nvcc_deps(deps_target, union(read))
+                path = self.cwd / cmd.argv[1]
+                path.write_text(text)
+                deps_file = (path, text)
+                self._event("dependencies", "", "run", 0.0)
+                continue
             step: Step | None = None
             make = _STEPS.get(cmd.tool)
             if make is not None and self.store is not None:
                 try:
-                    step = make(argv, cwd=self.cwd, tmp=tmp, identity=self.identity(env, exe))
+                    step = make(argv, cwd=self.cwd, tmp=tmp, identity=self.identity(env, argv[0]))
                 except NotCacheable as exc:
                     log.warning("kbuild-nvcc: %s runs uncached: %s", cmd.tool, exc)
                     step = None
@@ -123,11 +159,84 @@ class Launcher:
             seconds = time.perf_counter() - t0
             if rc != 0:
                 return rc
+            if is_preprocess(cmd.argv):
+                try:
+                    read.append(parse_make_deps(Path(argv[-1]).read_text(errors="replace")))
+                except OSError:
+                    invocation = None  # what the unit read is not known: no direct answer next time
             if step is None:
                 self._event(cmd.tool, "", "run" if cmd.tool not in _STEPS else "uncached", seconds)
             else:
                 self._save(step, tmp, output, seconds)
+        if invocation is not None:
+            self._direct_save(invocation, union(read), [a[0] for a in argvs if a[0] != DEPS_STEP], deps_file)
         return 0
+
+    # --- the direct mode ----------------------------------------------------------------------------------------
+    def _output_path(self) -> Path:
+        for i, a in enumerate(self.args):
+            if a in ("-o", "--output-file") and i + 1 < len(self.args):
+                return self.cwd / self.args[i + 1]
+            if a.startswith(("-o=", "--output-file=")):
+                return self.cwd / a.split("=", 1)[1]
+        raise AssertionError("direct.eligible() checked -o")
+
+    def _direct_restore(self, invocation: str) -> bool:
+        t0 = time.perf_counter()
+        for slot in range(direct.SLOTS):
+            manifest = self._get(direct.slot_key(invocation, slot))
+            if manifest is None:
+                return False
+            meta = manifest.meta
+            if meta.get("kind") != KIND_MANIFEST or not direct.current_digests(meta["files"], self.cwd):
+                continue
+            try:
+                tools_now = {p: self._tool_digest(p) for p in meta["tools"]}
+            except OSError:
+                continue
+            if tools_now != meta["tools"]:
+                continue
+            obj = self._get(meta["object"])
+            deps = self._get(meta["deps"]) if meta.get("deps") else None
+            if obj is None or (meta.get("deps") and deps is None):
+                return False
+            out = self._output_path()
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_bytes(obj.cubin)
+            if deps is not None:
+                (self.cwd / meta["deps_path"]).write_bytes(deps.cubin)
+            self._event("nvcc", "", "direct-hit", time.perf_counter() - t0, key=invocation)
+            return True
+        return False
+
+    def _direct_save(self, invocation: str, files: list[str], tools: list[str],
+                     deps_file: tuple[Path, str] | None) -> None:
+        profile = Path(self.nvcc).resolve().parent / "nvcc.profile"
+        digests = direct.file_digests([*files, *([str(profile)] if profile.is_file() else [])], self.cwd)
+        if digests is None:
+            self._event("nvcc", "", "direct-uncached", 0.0, reason="a file is unreadable or uses a clock macro")
+            return
+        try:
+            tool_digests = {t: self._tool_digest(t) for t in dict.fromkeys([self.nvcc, *tools])}
+            obj = self._output_path().read_bytes()
+        except OSError:
+            return
+        result = direct.result_key(invocation, digests, tool_digests)
+        obj_key = hashlib.sha256(f"{result}:object".encode()).hexdigest()
+        self._put(_artefact(obj_key, obj, {"kind": KIND_OUTPUT, "tool": "nvcc", "role": "object"}))
+        meta: dict[str, Any] = {"kind": KIND_MANIFEST, "files": digests, "tools": tool_digests, "object": obj_key,
+                                "deps": None}
+        if deps_file is not None:
+            deps_key = hashlib.sha256(f"{result}:deps".encode()).hexdigest()
+            self._put(_artefact(deps_key, deps_file[1].encode(), {"kind": KIND_OUTPUT, "tool": "nvcc", "role": "deps"}))
+            meta["deps"] = deps_key
+            meta["deps_path"] = os.path.relpath(deps_file[0], self.cwd)
+        for slot in range(direct.SLOTS):  # the first free slot (entries are immutable)
+            key = direct.slot_key(invocation, slot)
+            if self._get(key) is None:
+                self._put(_artefact(key, b"", meta))
+                self._event("nvcc", "", "direct-stored", 0.0, key=invocation, slot=slot)
+                return
 
     def _run(self, argv: Sequence[str], env: Mapping[str, str], *, capture: bool) -> tuple[int, str]:
         """Run one command; a cached tool's messages are captured (to be replayed on a hit) and passed on."""

@@ -23,6 +23,11 @@ from pathlib import Path
 _PREFIX = "#$ "
 _ASSIGN = re.compile(r"^([_A-Za-z][_A-Za-z0-9]*)=(.*)$")
 _SHELL_OPERATORS = {">", ">>", "<", "|", "||", "&&", ";", "&"}
+_DEPS = re.compile(r"^-- Filter Dependencies -- > (.+)$")
+
+#: The pseudo-command of nvcc's plan that writes the dependency file (``-MD``/``-MMD``).
+DEPS_STEP = "@dependencies"
+
 
 #: Arguments that change what nvcc does so much that its plan is not one compile (or that the launcher itself
 #: sets): with any of them the launcher runs plain nvcc.
@@ -107,6 +112,12 @@ def parse_plan(text: str, *, keep_dir: Path) -> Plan:
         if not raw.startswith(_PREFIX):
             raise Unsupported(f"line {n} of nvcc's plan is not a step: {raw.strip()[:120]!r}")
         body = raw[len(_PREFIX):]
+        deps = _DEPS.match(body)
+        if deps:
+            # nvcc writes the dependency file itself (no command of its own in the plan): the launcher asks
+            # nvcc for it with -M (:func:`dependency_args`).
+            commands.append(Command((DEPS_STEP, _strip_quotes(deps.group(1).strip())), n))
+            continue
         m = _ASSIGN.match(body)
         if m and not commands:
             env[m.group(1)] = m.group(2)
@@ -138,6 +149,34 @@ def _expand(line: str, env: Mapping[str, str], n: int) -> str:
     return re.sub(r"\$\{([_A-Za-z][_A-Za-z0-9]*)\}|\$([_A-Za-z][_A-Za-z0-9]*)", sub, line)
 
 
+def _strip_quotes(text: str) -> str:
+    parts = shlex.split(text)
+    if len(parts) != 1:
+        raise Unsupported(f"nvcc's dependency file name {text!r} is not one path")
+    return parts[0]
+
+
+def dependency_target(args: Sequence[str]) -> str:
+    """The target ``-MT`` names for a compile that writes a dependency file with ``-MD``. :class:`Unsupported`
+    for ``-MMD`` (nvcc leaves system headers out; the launcher lists every file) and without ``-MT`` (the target
+    nvcc would name is not certain)."""
+    for a in args:
+        if a in ("-MMD", "--generate-nonsystem-dependencies-with-compile"):
+            raise Unsupported(f"{a}: the launcher writes dependency files with every header (-MD)")
+    for i, a in enumerate(args):
+        if a in ("-MT", "--dependency-target-name") and i + 1 < len(args):
+            return args[i + 1]
+        if a.startswith(("-MT=", "--dependency-target-name=")):
+            return a.split("=", 1)[1]
+    raise Unsupported("a dependency file without -MT: the target nvcc would name in it is not certain")
+
+
+def is_preprocess(argv: Sequence[str]) -> bool:
+    """A host preprocessor command of the plan (``gcc -E ... -o X.ii``)."""
+    return "-E" in argv and any(a == "-o" and i + 1 < len(argv) and argv[i + 1].endswith(".ii")
+                                for i, a in enumerate(argv))
+
+
 def child_env(plan: Plan, base: Mapping[str, str]) -> dict[str, str]:
     """The environment of the plan's commands: ``base`` with nvcc's assignments on top (as nvcc's own shell
     would export them; ``PATH`` names the toolkit's ``bin`` and ``nvvm/bin`` first)."""
@@ -159,5 +198,5 @@ def which(tool: str, env: Mapping[str, str], cwd: Path) -> str:
     return found
 
 
-__all__ = ["CONFLICTING_FLAGS", "Command", "Plan", "Unsupported", "child_env", "conflicting_flag", "dryrun",
+__all__ = ["CONFLICTING_FLAGS", "DEPS_STEP", "Command", "Plan", "Unsupported", "child_env", "conflicting_flag", "dependency_target", "dryrun", "is_preprocess",
            "parse_plan", "which"]
