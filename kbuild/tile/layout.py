@@ -51,7 +51,19 @@ def _text(t: IntTuple) -> str:
     return str(t) if isinstance(t, int) else "(" + ",".join(_text(e) for e in t) + ")"
 
 
+def _flat_ok(shape: IntTuple, stride: IntTuple) -> bool:
+    """The common case, checked quickly: integers, or flat tuples of integers of one length, in range."""
+    if type(shape) is int and type(stride) is int:
+        return shape >= 1 and stride >= 0
+    if type(shape) is tuple and type(stride) is tuple and len(shape) == len(stride):
+        return (all(type(s) is int and s >= 1 for s in shape)
+                and all(type(d) is int and d >= 0 for d in stride))
+    return False
+
+
 def _check(shape: IntTuple, stride: IntTuple) -> None:
+    if _flat_ok(shape, stride):
+        return
     if not congruent(shape, stride):
         raise LayoutError(f"shape {_text(shape)} and stride {_text(stride)} are not congruent")
     for s in flatten(shape):

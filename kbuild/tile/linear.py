@@ -80,7 +80,9 @@ def bit_images(layout: Layout, what: str) -> list[int]:
     """The image of each input bit of ``layout`` (its extents must be powers of two), lowest bit first."""
     out = []
     for s, d in layout.flat_modes():
-        for k in range(_log2(s, f"an extent of {what} {layout}")):
+        if s & (s - 1):
+            raise LayoutError(f"an extent of {what} {layout} = {s} is not a power of two")
+        for k in range(s.bit_length() - 1):
             out.append(d << k)
     return out
 

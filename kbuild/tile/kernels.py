@@ -1,0 +1,101 @@
+# mypy: disable-error-code="valid-type"
+# (tile kernels annotate parameters with Tensor(...)/Scalar(...) values, which kbuild.tile.lang.trace reads)
+"""Kernels written in the tile language, with bench specs and torch references: softmax and RMSNorm.
+
+Each is a few lines with no layout in it; :func:`kbuild.tile.build.build` synthesises the layouts. The
+specs mirror :mod:`kbuild.bench.kernels.softmax` and :mod:`kbuild.bench.kernels.rmsnorm` (same shapes,
+inputs and references), so the tile kernels compare one to one with the hand-written Triton ones:
+``kbuild bench --spec kbuild.tile.kernels:softmax``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from kbuild.bench.spec import BenchSpec, Constexpr
+from kbuild.tile.build import TileKernel, build
+from kbuild.tile.lang import Scalar, Tensor, exp, extent, load, rsqrt, store
+
+EPS = 1e-6
+
+
+def softmax_tile(x: Tensor("fp16", "MN"), y: Tensor("fp16", "MN")) -> None:
+    a = load(x, other=-float("inf")).to("fp32")
+    e = exp(a - a.max(axis=1)[:, None])
+    store(y, e / e.sum(axis=1)[:, None])
+
+
+def rmsnorm_tile(x: Tensor("fp16", "MN"), w: Tensor("fp16", "N"), y: Tensor("fp16", "MN"),
+                 eps: Scalar("fp32")) -> None:
+    a = load(x).to("fp32")
+    r = rsqrt((a * a).sum(axis=1) / extent("N") + eps)
+    store(y, a * r[:, None] * load(w).to("fp32")[None, :])
+
+
+def _pow2(n: int) -> int:
+    return 1 << (n - 1).bit_length()
+
+
+def _row_spec(name: str, k: TileKernel, m: int, n: int, make_extra: Any, reference: Any, flops: float,
+              bytes_moved: float) -> BenchSpec:
+    def make_inputs(seed: int, device: Any) -> dict[str, Any]:
+        import torch
+
+        g = torch.Generator(device=device).manual_seed(seed)
+        x = (torch.randn((m, n), generator=g, device=device) * 2.0).to(device=device, dtype=torch.float16)
+        out = {"x_ptr": x, "y_ptr": torch.empty_like(x), "stride_x": n, "stride_y": n, "n_rows": m, "n_cols": n}
+        out.update(make_extra(g, device))
+        return out
+
+    def grid(c: Mapping[str, Constexpr]) -> tuple[int, int, int]:
+        block_m = int(c["BLOCK_M"])
+        return ((m + block_m - 1) // block_m, 1, 1)
+
+    return BenchSpec(
+        name=name, fn=k.fn, signature=k.signature, constexprs=k.constexprs, configs=k.configs(),
+        make_inputs=make_inputs, grid=grid, outputs={"y_ptr": None}, flops=flops, bytes_moved=bytes_moved,
+        archs=(90,), reference=reference,
+        description=f"{name}: kbuild.tile (Gluon, {len(k.variants)} synthesised variants), {m}x{n} fp16")
+
+
+def softmax_kernel(n: int, block_m: int = 1) -> TileKernel:
+    return build(softmax_tile, {"M": block_m, "N": _pow2(n)})
+
+
+def rmsnorm_kernel(n: int, block_m: int = 1) -> TileKernel:
+    return build(rmsnorm_tile, {"M": block_m, "N": _pow2(n)})
+
+
+def softmax(small: bool = False) -> BenchSpec:
+    """Softmax over rows of a 65536×4096 fp16 matrix (16×512 when ``small``), one row per program."""
+    m, n = (16, 512) if small else (65536, 4096)
+
+    def reference(x: dict[str, Any]) -> dict[str, Any]:
+        import torch
+
+        return {"y_ptr": torch.softmax(x["x_ptr"].float(), dim=-1)}
+
+    return _row_spec("tile_softmax", softmax_kernel(n), m, n, lambda g, d: {}, reference, 5.0 * m * n, 4.0 * m * n)
+
+
+def rmsnorm(small: bool = False) -> BenchSpec:
+    """RMSNorm over rows of a 32768×4096 fp16 matrix (16×512 when ``small``), one row per program."""
+    m, n = (16, 512) if small else (32768, 4096)
+
+    def extra(g: Any, device: Any) -> dict[str, Any]:
+        import torch
+
+        w = (torch.rand((n,), generator=g, device=device) + 0.5).to(device=device, dtype=torch.float16)
+        return {"w_ptr": w, "eps": EPS}
+
+    def reference(x: dict[str, Any]) -> dict[str, Any]:
+        import torch
+
+        xf = x["x_ptr"].float()
+        return {"y_ptr": xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + EPS) * x["w_ptr"].float()}
+
+    return _row_spec("tile_rmsnorm", rmsnorm_kernel(n), m, n, extra, reference, 4.0 * m * n, 2.0 * (2 * m * n + n))
+
+
+__all__ = ["rmsnorm", "rmsnorm_kernel", "rmsnorm_tile", "softmax", "softmax_kernel", "softmax_tile"]

@@ -1,0 +1,340 @@
+"""The tile front end: Python functions over global tensors and register tiles, with no layout written.
+
+A kernel is an ordinary function whose parameters are annotated with :class:`Tensor` (a global, row-major
+tensor whose dimensions are named by letters: ``"MN"`` is rows × columns, ``"N"`` a vector along the
+columns) or :class:`Scalar`. One program instance owns a block of ``BLOCK_M`` rows and ``BLOCK_N`` columns
+(program ``i`` the rows ``i*BLOCK_M ..``), and every access is masked by the runtime extents ``n_rows`` and
+``n_cols``. :func:`trace` calls the function once on proxies and records a :class:`Program`: a list of
+:class:`Op` over :class:`Value` s whose thread-value layouts are left unknown for
+:mod:`kbuild.tile.synth` to infer.
+
+The operations: :func:`load` and :func:`store` (global ↔ register tiles), elementwise arithmetic with
+Python operators and :func:`exp`, :func:`sqrt`, :func:`rsqrt`, :func:`maximum`, casts (``.to("fp32")``),
+reductions (``.sum(axis)``, ``.max(axis)``, ``.min(axis)``), broadcasting by indexing with ``None``
+(``m[:, None]``), and :func:`rearrange` (an explicit layout conversion: where two constraints conflict).
+"""
+
+from __future__ import annotations
+
+import contextvars
+import inspect
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+DTYPES = ("fp16", "bf16", "fp32")
+BYTES = {"fp16": 2, "bf16": 2, "fp32": 4}
+#: letters of tensor dimensions → the tile dimension (0: rows, 1: columns) they run along
+DIMS = {"M": 0, "N": 1}
+
+
+class TileError(ValueError):
+    """A tile program that is malformed (shapes, dtypes, a value of another program); names the operation."""
+
+
+@dataclass(frozen=True)
+class Tensor:
+    """Annotation of a global tensor parameter: element type and dimension letters (``"MN"`` or ``"N"``)."""
+
+    dtype: str
+    dims: str = "MN"
+
+    def __post_init__(self) -> None:
+        if self.dtype not in DTYPES:
+            raise TileError(f"Tensor dtype {self.dtype!r} is not one of {', '.join(DTYPES)}")
+        if self.dims not in ("MN", "N", "M"):
+            raise TileError(f"Tensor dims {self.dims!r}: expected 'MN', 'M' or 'N'")
+
+
+@dataclass(frozen=True)
+class Scalar:
+    """Annotation of a runtime scalar parameter."""
+
+    dtype: str = "fp32"
+
+
+@dataclass
+class Value:
+    """A register tile (or a scalar) of the traced program. ``shape`` names each dimension's extent: ``"M"``
+    (``BLOCK_M``), ``"N"`` (``BLOCK_N``) or ``1`` (broadcast)."""
+
+    id: int
+    shape: tuple[str | int, ...]
+    dtype: str
+    program: Program = field(repr=False)
+
+    # -- arithmetic ----------------------------------------------------------------------------------
+    def _bin(self, op: str, other: Any, swap: bool = False) -> Value:
+        a, b = (other, self) if swap else (self, other)
+        return self.program.binary(op, a, b)
+
+    def __add__(self, o: Any) -> Value: return self._bin("add", o)
+    def __radd__(self, o: Any) -> Value: return self._bin("add", o, True)
+    def __sub__(self, o: Any) -> Value: return self._bin("sub", o)
+    def __rsub__(self, o: Any) -> Value: return self._bin("sub", o, True)
+    def __mul__(self, o: Any) -> Value: return self._bin("mul", o)
+    def __rmul__(self, o: Any) -> Value: return self._bin("mul", o, True)
+    def __truediv__(self, o: Any) -> Value: return self._bin("div", o)
+    def __rtruediv__(self, o: Any) -> Value: return self._bin("div", o, True)
+    def __neg__(self) -> Value: return self._bin("sub", 0.0, True)
+
+    def to(self, dtype: str) -> Value:
+        return self.program.unary("cast", self, dtype=dtype)
+
+    def sum(self, axis: int) -> Value:
+        return self.program.reduce("sum", self, axis)
+
+    def max(self, axis: int) -> Value:
+        return self.program.reduce("max", self, axis)
+
+    def min(self, axis: int) -> Value:
+        return self.program.reduce("min", self, axis)
+
+    def __getitem__(self, index: Any) -> Value:
+        if not isinstance(index, tuple):
+            index = (index,)
+        if len(self.shape) != 1 or len(index) != 2:
+            raise TileError(f"{self.program.where()}: only a vector can be indexed, as v[:, None] or v[None, :]")
+        if index[0] is None and index[1] == slice(None):
+            return self.program.expand(self, 0)
+        if index[1] is None and index[0] == slice(None):
+            return self.program.expand(self, 1)
+        raise TileError(f"{self.program.where()}: index {index!r}: expected [:, None] or [None, :]")
+
+
+@dataclass
+class Param:
+    name: str
+    kind: str  # "tensor" | "scalar"
+    dtype: str
+    dims: str = ""
+
+
+@dataclass
+class Op:
+    """One operation: ``kind`` (load, store, binary, unary, reduce, expand, rearrange, extent), its operand
+    value ids (constants appear in ``attrs``), its result and where in the source it was written."""
+
+    kind: str
+    args: tuple[Any, ...]
+    result: Value | None
+    attrs: dict[str, Any]
+    line: int
+
+    @property
+    def label(self) -> str:
+        name = self.attrs.get("op", self.kind)
+        return f"{name} (line {self.line})"
+
+
+@dataclass
+class Program:
+    """A traced tile kernel: its parameters and operations, in order."""
+
+    name: str
+    params: list[Param]
+    ops: list[Op] = field(default_factory=list)
+    values: list[Value] = field(default_factory=list)
+    source_file: str = ""
+
+    def where(self) -> str:
+        return f"{self.name} line {_caller_line()}"
+
+    def _new(self, shape: tuple[str | int, ...], dtype: str) -> Value:
+        v = Value(len(self.values), shape, dtype, self)
+        self.values.append(v)
+        return v
+
+    def _emit(self, kind: str, args: tuple[Any, ...], result: Value | None, **attrs: Any) -> Value | None:
+        self.ops.append(Op(kind, args, result, attrs, _caller_line()))
+        return result
+
+    def _value(self, x: Any, what: str) -> Value | float | ScalarRef:
+        if isinstance(x, Value):
+            if x.program is not self:
+                raise TileError(f"{self.where()}: {what}: a value of another kernel")
+            return x
+        if isinstance(x, ScalarRef):
+            return x
+        if isinstance(x, (int, float)) and not isinstance(x, bool):
+            return float(x)
+        raise TileError(f"{self.where()}: {what}: {type(x).__name__} is not a tile, a scalar parameter or a number")
+
+    # -- operations ----------------------------------------------------------------------------------
+    def binary(self, op: str, a: Any, b: Any) -> Value:
+        av, bv = self._value(a, op), self._value(b, op)
+        tiles = [v for v in (av, bv) if isinstance(v, Value)]
+        shape = tiles[0].shape
+        if len(tiles) == 2:
+            shape = _broadcast(tiles[0], tiles[1], op, self)
+        dtype = _promote(*(t.dtype for t in tiles))
+        out = self._new(shape, dtype)
+        self._emit("binary", (av, bv), out, op=op)
+        return out
+
+    def unary(self, op: str, a: Any, dtype: str | None = None) -> Value:
+        av = self._value(a, op)
+        if not isinstance(av, Value):
+            raise TileError(f"{self.where()}: {op} of a constant; write the number")
+        if dtype is not None and dtype not in DTYPES:
+            raise TileError(f"{self.where()}: cast to {dtype!r}: not one of {', '.join(DTYPES)}")
+        out = self._new(av.shape, dtype or av.dtype)
+        self._emit("unary", (av,), out, op=op)
+        return out
+
+    def reduce(self, op: str, a: Value, axis: int) -> Value:
+        if axis not in range(len(a.shape)):
+            raise TileError(f"{self.where()}: {op}(axis={axis}) of a rank-{len(a.shape)} tile")
+        if len(a.shape) != 2:
+            raise TileError(f"{self.where()}: {op}: reductions take a 2-D tile")
+        out = self._new(a.shape[:axis] + a.shape[axis + 1:], "fp32" if a.dtype == "fp32" else a.dtype)
+        self._emit("reduce", (a,), out, op=op, axis=axis)
+        return out
+
+    def expand(self, a: Value, axis: int) -> Value:
+        out = self._new((*a.shape[:axis], 1, *a.shape[axis:]), a.dtype)
+        self._emit("expand", (a,), out, axis=axis)
+        return out
+
+
+@dataclass
+class ScalarRef:
+    """A runtime scalar: a :class:`Scalar` parameter, or an extent (``n_rows``, ``n_cols``)."""
+
+    name: str
+    dtype: str = "fp32"
+
+
+@dataclass
+class GlobalRef:
+    """A :class:`Tensor` parameter inside the traced function (only :func:`load` and :func:`store` take it)."""
+
+    param: Param
+    program: Program
+
+
+_CURRENT: contextvars.ContextVar[Program | None] = contextvars.ContextVar("kbuild_tile_program", default=None)
+
+
+def _caller_line() -> int:
+    frame = inspect.currentframe()
+    while frame is not None:
+        if frame.f_globals.get("__name__") != __name__:
+            return frame.f_lineno
+        frame = frame.f_back
+    return 0
+
+
+def _program() -> Program:
+    p = _CURRENT.get()
+    if p is None:
+        raise TileError("tile operations run only inside kbuild.tile.trace()")
+    return p
+
+
+def _broadcast(a: Value, b: Value, op: str, program: Program) -> tuple[str | int, ...]:
+    if len(a.shape) != len(b.shape):
+        raise TileError(f"{program.where()}: {op} of shapes {a.shape} and {b.shape}: ranks differ (index a vector "
+                        "with [:, None] or [None, :] to broadcast it)")
+    out: list[str | int] = []
+    for x, y in zip(a.shape, b.shape):
+        if x != y and 1 not in (x, y):
+            raise TileError(f"{program.where()}: {op} of shapes {a.shape} and {b.shape} do not broadcast")
+        out.append(y if x == 1 else x)
+    return tuple(out)
+
+
+def _promote(*dtypes: str) -> str:
+    return "fp32" if "fp32" in dtypes or len(set(dtypes)) > 1 else dtypes[0]
+
+
+# -- the public operations ----------------------------------------------------------------------------
+
+
+def load(src: GlobalRef, other: float = 0.0, layout: Any = None) -> Value:
+    """The program's block of ``src`` as a register tile; elements past the tensor's edge read ``other``.
+    ``layout`` (a :class:`kbuild.tile.synth.Blocked`) pins the tile's layout instead of leaving it to synthesis."""
+    p = _program()
+    if not isinstance(src, GlobalRef):
+        raise TileError(f"{p.where()}: load takes a Tensor parameter, not {type(src).__name__}")
+    shape = tuple(src.param.dims)
+    out = p._new(shape, src.param.dtype)
+    p._emit("load", (src.param,), out, other=float(other), layout=layout)
+    return out
+
+
+def store(dst: GlobalRef, value: Value) -> None:
+    """Write ``value`` (cast to ``dst``'s element type) to the program's block of ``dst``."""
+    p = _program()
+    if not isinstance(dst, GlobalRef):
+        raise TileError(f"{p.where()}: store takes a Tensor parameter, not {type(dst).__name__}")
+    v = p._value(value, "store")
+    if not isinstance(v, Value) or v.shape != tuple(dst.param.dims):
+        shape = v.shape if isinstance(v, Value) else "a scalar"
+        raise TileError(f"{p.where()}: store of {shape} into {dst.param.name} ({dst.param.dims}): shapes differ")
+    if v.dtype != dst.param.dtype:
+        v = p.unary("cast", v, dtype=dst.param.dtype)
+    p._emit("store", (dst.param, v), None)
+
+
+def exp(x: Value) -> Value:
+    return _program().unary("exp", x)
+
+
+def sqrt(x: Value) -> Value:
+    return _program().unary("sqrt", x)
+
+
+def rsqrt(x: Value) -> Value:
+    return _program().unary("rsqrt", x)
+
+
+def maximum(a: Any, b: Any) -> Value:
+    return _program().binary("maximum", a, b)
+
+
+def rearrange(x: Value) -> Value:
+    """The same tile in a layout of its own: a layout conversion the synthesiser places (Gluon's
+    ``convert_layout``). Write it where two operations want different layouts of one value."""
+    return _program().unary("rearrange", x)
+
+
+def extent(dim: str) -> ScalarRef:
+    """The runtime extent of dimension ``"M"`` (``n_rows``) or ``"N"`` (``n_cols``)."""
+    if dim not in DIMS:
+        raise TileError(f"extent({dim!r}): expected 'M' or 'N'")
+    return ScalarRef("n_rows" if dim == "M" else "n_cols", "i32")
+
+
+def trace(fn: Callable[..., Any]) -> Program:
+    """Run ``fn`` once on proxies of its annotated parameters and return the recorded :class:`Program`."""
+    try:
+        sig = inspect.signature(fn, eval_str=True)
+    except NameError as exc:
+        raise TileError(f"{fn.__name__}: an annotation does not evaluate: {exc}") from None
+    params: list[Param] = []
+    args: list[Any] = []
+    program = Program(fn.__name__, params, source_file=inspect.getsourcefile(fn) or "")
+    for name, p in sig.parameters.items():
+        ann = p.annotation
+        if isinstance(ann, Tensor):
+            params.append(Param(name, "tensor", ann.dtype, ann.dims))
+            args.append(GlobalRef(params[-1], program))
+        elif isinstance(ann, Scalar):
+            params.append(Param(name, "scalar", ann.dtype))
+            args.append(ScalarRef(name, ann.dtype))
+        else:
+            raise TileError(f"{fn.__name__}: parameter {name!r} needs a kbuild.tile Tensor(...) or Scalar(...) "
+                            "annotation (a value, not a string)")
+    token = _CURRENT.set(program)
+    try:
+        fn(*args)
+    finally:
+        _CURRENT.reset(token)
+    if not any(op.kind == "store" for op in program.ops):
+        raise TileError(f"{fn.__name__}: stores nothing")
+    return program
+
+
+__all__ = ["BYTES", "DIMS", "DTYPES", "GlobalRef", "Op", "Param", "Program", "Scalar", "ScalarRef", "Tensor",
+           "TileError", "Value", "exp", "extent", "load", "maximum", "rearrange", "rsqrt", "sqrt", "store", "trace"]
