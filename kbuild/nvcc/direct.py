@@ -1,8 +1,7 @@
 """The direct mode: a whole nvcc compile answered from the store without running nvcc, as ccache's direct mode.
 
 After a full run (:mod:`kbuild.nvcc.launcher`), the launcher stores a *manifest* under a key computed from what
-it can see without running anything (:func:`invocation_key`): the arguments, the working directory, the
-environment variables that steer nvcc and the host preprocessor, and the nvcc executable. The manifest lists every
+it can see without running anything (:func:`invocation_key`): the arguments, the environment variables that steer nvcc and the host preprocessor, and the nvcc executable. The manifest lists every
 file the translation unit read (the preprocessor's dependency lists of every architecture: source, headers,
 ``nvcc.profile``) with its sha256, and every executable the plan ran (host compiler, cudafe++, cicc, ptxas,
 fatbinary) with its sha256. The object and the dependency file are stored under a result key that covers the
@@ -49,10 +48,26 @@ def eligible(args: Sequence[str]) -> bool:
                                                          or a.startswith("--output-file=") for a in args)
 
 
+#: Suffixes of the source files nvcc compiles.
+SOURCE_SUFFIXES = (".cu", ".cup", ".cpp", ".cc", ".cxx", ".c", ".C")
+
+
+def source_paths(args: Sequence[str], cwd: Path) -> list[str]:
+    """The absolute paths of the source files among ``args``. nvcc derives the module id, which names the
+    anonymous-namespace and static device symbols in the object, from a source's absolute path: the same
+    arguments in another checkout give another object."""
+    return [str((cwd / a).resolve()) for a in args
+            if not a.startswith("-") and a.endswith(SOURCE_SUFFIXES) and (cwd / a).is_file()]
+
+
 def invocation_key(nvcc_digest: str, args: Sequence[str], cwd: Path, environ: Mapping[str, str]) -> str:
-    """What the launcher knows before running anything."""
+    """What the launcher knows before running anything: nvcc, the arguments, the sources' absolute paths and the
+    steering environment. The working directory itself is not in it (a build directory is often a new temporary
+    one, with the same relative paths in the arguments): relative files of the manifest are read from the current
+    one, and a manifest whose object names its working directory (``-g``) records it and answers only there."""
     return _sha({"schema": DIRECT_SCHEMA, "kind": "nvcc-direct-invocation", "nvcc_sha256": nvcc_digest,
-                 "args": list(args), "cwd": str(cwd), "env": {k: environ.get(k) for k in STEERING_ENV}})
+                 "args": list(args), "sources": source_paths(args, cwd),
+                 "env": {k: environ.get(k) for k in STEERING_ENV}})
 
 
 def slot_key(invocation: str, slot: int) -> str:
@@ -90,5 +105,5 @@ def current_digests(files: Sequence[Sequence[str]], cwd: Path) -> bool:
     return True
 
 
-__all__ = ["CLOCK_MACROS", "DIRECT_SCHEMA", "SLOTS", "STEERING_ENV", "current_digests", "eligible",
-           "file_digests", "invocation_key", "result_key", "slot_key"]
+__all__ = ["CLOCK_MACROS", "DIRECT_SCHEMA", "SLOTS", "SOURCE_SUFFIXES", "STEERING_ENV", "current_digests", "eligible",
+           "file_digests", "invocation_key", "result_key", "slot_key", "source_paths"]

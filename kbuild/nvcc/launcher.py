@@ -188,7 +188,8 @@ class Launcher:
             if manifest is None:
                 return False
             meta = manifest.meta
-            if meta.get("kind") != KIND_MANIFEST or not direct.current_digests(meta["files"], self.cwd):
+            if meta.get("kind") != KIND_MANIFEST or meta.get("cwd") not in (None, str(self.cwd)) \
+                    or not direct.current_digests(meta["files"], self.cwd):
                 continue
             try:
                 tools_now = {p: self._tool_digest(p) for p in meta["tools"]}
@@ -221,11 +222,15 @@ class Launcher:
             obj = self._output_path().read_bytes()
         except OSError:
             return
+        here = str(self.cwd).encode()
+        names_cwd = here in obj or (deps_file is not None and here in deps_file[1].encode())
         result = direct.result_key(invocation, digests, tool_digests)
+        if names_cwd:  # the object (or its dependency file) depends on the directory too
+            result = hashlib.sha256(f"{result}:{self.cwd}".encode()).hexdigest()
         obj_key = hashlib.sha256(f"{result}:object".encode()).hexdigest()
         self._put(_artefact(obj_key, obj, {"kind": KIND_OUTPUT, "tool": "nvcc", "role": "object"}))
         meta: dict[str, Any] = {"kind": KIND_MANIFEST, "files": digests, "tools": tool_digests, "object": obj_key,
-                                "deps": None}
+                                "deps": None, "cwd": str(self.cwd) if names_cwd else None}
         if deps_file is not None:
             deps_key = hashlib.sha256(f"{result}:deps".encode()).hexdigest()
             self._put(_artefact(deps_key, deps_file[1].encode(), {"kind": KIND_OUTPUT, "tool": "nvcc", "role": "deps"}))
