@@ -22,14 +22,17 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from kbuild.errors import UsageError
+
 DTYPES = ("fp16", "bf16", "fp32")
 BYTES = {"fp16": 2, "bf16": 2, "fp32": 4}
 #: letters of tensor dimensions → the tile dimension (0: rows, 1: columns) they run along
 DIMS = {"M": 0, "N": 1}
 
 
-class TileError(ValueError):
-    """A tile program that is malformed (shapes, dtypes, a value of another program); names the operation."""
+class TileError(UsageError, ValueError):
+    """A tile program that is malformed (shapes, dtypes, a value of another program); names the operation.
+    Exit status 2, as any bad input."""
 
 
 @dataclass(frozen=True)

@@ -25,6 +25,7 @@ import math
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, TypeAlias
 
 from kbuild.tile.lang import BYTES, Op, Program, TileError, Value
@@ -126,8 +127,9 @@ class _Solver:
         if isinstance(a, Slice) and isinstance(b, Slice) and a.dim == b.dim:
             self.unify(a.parent, b.parent, op, what)
             return
+        where = f"{Path(self.program.source_file).name}: " if self.program.source_file else ""
         raise LayoutConflict(
-            f"{self.program.name}: {op.label}: no layout fits {what}: {self.resolve(a)}{self.why(a)} vs "
+            f"{where}{self.program.name}: {op.label}: no layout fits {what}: {self.resolve(a)}{self.why(a)} vs "
             f"{self.resolve(b)}{self.why(b)}; write rearrange(...) where the value changes layout")
 
     def term(self, v: Value) -> Term:

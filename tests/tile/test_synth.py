@@ -80,6 +80,8 @@ def test_conflict_names_the_operation_and_both_layouts() -> None:
     with pytest.raises(LayoutConflict) as info:
         infer(p)
     msg = str(info.value)
+    assert info.value.exit_code == 2 and "\n" not in msg  # bad input: one line, exit status 2
+    assert msg.startswith("test_synth.py: _pinned: ")
     assert f"add (line {add_line})" in msg
     assert str(ROW) in msg and str(COL) in msg
     assert re.search(r"fixed by load \(line \d+\)", msg)
