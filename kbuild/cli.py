@@ -41,6 +41,7 @@ COMMAND_MODULES = [
     "kbuild.commands.verify_wheel",
     "kbuild.commands.lock",
     "kbuild.commands.package_data",
+    "kbuild.commands.tile",
     "kbuild.nvcc.cli",
     "kbuild.cache.cli",
     "kbuild.sass.cli",

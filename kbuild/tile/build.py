@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kbuild.tile.gluon import Variant, emit, kernel_params, load_kernel, signature
+from kbuild.tile.gluon import Variant, emit, kernel_params, layouts_of, load_kernel, signature
 from kbuild.tile.lang import Program, TileError, trace
 from kbuild.tile.synth import synthesize
 
@@ -59,7 +59,9 @@ def build(fn: Callable[..., Any], blocks: dict[str, int], *, warps: Sequence[int
         syn = synthesize(program, blocks, num_warps=w, keep=variants)
         pool += [(c.cost, Variant(syn, i)) for i, c in enumerate(syn.ranked)]
     pool.sort(key=lambda p: p[0])
-    kept = [v for _, v in pool[:variants]]
+    # one kernel holds the variants: they must name the same number of layouts (L0, L1, ...)
+    width = len(layouts_of(pool[0][1]))
+    kept = [v for _, v in pool if len(layouts_of(v)) == width][:variants]
     source = emit(kept)
     kernel = load_kernel(source, program.name)
     assert kernel.arg_names == kernel_params(program, len(kept))

@@ -159,7 +159,7 @@ def _blocked_text(b: Blocked) -> str:
             f"warps_per_cta={list(b.warps_per_cta)}, order={list(b.order)})")
 
 
-def _layouts_of(variant: Variant) -> list[Blocked]:
+def layouts_of(variant: Variant) -> list[Blocked]:
     """Every BlockedLayout the variant uses, in the order of first use."""
     seen: list[Blocked] = []
     for v in variant.synthesis.program.values:
@@ -178,8 +178,8 @@ def emit(variants: list[Variant]) -> str:
     if not variants:
         raise ValueError("no variant to emit")
     program = variants[0].synthesis.program
-    first = _layouts_of(variants[0])
-    per_variant = [_layouts_of(v) for v in variants]
+    first = layouts_of(variants[0])
+    per_variant = [layouts_of(v) for v in variants]
     if any(len(x) != len(first) for x in per_variant):
         raise ValueError("variants of one kernel must use the same number of layouts")
     names = {b: f"L{i}" for i, b in enumerate(first)}
@@ -192,7 +192,7 @@ def emit(variants: list[Variant]) -> str:
     params = kernel_params(program, len(variants))
     constexprs = {"BLOCK_M", "BLOCK_N", "VARIANT"}
     head = [
-        f'"""{program.name}: emitted by kbuild.tile from {program.source_file or "?"}; layouts synthesised.',
+        f'"""{program.name}: emitted by kbuild.tile from {program.qualname or program.name}; layouts synthesised.',
         "",
     ]
     for i, v in enumerate(variants):
@@ -232,4 +232,4 @@ def load_kernel(source: str, name: str) -> Any:
     return module.__dict__[name]
 
 
-__all__ = ["Variant", "emit", "kernel_params", "load_kernel", "signature"]
+__all__ = ["Variant", "emit", "kernel_params", "layouts_of", "load_kernel", "signature"]

@@ -139,6 +139,8 @@ class Program:
     ops: list[Op] = field(default_factory=list)
     values: list[Value] = field(default_factory=list)
     source_file: str = ""
+    qualname: str = ""
+    """``module:function`` of the traced function (what emitted source names: no checkout path)."""
 
     def where(self) -> str:
         return f"{self.name} line {_caller_line()}"
@@ -317,7 +319,8 @@ def trace(fn: Callable[..., Any]) -> Program:
         raise TileError(f"{fn.__name__}: an annotation does not evaluate: {exc}") from None
     params: list[Param] = []
     args: list[Any] = []
-    program = Program(fn.__name__, params, source_file=inspect.getsourcefile(fn) or "")
+    program = Program(fn.__name__, params, source_file=inspect.getsourcefile(fn) or "",
+                      qualname=f"{fn.__module__}:{fn.__qualname__}")
     for name, p in sig.parameters.items():
         ann = p.annotation
         if isinstance(ann, Tensor):

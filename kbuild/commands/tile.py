@@ -1,0 +1,116 @@
+"""``kbuild tile MODULE:FUNCTION --block M=1 --block N=4096``: synthesise a tile kernel's layouts, show the ranked
+variants, and write its Gluon source (a module a ``[[tool.kbuild.kernels]]`` entry can name like any kernel)."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import importlib
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from kbuild.console import emit_json, print_table
+from kbuild.errors import UsageError
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("tile", help="synthesise a kbuild.tile kernel's layouts and emit Gluon",
+                       description="Trace a kbuild.tile function, infer its thread-value layouts for each warp "
+                                   "count, rank the assignments by the cost model and emit one Gluon kernel whose "
+                                   "VARIANT constexpr selects among the best few.")
+    p.add_argument("function", metavar="MODULE:FUNCTION", help="the tile function (imported from the current "
+                                                               "directory or the installed packages)")
+    p.add_argument("--block", action="append", default=[], metavar="DIM=N",
+                   help="tile extent, a power of two: M (rows per program, default 1) and N (columns; required)")
+    p.add_argument("--warps", default="4,8", metavar="W,W", help="warp counts to synthesise for (default 4,8)")
+    p.add_argument("--variants", type=int, default=3, help="assignments kept in the kernel (default 3)")
+    p.add_argument("--write", type=Path, metavar="FILE", help="write the Gluon source to FILE (a .py module)")
+    p.add_argument("--source", action="store_true", help="print the Gluon source")
+    p.add_argument("--json", action="store_true", help="print one JSON document on stdout")
+    p.set_defaults(func=run)
+
+
+@contextlib.contextmanager
+def _cwd_on_path() -> Iterator[None]:
+    here = str(Path.cwd())
+    added = here not in sys.path
+    if added:
+        sys.path.insert(0, here)
+    try:
+        yield
+    finally:
+        if added:
+            sys.path.remove(here)
+
+
+def _load(ref: str) -> Any:
+    module_name, sep, attr = ref.partition(":")
+    if not sep or not module_name or not attr:
+        raise UsageError(f"MODULE:FUNCTION: {ref!r} is not 'package.module:function'")
+    with _cwd_on_path():
+        try:
+            module = importlib.import_module(module_name)
+        except Exception as exc:
+            raise UsageError(f"MODULE:FUNCTION: importing {module_name!r} raised {type(exc).__name__}: {exc}") from None
+    fn = getattr(module, attr, None)
+    if not callable(fn):
+        raise UsageError(f"MODULE:FUNCTION: module {module_name!r} has no function {attr!r}")
+    return fn
+
+
+def _blocks(items: list[str]) -> dict[str, int]:
+    blocks = {"M": 1}
+    for item in items:
+        dim, sep, value = item.partition("=")
+        if not sep or dim not in ("M", "N") or not value.isdigit():
+            raise UsageError(f"--block {item!r}: expected M=<int> or N=<int>")
+        blocks[dim] = int(value)
+    if "N" not in blocks:
+        raise UsageError("--block N=<columns per program> is required")
+    return blocks
+
+
+def _warps(text: str) -> list[int]:
+    try:
+        warps = [int(w) for w in text.split(",") if w]
+    except ValueError:
+        raise UsageError(f"--warps {text!r}: expected a comma-separated list of integers") from None
+    if not warps:
+        raise UsageError("--warps is empty")
+    return warps
+
+
+def run(args: argparse.Namespace) -> int:
+    from kbuild.fsutil import write_atomic
+    from kbuild.tile.build import build
+
+    if args.variants < 1:
+        raise UsageError(f"--variants {args.variants}: expected at least 1")
+    kernel = build(_load(args.function), _blocks(args.block), warps=_warps(args.warps), variants=args.variants)
+    rows: list[dict[str, Any]] = []
+    for i, v in enumerate(kernel.variants):
+        chosen = v.synthesis.ranked[v.rank]
+        rows.append({"variant": i, "num_warps": v.num_warps, "cost": round(chosen.cost, 1),
+                     "parts": {k: round(x, 1) for k, x in chosen.parts.items()},
+                     "layouts": [str(b) for b in chosen.layouts.values()]})
+    if args.write is not None:
+        try:
+            write_atomic(args.write, kernel.source)
+        except OSError as exc:
+            raise UsageError(f"--write {args.write}: cannot write: {exc.strerror or exc}") from None
+    doc = {"function": args.function, "kernel": kernel.program.name, "blocks": kernel.blocks,
+           "signature": kernel.signature, "synthesis_seconds": round(kernel.seconds, 3), "variants": rows,
+           "written": str(args.write) if args.write else None, "source": kernel.source if args.source else None}
+    if args.json:
+        emit_json(doc)
+        return 0
+    print_table(f"{kernel.program.name}: {len(rows)} variants, synthesised in {kernel.seconds:.2f} s",
+                ["variant", "warps", "modelled cost", "layouts"],
+                [(r["variant"], r["num_warps"], r["cost"], "; ".join(r["layouts"])) for r in rows])
+    if args.source:
+        print(kernel.source)
+    if args.write is not None:
+        print(f"wrote {args.write}")
+    return 0
