@@ -98,13 +98,14 @@ class HttpBackend:
         self._local.conn = None
 
     def request(self, method: str, path: str, body: bytes | None = None, *,
-                limit: int | None = None) -> tuple[int, bytes]:
+                limit: int | None = None, extra_headers: dict[str, str] | None = None) -> tuple[int, bytes]:
         """One request (retried once on a kept-alive connection the server closed), finished within
         ``deadline`` seconds in all or :class:`TierUnavailableError`. All kbuild requests are
         idempotent, so the retry is safe. A successful answer's body over ``limit`` bytes raises
-        :class:`EntryTooLarge` after reading at most ``limit`` + 64 KiB of it."""
+        :class:`EntryTooLarge` after reading at most ``limit`` + 64 KiB of it. ``extra_headers``: for this
+        request only (WebDAV's ``Destination`` and ``Overwrite`` for :mod:`kbuild.cache.lease`)."""
         url = self.prefix + path
-        headers = dict(self.headers)
+        headers = {**self.headers, **(extra_headers or {})}
         if body is not None:
             headers["Content-Type"] = "application/octet-stream"
         current: list[http.client.HTTPConnection] = []
