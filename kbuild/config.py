@@ -52,6 +52,7 @@ Algorithm = Literal["ppo", "random", "greedy"]
 EditKind = Literal["moves", "far", "yield", "reuse", "stall"]
 ShipMode = Literal["extension", "package-data"]
 PackageDataMode = Literal["all", "tuned"]
+PrewarmEngine = Literal["local", "ray"]
 
 #: Scalars allowed as constexpr values.
 Constexpr = bool | int | float | str
@@ -229,6 +230,23 @@ class RemoteSettings:
     """Whether this machine may write to the tier (trusted prewarm machines only)."""
 
 
+@dataclass(frozen=True)
+class PrewarmSettings:
+    """How ``kbuild prewarm`` runs: on this machine, or spread over a Ray cluster (:mod:`kbuild.prewarm`)."""
+
+    engine: PrewarmEngine = _setting("local", env="KBUILD_PREWARM_ENGINE")
+    """``local``: one kernel × target at a time on this machine's GPUs; ``ray``: one Ray task per kernel × target
+    on the cluster's GPU workers (``kbuild prewarm --ray``; needs ``pip install 'kbuild[ray]'``)."""
+
+    address: str | None = _setting(None, env="KBUILD_PREWARM_ADDRESS")
+    """The Ray cluster to join (``ray://host:10001``, ``host:6379`` or ``auto``); unset: Ray's own default (a
+    cluster started on this machine with ``ray start``, else a new local one). ``--ray ADDRESS`` beats it."""
+
+    lease_seconds: float = _setting(300.0, check=_check_positive, schema={"exclusiveMinimum": 0})
+    """Time to live of the lease a task holds in the shared tier while it tunes an entry (renewed every third
+    of it): how long a prewarm that died keeps another from that entry."""
+
+
 #: Why an ``env_only`` field is refused in ``pyproject.toml`` (the error says so).
 _SECRET = "secrets do not belong in pyproject.toml"
 _ONE_PROCESS = "it is a switch of one run, not of the project (or pass --debug)"
@@ -287,6 +305,9 @@ class Settings:
 
     budget: BudgetSettings = field(default_factory=BudgetSettings)
     """Tuning budget per kernel and target."""
+
+    prewarm: PrewarmSettings = field(default_factory=PrewarmSettings)
+    """How ``kbuild prewarm`` runs: ``{ engine = "ray" }`` spreads it over a Ray cluster."""
 
     seed: int = _setting(0, env="KBUILD_SEED", key=True)
     """Seed of the tuning search."""

@@ -3,8 +3,9 @@
 The core (compile, store, build hooks, emit, manifest, inspect, runtime, and the CLI's verbs that build)
 needs Triton and a few small packages only. The tuner, the benchmark suite and the SASS engine need the
 ``tune`` extra (``pip install 'kbuild[tune]'``: torch, gymnasium, stable-baselines3, sb3-contrib, optuna,
-numpy); ``remote`` adds the Redis tier. pyproject.toml's ``[project.optional-dependencies]`` is the install
-side of the same table (tests/test_light_deps.py checks the two agree).
+numpy); ``remote`` adds the Redis tier; ``ray`` the distributed prewarm (``kbuild prewarm --ray``).
+pyproject.toml's ``[project.optional-dependencies]`` is the install side of the same table
+(tests/test_light_deps.py checks the two agree).
 
 Nothing here imports an optional package: :func:`missing` asks the import system where a package would
 come from (:func:`importlib.util.find_spec`), which runs none of its code.
@@ -23,6 +24,7 @@ from kbuild.errors import MissingDependencyError
 EXTRAS: dict[str, tuple[str, ...]] = {
     "tune": ("torch", "gymnasium", "stable_baselines3", "sb3_contrib", "optuna", "numpy"),
     "remote": ("redis",),
+    "ray": ("ray",),
 }
 
 
