@@ -1,0 +1,19 @@
+"""kbuild.prewarm: prewarming a fleet — ``kbuild prewarm --ray``, one Ray task per kernel × target.
+
+This package owns the distributed prewarm; the single-machine one stays in :mod:`kbuild.hooks.prewarm`, and
+both run the same pipeline phases (:mod:`kbuild.hooks.pipeline`: resolve and key, compile, tune, store).
+
+* :mod:`kbuild.prewarm.ray_engine` — the driver (:func:`~kbuild.prewarm.ray_engine.prewarm_ray`) and the two
+  Ray tasks: a compile task on any CPU worker that stores the baseline in the shared tier, and a tune task
+  that asks for one GPU of the target's compute capability through the custom resource ``kbuild_sm_<cc>``
+  (:func:`~kbuild.prewarm.ray_engine.resource_name`), holds a lease on the tuned key in the shared tier
+  (:mod:`kbuild.cache.lease`), tunes, and stores the result the moment it is accepted. Ray retries a task
+  whose node died (``max_retries``); a tuner that fails reports its node, GPU and error and the run goes on.
+* :mod:`kbuild.prewarm.progress` — a live bar per target (done, running, failed, ETA).
+
+Ray is the optional extra ``kbuild[ray]``; nothing here imports it until a distributed prewarm starts.
+"""
+
+from __future__ import annotations
+
+__all__: list[str] = []

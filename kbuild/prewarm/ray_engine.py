@@ -1,0 +1,547 @@
+"""``kbuild prewarm --ray``: the kernel × target work spread over a Ray cluster, results in the shared tier.
+
+**The driver** (:func:`prewarm_ray`, on the machine that runs ``kbuild prewarm``) resolves every kernel and
+computes its keys exactly as a build does (:func:`kbuild.hooks.pipeline.specs_and_keys`), looks the tuned keys
+up in the shared writable tier, and submits two Ray tasks for each one missing:
+
+1. :func:`compile_task` (one CPU, any node): the baseline from the shared tier, or compiled now and put there;
+2. :func:`tune_task`, which takes the first's result as its argument (Ray starts it once the baseline exists)
+   and asks for **one GPU of the target's compute capability**: ``num_gpus=1`` plus one unit of the custom
+   resource ``kbuild_sm_<cc>`` (:func:`resource_name`), which each GPU node declares once per GPU, e.g.
+   ``ray start --address HEAD:6379 --num-gpus 8 --resources '{"kbuild_sm_90": 8}'``
+   (``kbuild prewarm --ray-resources`` prints this machine's). On the node, the task takes a lease on the tuned
+   key in the shared tier (:mod:`kbuild.cache.lease`; renewed while it works), looks the key up again, tunes
+   (:func:`kbuild.hooks.pipeline.gpu_tuner`, or the CPU cost model with ``backend="model"``), puts the result
+   into the shared tier at once and gives the lease up.
+
+Every task of a run holds leases as the same holder (the run id), so a task Ray retries after its node died
+(``max_retries``) takes its own lease again at once, while another prewarm that wants the same entry waits:
+its task answers "leased" and the driver asks again later, until the entry is stored (then "found") or the
+lease expired (then it tunes). An interrupted run resumes: what was stored is found, the rest is submitted.
+
+**Failures** never end the run: a tuner that raises (a GPU fault, a kernel that does not run) is reported
+with the node, its GPU and the error; a task whose retries are used up (its nodes kept dying) is reported
+with Ray's error; everything else finishes.
+
+**The cost-model backend** (``backend="model"``) is the CPU stand-in that CI runs: it asks for the custom
+resource only (no GPU), searches the SASS schedule with the cost model, and stores its result — the baseline,
+as the acceptance rule never ships a schedule only the model judged — under the tuned key with
+``"measure": "cost-model"`` in its tuner component. Builds never look that key up, so a model result can
+never ship. The model tunes the default configuration only (a level-1 space needs measurements).
+
+**Where things must be:** kbuild, Triton and the project at the same path on every node (the tasks import the
+kernels from ``settings.project_dir``), and the same toolchain: a node that computes another key for an entry
+than the driver did (another Triton, ptxas or kbuild) refuses it, naming both. Workers read and write the
+shared tiers only (never a local store), signed with ``KBUILD_STORE_SECRET`` as the driver's settings carry it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from kbuild.config import Settings
+from kbuild.errors import KBuildError, UsageError
+
+log = logging.getLogger(__name__)
+
+#: The custom resource a GPU node declares once per GPU of compute capability ``cc``: ``kbuild_sm_<cc>``.
+RESOURCE_PREFIX = "kbuild_sm_"
+#: Label of the cost-model backend in keys and results.
+MODEL_MEASURE = "cost-model"
+#: Seconds between two looks at a lease another prewarm holds.
+LEASE_POLL_SECONDS = 5.0
+
+
+def resource_name(cc: int) -> str:
+    """The Ray custom resource that stands for one GPU of compute capability ``cc`` (``kbuild_sm_90``)."""
+    return f"{RESOURCE_PREFIX}{cc}"
+
+
+def node_resources() -> dict[str, float]:
+    """The custom resources this machine's GPUs give (``{"kbuild_sm_90": 8.0}``), for ``ray start --resources``."""
+    from kbuild.device.probe import local_gpus
+
+    out: dict[str, float] = {}
+    for g in local_gpus():
+        out[resource_name(g.cc)] = out.get(resource_name(g.cc), 0.0) + 1.0
+    return out
+
+
+def model_key(key: Any) -> Any:
+    """The key a cost-model result is stored under: the tuned key with ``measure = "cost-model"`` in its tuner
+    component, so that no build (which looks up the plain tuned key) ever ships it."""
+    from kbuild.key import KernelKey
+
+    comps = dict(key.components)
+    comps["tuner"] = {**comps["tuner"], "measure": MODEL_MEASURE}
+    return KernelKey(comps)
+
+
+def shared_store(settings: Settings) -> Any:
+    """The writable remote tiers of ``settings`` as one store (no local tier), strict: a shared tier that is down
+    is an error, not a miss, since a distributed prewarm has nowhere else to put its results."""
+    from kbuild.cache import Tier, TieredStore, backend_for_url
+    from kbuild.cache.url import redact_url
+
+    tiers = []
+    for i, r in enumerate(settings.remotes):
+        if r.writable:
+            backend = backend_for_url(r.url, where=f"{settings.config_file}: remotes[{i}].url",
+                                      deadline=settings.remote_deadline)
+            tiers.append(Tier(backend, name=redact_url(r.url), writable=True, secret=settings.store_secret))
+    if not tiers:
+        raise UsageError(f"{settings.config_file}: remotes: kbuild prewarm --ray writes its results to a shared tier, "
+                         "and none is writable; pass --remote URL (http(s):// or redis://) or set writable = true "
+                         "on a remotes entry")
+    return TieredStore(tiers, strict=True, local=False)
+
+
+def _leases(store: Any) -> Any:
+    from kbuild.cache.lease import leases_for
+
+    return leases_for(store.tiers[0].backend)
+
+
+# ---------------------------------------------------------------------------------------------
+# What the tasks do (plain functions: the Ray tasks wrap them, tests may call them directly).
+
+def _where() -> dict[str, Any]:
+    """This worker: host, Ray node id, pid and the GPUs it was given."""
+    from kbuild.device.probe import local_gpus
+
+    node = None
+    try:
+        import ray
+
+        if ray.is_initialized():
+            node = ray.get_runtime_context().get_node_id()
+    except Exception:
+        node = None
+    gpus = [f"{g.name} (sm_{g.cc})" for g in local_gpus()]
+    return {"host": socket.gethostname(), "node": node, "pid": os.getpid(), "gpu": ", ".join(gpus) or "none"}
+
+
+def _build(settings: Settings, kernel: str, target: str, backend: str) -> Any:
+    from kbuild.hooks.pipeline import resolve, select_targets
+
+    (b,) = resolve(settings, [settings.kernel(kernel)], select_targets(settings, [target]))
+    if backend == "model" and b.tuned_key is not None:
+        b.tuned_key = model_key(b.tuned_key)
+    return b
+
+
+def compile_baseline(settings: Settings, kernel: str, target: str) -> Any:
+    """The baseline artefact of ``kernel`` × ``target``: from the shared tier, or compiled here and put there."""
+    from kbuild.hooks.pipeline import compile_baselines
+
+    b = _build(settings, kernel, target, "gpu")
+    with shared_store(settings) as store:
+        for art in compile_baselines(settings, [b], store):
+            store.put(art)
+    return b.artefact
+
+
+class _Renewer(threading.Thread):
+    """Renews a lease every third of its time to live until stopped."""
+
+    def __init__(self, leases: Any, lease: Any, seconds: float) -> None:
+        super().__init__(daemon=True, name="kbuild-lease")
+        self.leases, self.lease, self.seconds = leases, lease, seconds
+        self.stop_event = threading.Event()
+        self.lost = False
+
+    def run(self) -> None:
+        while not self.stop_event.wait(self.seconds / 3):
+            try:
+                renewed = self.leases.renew(self.lease, self.seconds)
+            except KBuildError as exc:
+                log.warning("renewing the lease on %s failed: %s", self.lease.key, exc)
+                continue
+            if renewed is None:
+                self.lost = True
+                log.warning("lost the lease on %s (expired and taken over)", self.lease.key)
+                return
+            self.lease = renewed
+
+    def stop(self) -> None:
+        self.stop_event.set()
+        self.join(timeout=5)
+
+
+def tune_entry(settings: Settings, kernel: str, target: str, baseline: Any, *, run_id: str, expected_key: str,
+               backend: str = "gpu", lease_seconds: float = 300.0, tuner: Callable[..., Any] | None = None,
+               on_start: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+    """Tune one kernel × target under a lease in the shared tier and store the result; a result record.
+
+    ``state``: ``found`` (already stored), ``tuned`` (stored now), ``leased`` (another run holds the lease;
+    ``holder`` and ``expires`` say whose and until when) or ``failed`` (``error``; nothing stored)."""
+    where = _where()
+    if on_start is not None:
+        on_start(where)
+    started = time.time()
+    record: dict[str, Any] = {"kernel": kernel, "target": target, "key": expected_key, **where}
+    b = _build(settings, kernel, target, backend)
+    if b.tuned_key is None or b.tuned_key.hex != expected_key:
+        got = b.tuned_key.hex if b.tuned_key is not None else None
+        return {**record, "state": "failed", "error": f"this node computes the key {got} for {kernel} {target}, the "
+                f"driver {expected_key}: its kbuild, Triton, ptxas or project differ from the driver's"}
+    b.artefact = baseline
+    with shared_store(settings) as store:
+        if store.get(expected_key) is not None:
+            return {**record, "state": "found", "seconds": round(time.time() - started, 3)}
+        leases = _leases(store)
+        claim = leases.acquire(expected_key, run_id, lease_seconds, owner=where)
+        if not claim.ok:
+            held = claim.held
+            return {**record, "state": "leased", "holder": held.holder if held else None,
+                    "holder_owner": held.owner if held else None, "expires": held.expires if held else None}
+        assert claim.held is not None
+        renewer = _Renewer(leases, claim.held, lease_seconds)
+        renewer.start()
+        try:
+            if store.get(expected_key) is not None:  # stored between the look-up and the lease
+                return {**record, "state": "found", "seconds": round(time.time() - started, 3)}
+            run = tuner or (model_tuner if backend == "model" else _gpu_tuner)
+            try:
+                art = run(settings, b)
+            except Exception as exc:
+                log.warning("tuning %s for %s failed on %s: %s", kernel, target, where["host"], exc)
+                return {**record, "state": "failed", "error": f"{type(exc).__name__}: {exc}",
+                        "seconds": round(time.time() - started, 3)}
+            store.put(art)
+            return {**record, "state": "tuned", "tuned": bool(art.meta.get("tuned")), "speedup": art.meta.get("speedup"),
+                    "decision": art.meta.get("tune_decision"), "measure": art.meta.get("measure", "gpu"),
+                    "lease_lost": renewer.lost, "seconds": round(time.time() - started, 3)}
+        finally:
+            renewer.stop()
+            try:
+                leases.release(renewer.lease)
+            except KBuildError as exc:  # the lease expires by itself
+                log.warning("releasing the lease on %s failed: %s", expected_key, exc)
+
+
+def _gpu_tuner(settings: Settings, b: Any) -> Any:
+    from kbuild.device.probe import has_gpu, local_gpus
+    from kbuild.errors import GPUUnavailableError
+    from kbuild.hooks.pipeline import gpu_tuner
+
+    if not has_gpu(b.target.cc):
+        have = ", ".join(f"{g.name} (sm_{g.cc})" for g in local_gpus()) or "none"
+        raise GPUUnavailableError(f"this node offers {resource_name(b.target.cc)} but its GPUs are: {have}")
+    if not b.spec.bench:
+        raise UsageError(f"kernel {b.spec.name!r} has no bench spec ([tool.kbuild.kernels] bench); it cannot be "
+                         "measured")
+    return gpu_tuner(settings, b)
+
+
+def model_tuner(settings: Settings, b: Any) -> Any:
+    """The cost-model stand-in (CPU): the SASS search on the default configuration's baseline, judged by the cost
+    model; its artefact is labelled ``"measure": "cost-model"`` and, by the acceptance rule, holds the baseline."""
+    from kbuild.cache import Artefact
+    from kbuild.hooks.pipeline import tuned_artefact
+    from kbuild.tune.api import tune
+    from kbuild.tune.measure.backend import MODEL_BACKEND
+
+    started = time.time()
+    base = b.artefact
+    result = tune(base.cubin, kernel=base.meta.get("symbol"), backend=None, algorithms=(settings.algorithm,),
+                  evaluations=settings.budget.evaluations, seconds=settings.budget.seconds, seed=settings.seed,
+                  kinds=tuple(settings.kinds), policy=None)
+    art = tuned_artefact(b, result.cubin, accepted=result.decision.accepted, speedup=result.decision.speedup,
+                         reason=result.decision.reason, report=result.report(), seconds=time.time() - started)
+    return Artefact.create(key=art.key, cubin=art.cubin, meta={**art.meta, "measure": MODEL_MEASURE,
+                                                                "backend": MODEL_BACKEND})
+
+
+# ---------------------------------------------------------------------------------------------
+# The driver.
+
+@dataclass
+class Entry:
+    """One kernel × target of the run, as the driver tracks it."""
+
+    kernel: str
+    target: str
+    cc: int
+    key: str
+    state: str = "queued"
+    """queued → running → found | tuned | failed; ``waiting`` while another prewarm holds its lease."""
+    result: dict[str, Any] = field(default_factory=dict)
+    attempts: int = 0
+    retry_at: float = 0.0
+
+    @property
+    def finished(self) -> bool:
+        return self.state in ("found", "tuned", "failed")
+
+
+@dataclass
+class TargetCounts:
+    total: int = 0
+    done: int = 0
+    running: int = 0
+    failed: int = 0
+    waiting: int = 0
+
+
+def counts_by_target(entries: Sequence[Entry]) -> dict[str, TargetCounts]:
+    out: dict[str, TargetCounts] = {}
+    for e in entries:
+        c = out.setdefault(e.target, TargetCounts())
+        c.total += 1
+        c.done += e.finished
+        c.running += e.state == "running"
+        c.failed += e.state == "failed"
+        c.waiting += e.state == "waiting"
+    return out
+
+
+def _ray() -> Any:
+    from kbuild.extras import require
+
+    require("ray", "kbuild prewarm --ray")
+    import ray
+
+    return ray
+
+
+def prewarm_ray(settings: Settings, *, address: str | None = None, targets: Sequence[str] | None = None,
+                kernels: Sequence[str] | None = None, remote: str | None = None, backend: str = "gpu",
+                lease_seconds: float | None = None, max_retries: int = 3, tuner: Callable[..., Any] | None = None,
+                on_update: Callable[[Sequence[Entry]], None] | None = None,
+                run_id: str | None = None) -> dict[str, Any]:
+    """Prewarm every kernel × target on the Ray cluster at ``address`` (None: ``settings.prewarm.address``, else
+    Ray's default); the summary (``entries``, ``failures``, per-target ``counts``). See the module docstring.
+
+    ``tuner`` replaces the backend's tuner in the tasks (tests, other measurement setups: it must pickle);
+    ``on_update`` hears the entries whenever one changes state."""
+    from kbuild.hooks.pipeline import select_kernels, select_targets, specs_and_keys
+    from kbuild.hooks.prewarm import with_remote
+
+    if backend not in ("gpu", "model"):
+        raise UsageError(f"--backend: expected gpu or model, got {backend!r}")
+    if settings.tune == "off":
+        raise UsageError(f"{settings.config_file}: tune: \"off\" means builds never look up tuned results, so there "
+                         f"is nothing to prewarm; set tune = \"auto\" (or KBUILD_TUNE=auto)")
+    ray = _ray()
+    settings = with_remote(settings, remote)
+    lease_seconds = lease_seconds if lease_seconds is not None else settings.prewarm.lease_seconds
+    if lease_seconds <= 0:
+        raise UsageError(f"--lease-seconds must be positive, got {lease_seconds}")
+    run_id = run_id or f"prewarm-{uuid.uuid4().hex[:12]}"
+    started = time.time()
+    builds, _ = specs_and_keys(settings, select_kernels(settings, kernels), select_targets(settings, targets),
+                               memo=False)
+    entries: list[Entry] = []
+    with shared_store(settings) as store:
+        _probe_leases(store, run_id)
+        for b in builds:
+            assert b.tuned_key is not None  # tune != "off"
+            key = model_key(b.tuned_key) if backend == "model" else b.tuned_key
+            e = Entry(kernel=b.spec.name, target=b.target.name, cc=b.target.cc, key=key.hex)
+            if store.get(key.hex) is not None:
+                e.state, e.result = "found", {"kernel": e.kernel, "target": e.target, "key": e.key, "state": "found",
+                                              "host": "(driver)"}
+            entries.append(e)
+    started_ray = not ray.is_initialized()
+    if started_ray:
+        _init(ray, address or settings.prewarm.address, backend, sorted({e.cc for e in entries}))
+    try:
+        _run(ray, settings, entries, run_id=run_id, backend=backend, lease_seconds=lease_seconds,
+             max_retries=max_retries, tuner=tuner, on_update=on_update)
+    finally:
+        if started_ray:
+            ray.shutdown()
+    failures = [e.result for e in entries if e.state == "failed"]
+    return {
+        "engine": "ray", "backend": backend, "run_id": run_id, "seconds": round(time.time() - started, 3),
+        "stores": [r.url for r in settings.remotes if r.writable],
+        "counts": {t: dataclasses.asdict(c) for t, c in counts_by_target(entries).items()},
+        "entries": [{**e.result, "kernel": e.kernel, "target": e.target, "key": e.key, "state": e.state,
+                     "attempts": e.attempts} for e in entries],
+        "failures": failures,
+    }
+
+
+def _probe_leases(store: Any, run_id: str) -> None:
+    """Take and give up a lease of this run's own, so that a tier without leases (an HTTP server without MOVE)
+    or one that is down stops the run before anything is submitted."""
+    import hashlib
+
+    leases = _leases(store)
+    probe = hashlib.sha256(run_id.encode()).hexdigest()
+    claim = leases.acquire(probe, run_id, 60.0, owner={"probe": True})
+    if claim.ok and claim.held is not None:
+        leases.release(claim.held)
+
+
+def _init(ray: Any, address: str | None, backend: str, ccs: Sequence[int]) -> None:
+    """Join the cluster at ``address``; without one, the cluster ``ray start`` made on this machine, else a new local
+    one whose resources are this machine's GPUs (``kbuild_sm_<cc>`` each; the cost model: one per core and
+    target, labelled stand-ins for GPUs)."""
+    quiet = {"log_to_driver": False, "logging_level": logging.WARNING, "configure_logging": False}
+    if address:
+        ray.init(address=address, **quiet)
+        return
+    try:
+        ray.init(address="auto", **quiet)
+        return
+    except ConnectionError:
+        pass
+    resources = node_resources() if backend == "gpu" else {resource_name(cc): float(os.cpu_count() or 1)
+                                                            for cc in ccs}
+    ray.init(resources=resources, include_dashboard=False, **quiet)
+
+
+def _run(ray: Any, settings: Settings, entries: list[Entry], *, run_id: str, backend: str, lease_seconds: float,
+         max_retries: int, tuner: Callable[..., Any] | None, on_update: Callable[[Sequence[Entry]], None] | None) -> None:
+    compile_remote = ray.remote(num_cpus=1, max_retries=max_retries)(compile_baseline)
+    tune_remote = ray.remote(max_retries=max_retries)(_tune_task)
+    board = _board(ray)
+    resources = ray.cluster_resources()
+    pending: dict[Any, int] = {}
+
+    def notify() -> None:
+        if on_update is not None:
+            on_update(entries)
+
+    def submit(i: int) -> None:
+        e = entries[i]
+        res = resource_name(e.cc)
+        if resources.get(res, 0) < 1:
+            e.state = "failed"
+            e.result = {"kernel": e.kernel, "target": e.target, "key": e.key, "state": "failed", "node": None,
+                        "gpu": None, "error": f"no node of the cluster offers the resource {res} (start GPU nodes "
+                        f"with ray start --resources '{{\"{res}\": <GPUs>}}')"}
+            return
+        e.attempts += 1
+        e.state = "queued"
+        base = compile_remote.remote(settings, e.kernel, e.target)
+        opts: dict[str, Any] = {"resources": {res: 1}, "num_cpus": 1}
+        if backend == "gpu":
+            opts["num_gpus"] = 1
+        ref = tune_remote.options(**opts).remote(settings, e.kernel, e.target, base, run_id=run_id,
+                                                 expected_key=e.key, backend=backend, lease_seconds=lease_seconds,
+                                                 tuner=tuner, board=board, index=i)
+        pending[ref] = i
+
+    for i, e in enumerate(entries):
+        if not e.finished:
+            submit(i)
+    notify()
+    while pending or any(e.state == "waiting" for e in entries):
+        if pending:
+            ready, _ = ray.wait(list(pending), num_returns=1, timeout=0.5)
+        else:
+            ready = []
+            time.sleep(0.5)
+        for ref in ready:
+            i = pending.pop(ref)
+            e = entries[i]
+            try:
+                out = ray.get(ref)
+            except Exception as exc:
+                last = _board_snapshot(ray, board).get(i, {})  # where it last started
+                e.state = "failed"
+                e.result = {"kernel": e.kernel, "target": e.target, "key": e.key, "state": "failed",
+                            "node": last.get("node"), "gpu": last.get("gpu"), "host": last.get("host"),
+                            "error": _ray_error(exc)}
+                continue
+            if out["state"] == "leased":
+                e.state, e.result = "waiting", out
+                wait = min(LEASE_POLL_SECONDS, max(0.5, (out.get("expires") or time.time()) - time.time()))
+                e.retry_at = time.time() + wait
+            else:
+                e.state, e.result = out["state"], out
+        now = time.time()
+        for i, e in enumerate(entries):
+            if e.state == "waiting" and e.retry_at <= now:
+                submit(i)
+        started = _board_snapshot(ray, board)
+        for i in pending.values():
+            if i in started and entries[i].state == "queued":
+                entries[i].state = "running"
+        notify()
+
+
+def _tune_task(settings: Settings, kernel: str, target: str, baseline: Any, *, run_id: str, expected_key: str,
+               backend: str, lease_seconds: float, tuner: Callable[..., Any] | None, board: Any,
+               index: int) -> dict[str, Any]:
+    """The Ray task around :func:`tune_entry`: reports its start to the driver's board."""
+
+    def started(where: dict[str, Any]) -> None:
+        if board is not None:
+            board.started.remote(index, where)
+
+    return tune_entry(settings, kernel, target, baseline, run_id=run_id, expected_key=expected_key, backend=backend,
+                      lease_seconds=lease_seconds, tuner=tuner, on_start=started)
+
+
+class _Board:
+    """A small actor on the driver's node: which entries' tune tasks have started, and where."""
+
+    def __init__(self) -> None:
+        self.started: dict[int, dict[str, Any]] = {}
+
+    def start(self, index: int, where: dict[str, Any]) -> None:
+        self.started[index] = where
+
+    def snapshot(self) -> dict[int, dict[str, Any]]:
+        return dict(self.started)
+
+
+def _board(ray: Any) -> Any:
+    """The board actor, placed on the driver's node (soft: a Ray client driver has none); None if it cannot start
+    (the bars then count queued tasks as running)."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    try:
+        node = ray.get_runtime_context().get_node_id()
+        strategy = NodeAffinitySchedulingStrategy(node_id=node, soft=True)
+        actor_cls = ray.remote(num_cpus=0, max_restarts=0)(_Board)
+        return _BoardHandle(actor_cls.options(scheduling_strategy=strategy).remote())
+    except Exception as exc:
+        log.debug("no progress board: %s", exc)
+        return None
+
+
+class _BoardHandle:
+    """The actor handle with the one method the tasks call, under the name they call it by (picklable)."""
+
+    def __init__(self, actor: Any) -> None:
+        self.actor = actor
+
+    @property
+    def started(self) -> Any:
+        return self.actor.start
+
+
+def _board_snapshot(ray: Any, board: Any) -> dict[int, dict[str, Any]]:
+    if board is None:
+        return {}
+    try:
+        return dict(ray.get(board.actor.snapshot.remote(), timeout=5))
+    except Exception as exc:
+        log.debug("progress board unavailable: %s", exc)
+        return {}
+
+
+def _ray_error(exc: BaseException) -> str:
+    """Ray's error in one line: the task's own exception where Ray carries one (``RayTaskError.cause``), else the
+    last line of Ray's message (its first is the task's name, the rest a traceback)."""
+    from kbuild.console import printable
+
+    cause = getattr(exc, "cause", None)
+    if isinstance(cause, BaseException) and cause is not exc:
+        return f"{type(exc).__name__}: {_ray_error(cause)}"
+    lines = [printable(line).strip() for line in str(exc).splitlines() if line.strip()]
+    return f"{type(exc).__name__}: {lines[-1] if lines else ''}"

@@ -1,0 +1,152 @@
+"""``kbuild prewarm --ray`` on a real local Ray cluster (a head and two worker processes) writing into a real
+nginx WebDAV tier, on the cost-model backend (the CPU stand-in for GPU measurements: every result says so, is
+stored under its own key and never ships).
+
+One run sees a worker node killed while it tunes and a stand-in GPU fault in one kernel: the killed task is
+retried on the other node, the fault is reported with its node, GPU and error, and every other entry ends up in
+the shared tier exactly once, tuned to the end exactly once. A second run resumes: it finds what is stored, and
+waits on a lease another prewarm holds until it expires, then tunes that entry."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+import stand_in
+
+from kbuild.cache import backend_for_url
+from kbuild.cache.lease import leases_for
+from kbuild.cli import main
+from kbuild.config import load_settings
+from kbuild.prewarm.ray_engine import prewarm_ray, shared_store
+
+pytestmark = [pytest.mark.nginx, pytest.mark.slow]
+ray = pytest.importorskip("ray", reason="kbuild[ray] is not installed")
+
+FAULT = ("layernorm", "sm_80")
+
+
+@pytest.fixture
+def settings(example_project: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Any:
+    # A short budget the cost model spends in full (seconds, not evaluations), so that each tune lasts a few
+    # seconds and a node can be killed in the middle of one.
+    monkeypatch.setenv("KBUILD_BUDGET_EVALUATIONS", "1000000")
+    monkeypatch.setenv("KBUILD_BUDGET_SECONDS", "2")
+    monkeypatch.setenv("KBUILD_STORE", str(tmp_path / "local-store"))
+    ray.cloudpickle.register_pickle_by_value(stand_in)  # Ray's own copy of cloudpickle
+    return load_settings(example_project / "pyproject.toml")
+
+
+def _stored_records(root: Path, prefix: str) -> list[str]:
+    ac = root / prefix / "ac"
+    return sorted(p.name for p in ac.iterdir()) if ac.is_dir() else []
+
+
+def test_a_node_killed_mid_tune_and_a_gpu_fault_still_store_every_entry_once(settings, dav_server, ray_cluster,
+                                                                              tmp_path: Path) -> None:
+    prefix = f"t-{uuid.uuid4().hex[:8]}"
+    remote = f"{dav_server.url}/{prefix}"
+    log = str(tmp_path / "tune-events.jsonl")
+    tuner = stand_in.RecordingModelTuner(log, faults=(FAULT,))
+    killed: dict[str, float] = {}
+
+    def kill_a_worker_mid_tune(entries: Any) -> None:
+        if killed:
+            return
+        ev = stand_in.events(log)
+        done = {x["key"] for x in ev if x["event"] == "finish"}
+        busy = [x for x in ev if x["event"] == "start" and x["key"] not in done and (x["kernel"], x["target"]) != FAULT
+                and time.time() - x["time"] > 0.5]
+        if busy:  # a node in the middle of a tune: kill it (its raylet and every worker process on it)
+            (node,) = [n for n in ray_cluster.workers if n.node_id == busy[0]["node"]]
+            ray_cluster.cluster.remove_node(node)
+            killed.update(at=time.time(), key=busy[0]["key"])
+
+    t0 = time.time()
+    result = prewarm_ray(settings, address=ray_cluster.address, remote=remote, backend="model", lease_seconds=20,
+                         tuner=tuner, on_update=kill_a_worker_mid_tune)
+    seconds = time.time() - t0
+    assert killed, ("the run ended before a worker could be killed mid-tune", json.dumps(result["entries"]))
+    by_entry = {(e["kernel"], e["target"]): e for e in result["entries"]}
+    assert len(by_entry) == 6
+
+    # The stand-in GPU fault: reported with the node, its GPU and the error; the rest is not lost.
+    (failure,) = result["failures"]
+    assert (failure["kernel"], failure["target"]) == FAULT
+    assert "illegal memory access" in failure["error"] and failure["node"] and failure["gpu"] == "none"
+    tuned = {k: e for k, e in by_entry.items() if k != FAULT}
+    assert {e["state"] for e in tuned.values()} == {"tuned"}, result["entries"]
+
+    # Every entry but the faulty one is in the shared tier exactly once, tuned to the end exactly once.
+    ev = stand_in.events(log)
+    for (kernel, target), e in tuned.items():
+        finishes = [x for x in ev if x["event"] == "finish" and x["key"] == e["key"]]
+        assert len(finishes) == 1, (kernel, target, finishes)
+    assert FAULT not in {(x["kernel"], x["target"]) for x in ev if x["event"] == "finish"}
+    records = _stored_records(dav_server.root, prefix)
+    assert len(records) == len(set(records))
+    assert {e["key"] for e in tuned.values()} <= set(records)
+    assert by_entry[FAULT]["key"] not in records
+    # The killed task was retried elsewhere: some entry started twice, in two worker processes.
+    starts: dict[str, set[int]] = {}
+    for x in ev:
+        if x["event"] == "start":
+            starts.setdefault(x["key"], set()).add(x["pid"])
+    assert len(starts[killed["key"]]) == 2, starts  # the task killed mid-tune started again in another process
+
+    with _store(settings, remote) as store:
+        for e in tuned.values():
+            art = store.get(e["key"])
+            assert art is not None and art.meta["measure"] == "cost-model" and art.meta["tuned"] is False
+            assert "cost model" in art.meta["tune_decision"]
+        leases = leases_for(store.tiers[0].backend)
+        assert all(leases.current(e["key"]) is None for e in result["entries"])  # every lease given back
+    print(f"first run: {seconds:.1f} s, 6 entries, one node killed")
+
+    # A second run resumes: the five stored entries are found (not tuned again); the failed one is leased by
+    # another prewarm for 8 s, so this run waits, then takes the expired lease over and tunes it.
+    key = by_entry[FAULT]["key"]
+    other = leases_for(backend_for_url(remote)).acquire(key, "another-prewarm", 8.0, owner={"host": "elsewhere"})
+    assert other.ok and other.held is not None
+    states: set[str] = set()
+    second = time.time()
+    again = prewarm_ray(settings, address=ray_cluster.address, remote=remote, backend="model", lease_seconds=20,
+                        tuner=stand_in.RecordingModelTuner(log),
+                        on_update=lambda entries: states.update(e.state for e in entries if e.key == key))
+    assert "waiting" in states
+    assert again["failures"] == []
+    assert {(e["kernel"], e["target"]): e["state"] for e in again["entries"]} == {
+        **{k: "found" for k in tuned}, FAULT: "tuned"}
+    ev = stand_in.events(log)
+    assert len([x for x in ev if x["event"] == "finish" and x["key"] == key]) == 1
+    (start,) = [x for x in ev if x["event"] == "start" and x["key"] == key and x["time"] > second]
+    assert start["time"] >= other.held.expires  # never tuned while the other prewarm held the lease
+    for e in tuned.values():  # not tuned again
+        assert len([x for x in ev if x["event"] == "finish" and x["key"] == e["key"]]) == 1
+    assert key in _stored_records(dav_server.root, prefix)
+
+
+def _store(settings: Any, remote: str) -> Any:
+    from kbuild.hooks.prewarm import with_remote
+
+    return shared_store(with_remote(settings, remote))
+
+
+def test_cli_json_summary_and_a_target_no_node_offers(settings, dav_server, ray_cluster, capsys) -> None:
+    remote = f"{dav_server.url}/t-{uuid.uuid4().hex[:8]}"
+    cfg = str(settings.config_file)
+    code = main(["prewarm", "--config", cfg, "--ray", ray_cluster.address, "--backend", "model", "--remote", remote,
+                 "--kernel", "softmax", "--targets", "sm_90,sm_89", "--json"])
+    out, err = capsys.readouterr()
+    doc = json.loads(out)
+    assert code == 1 and "1 of 2 entries failed" in err
+    assert doc["engine"] == "ray" and doc["backend"] == "model"
+    states = {e["target"]: e["state"] for e in doc["entries"]}
+    assert states == {"sm_90": "tuned", "sm_89": "failed"}
+    (failure,) = doc["failures"]
+    assert "kbuild_sm_89" in failure["error"]
+    assert doc["counts"]["sm_90"] == {"total": 1, "done": 1, "running": 0, "failed": 0, "waiting": 0}
