@@ -6,6 +6,8 @@ import inspect
 import re
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from kbuild.tile import kernels
 from kbuild.tile.build import build
@@ -121,3 +123,20 @@ def test_synthesis_takes_well_under_five_seconds(fn: object, blocks: dict[str, i
     k = build(fn, blocks, warps=(1, 2, 4, 8, 16))  # type: ignore[arg-type]
     assert k.seconds < 5.0, k.seconds
     assert len(k.variants) == 3
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.sampled_from([1, 2, 4, 8, 16]), st.sampled_from([64, 256, 1024, 4096]), st.sampled_from([1, 2, 4, 8]))
+def test_synthesis_invariants(block_m: int, block_n: int, warps: int) -> None:
+    syn = synthesize(trace(kernels.rmsnorm_tile), {"M": block_m, "N": block_n}, num_warps=warps)
+    costs = [c.cost for c in syn.ranked]
+    assert costs == sorted(costs)
+    best = syn.ranked[0]
+    (layout,) = best.layouts.values()
+    assert layout.num_warps == warps
+    # at least the bytes the kernel must move: x read, y written (fp16), w read once per program
+    assert best.parts["memory"] >= (2 * block_m * block_n * 2 + block_n * 2) / 32
+    if block_m * block_n >= 32 * warps:  # enough elements: no thread holds a copy of another's
+        foot = [a * b * c for a, b, c in zip(layout.size_per_thread, layout.threads_per_warp, layout.warps_per_cta)]
+        assert foot[0] <= block_m and foot[1] <= block_n
+        assert layout.size_per_thread[1] * 2 <= 16  # wider than one 16-byte access gains nothing; ties go narrow
