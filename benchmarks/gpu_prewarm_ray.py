@@ -1,0 +1,235 @@
+"""Ray's overhead on a prewarm (issue 18): the same prewarm through ``kbuild prewarm --ray`` and single-process.
+
+Run on the H200 from the repository root, in one call (about 3 minutes with the defaults)::
+
+    python benchmarks/gpu_prewarm_ray.py --out "$OUT/prewarm_ray.json"
+
+Both modes prewarm ``examples/cmake-extension`` (``--kernel`` picks; default softmax and layernorm, the two
+kernels without a level-1 space, so that the budget bounds the time) for ``sm_90`` on the same budget
+(``--seconds`` per kernel, default 20, and 200 evaluations), each from an empty shared tier and an empty Triton
+cache, into a local HTTP tier: a small WebDAV server started here (GET/PUT/HEAD/DELETE and MOVE, as leases
+need; this script's :class:`DavHandler`), so no nginx is needed on the GPU host.
+
+1. **single**: :func:`kbuild.hooks.prewarm.prewarm` in this process (compile, tune on the GPU, store).
+2. **ray**: ``ray start --head --num-gpus 1 --resources '{"kbuild_sm_90": 1}'``, then
+   :func:`kbuild.prewarm.ray_engine.prewarm_ray` (compile task, tune task on the GPU under a lease, store),
+   then ``ray stop``. The Ray cluster's start is timed apart (``ray_start_s``) and not counted as overhead: a
+   fleet keeps its cluster running.
+
+Overhead = (ray wall − single wall) / single wall (target ≤ 5 %); the JSON also holds every entry's tune
+seconds in both modes (the searches are bounded by seconds, so they should match) and the order of the runs
+(``--order ray-first`` swaps them, to see whether order matters). Writes ``--out`` and prints a table.
+
+**Wheels** (the H200 has no network and no Ray). Ray is not pure Python, so ``../shared/tools/device-wheels``
+(pure-Python only) does not fetch all of them; on a machine with network, from the repository root::
+
+    python3 -m pip download -d .whl --only-binary=:all: --python-version 3.12 --implementation cp \\
+        --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux_2_28_x86_64 \\
+        ray==2.60.0
+
+which brings ray (cp312 manylinux, ~70 MB) and its dependencies: click, filelock, jsonschema (attrs,
+jsonschema-specifications, referencing, rpds-py), msgpack, packaging, protobuf, pyyaml, requests (certifi,
+charset-normalizer, idna, urllib3). The host image already has some (filelock, packaging); pip installs what
+is in ``.whl`` with ``--no-index``. kbuild's own tune dependencies come from ``device-wheels`` as usual.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import http.server
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+from urllib.parse import unquote, urlsplit
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLE = ROOT / "examples" / "cmake-extension"
+
+
+class DavHandler(http.server.BaseHTTPRequestHandler):
+    """The WebDAV subset kbuild's HTTP tier and leases use, over a directory (``server.root``). MOVE is a rename
+    under one lock, refused (412) when the destination exists and ``Overwrite: F``; 404 without the source."""
+
+    protocol_version = "HTTP/1.1"
+    lock = threading.Lock()
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+    def _file(self, url_path: str) -> Path:
+        rel = unquote(urlsplit(url_path).path).lstrip("/")
+        path = (self.server.root / rel).resolve()  # type: ignore[attr-defined]
+        if not str(path).startswith(str(self.server.root.resolve())):  # type: ignore[attr-defined]
+            raise PermissionError(url_path)
+        return path
+
+    def _answer(self, status: int, body: bytes = b"", *, head: bool = False) -> None:
+        self.send_response(status)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        if body and not head:
+            self.wfile.write(body)
+
+    def do_GET(self, head: bool = False) -> None:
+        path = self._file(self.path)
+        if self.path.endswith("/"):
+            if not path.is_dir():
+                return self._answer(404, head=head)
+            listing = [{"name": p.name, "type": "directory" if p.is_dir() else "file"} for p in sorted(path.iterdir())]
+            return self._answer(200, json.dumps(listing).encode(), head=head)
+        if not path.is_file():
+            return self._answer(404, head=head)
+        return self._answer(200, path.read_bytes(), head=head)
+
+    def do_HEAD(self) -> None:
+        self.do_GET(head=True)
+
+    def do_PUT(self) -> None:
+        data = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        path = self._file(self.path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{threading.get_ident()}.tmp")
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+        self._answer(201)
+
+    def do_DELETE(self) -> None:
+        path = self._file(self.path)
+        with self.lock:
+            if path.is_dir():
+                shutil.rmtree(path)
+            elif path.exists():
+                path.unlink()
+            else:
+                return self._answer(404)
+        self._answer(204)
+
+    def do_MOVE(self) -> None:
+        src = self._file(self.path)
+        dst = self._file(self.headers["Destination"])
+        with self.lock:
+            if not src.exists():
+                return self._answer(404)
+            if dst.exists():
+                if self.headers.get("Overwrite", "T").upper() == "F":
+                    return self._answer(412)
+                shutil.rmtree(dst) if dst.is_dir() else dst.unlink()
+            if not dst.parent.is_dir():
+                return self._answer(409)
+            os.rename(src, dst)
+        self._answer(201)
+
+
+@contextlib.contextmanager
+def dav_server(root: Path) -> Any:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), DavHandler)
+    server.root = root  # type: ignore[attr-defined]
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+
+
+def run_single(settings: Any, kernels: list[str], remote: str) -> dict[str, Any]:
+    from kbuild.hooks.prewarm import prewarm, summary
+
+    t0 = time.perf_counter()
+    builds = prewarm(settings, targets=["sm_90"], kernels=kernels, remote=remote, strict=True)
+    wall = time.perf_counter() - t0
+    rows = [summary(b) for b in builds]
+    tune_s = {f"{b.spec.name}/{b.target.name}": (b.artefact.meta.get("tune_seconds") if b.artefact else None)
+              for b in builds}
+    return {"wall_s": round(wall, 3), "entries": rows, "tune_seconds": tune_s}
+
+
+def run_ray(settings: Any, kernels: list[str], remote: str, env: dict[str, str]) -> dict[str, Any]:
+    from kbuild.prewarm.ray_engine import prewarm_ray, shared_store
+
+    t0 = time.perf_counter()
+    subprocess.run(["ray", "start", "--head", "--num-gpus", "1", "--resources", '{"kbuild_sm_90": 1}',
+                    "--include-dashboard=false", "--disable-usage-stats"], check=True, env=env,
+                   stdout=subprocess.DEVNULL)
+    started = time.perf_counter() - t0
+    try:
+        t1 = time.perf_counter()
+        result = prewarm_ray(settings, address="auto", targets=["sm_90"], kernels=kernels, remote=remote)
+        wall = time.perf_counter() - t1
+    finally:
+        subprocess.run(["ray", "stop", "--force"], env=env, stdout=subprocess.DEVNULL, check=False)
+    from kbuild.hooks.prewarm import with_remote
+
+    tune_s = {}
+    with shared_store(with_remote(settings, remote)) as store:
+        for e in result["entries"]:
+            art = store.get(e["key"])
+            tune_s[f"{e['kernel']}/{e['target']}"] = art.meta.get("tune_seconds") if art else None
+    return {"wall_s": round(wall, 3), "ray_start_s": round(started, 3), "summary": result, "tune_seconds": tune_s}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--kernel", action="append", help="kernels of examples/cmake-extension (default softmax, "
+                                                      "layernorm)")
+    ap.add_argument("--seconds", type=float, default=20.0, help="tuning budget per kernel (seconds)")
+    ap.add_argument("--evaluations", type=int, default=200)
+    ap.add_argument("--order", choices=["single-first", "ray-first"], default="single-first")
+    args = ap.parse_args()
+    kernels = args.kernel or ["softmax", "layernorm"]
+
+    from kbuild.device.probe import local_gpus
+
+    gpus = [g for g in local_gpus() if g.cc == 90]
+    if not gpus:
+        print("error: no sm_90 GPU here; this benchmark measures on the H200", file=sys.stderr)
+        return 2
+    work = Path(tempfile.mkdtemp(prefix="kbuild-prewarm-ray-"))
+    project = work / "project"
+    shutil.copytree(EXAMPLE, project, ignore=shutil.ignore_patterns("__pycache__", "build", "dist"))
+    from kbuild.config import load_settings
+
+    results: dict[str, Any] = {}
+    with dav_server(work / "dav") as url:
+        for mode in (["single", "ray"] if args.order == "single-first" else ["ray", "single"]):
+            # Each mode: an empty shared tier (its own prefix), an empty local store and an empty Triton cache.
+            env = {**os.environ, "KBUILD_STORE": str(work / f"store-{mode}"),
+                   "TRITON_CACHE_DIR": str(work / f"triton-{mode}"), "KBUILD_BUDGET_SECONDS": str(args.seconds),
+                   "KBUILD_BUDGET_EVALUATIONS": str(args.evaluations), "KBUILD_TARGETS": "sm_90"}
+            os.environ.update(env)  # this process (single) and the `ray start` children (ray) read the same
+            settings = load_settings(project / "pyproject.toml")
+            remote = f"{url}/{mode}"
+            print(f"{mode}: prewarming {', '.join(kernels)} for sm_90 ...", file=sys.stderr, flush=True)
+            results[mode] = run_single(settings, kernels, remote) if mode == "single" else run_ray(
+                settings, kernels, remote, env)
+    single, ray_ = results["single"]["wall_s"], results["ray"]["wall_s"]
+    overhead = (ray_ - single) / single
+    failures = results["ray"]["summary"]["failures"]
+    ok = overhead <= 0.05 and not failures  # a failed entry did less work: its time says nothing
+    doc = {"benchmark": "gpu_prewarm_ray", "command": " ".join([sys.executable, *sys.argv]), "gpu": gpus[0].name,
+           "kernels": kernels, "budget": {"seconds": args.seconds, "evaluations": args.evaluations},
+           "order": args.order, "single": results["single"], "ray": results["ray"],
+           "overhead": round(overhead, 4), "target_overhead": 0.05, "meets_target": ok}
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(doc, indent=2, default=str))
+    print(f"{'mode':8} {'wall s':>8}  tune s per entry")
+    for mode in ("single", "ray"):
+        print(f"{mode:8} {results[mode]['wall_s']:8.1f}  {results[mode]['tune_seconds']}")
+    print(f"ray start (not counted): {results['ray']['ray_start_s']:.1f} s; overhead {overhead:+.1%} "
+          f"(target <= 5%): {'met' if ok else 'NOT met'}")
+    if failures:
+        print(f"ray failures: {failures}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
