@@ -157,9 +157,9 @@ def _strip_quotes(text: str) -> str:
 
 
 def dependency_target(args: Sequence[str]) -> str:
-    """The target ``-MT`` names for a compile that writes a dependency file with ``-MD``. :class:`Unsupported`
-    for ``-MMD`` (nvcc leaves system headers out; the launcher lists every file) and without ``-MT`` (the target
-    nvcc would name is not certain)."""
+    """The target of the dependency file a compile with ``-MD`` writes: ``-MT``'s, else the ``-o`` output as written
+    (nvcc's own rule). :class:`Unsupported` for ``-MMD`` (nvcc leaves system headers out; the launcher lists every
+    file) and with neither ``-MT`` nor ``-o``."""
     for a in args:
         if a in ("-MMD", "--generate-nonsystem-dependencies-with-compile"):
             raise Unsupported(f"{a}: the launcher writes dependency files with every header (-MD)")
@@ -168,7 +168,12 @@ def dependency_target(args: Sequence[str]) -> str:
             return args[i + 1]
         if a.startswith(("-MT=", "--dependency-target-name=")):
             return a.split("=", 1)[1]
-    raise Unsupported("a dependency file without -MT: the target nvcc would name in it is not certain")
+    for i, a in enumerate(args):  # nvcc names the object as written after -o (torch's BuildExtension relies on it)
+        if a in ("-o", "--output-file") and i + 1 < len(args):
+            return args[i + 1]
+        if a.startswith(("-o=", "--output-file=")):
+            return a.split("=", 1)[1]
+    raise Unsupported("a dependency file without -MT or -o: the target nvcc would name in it is not certain")
 
 
 def is_preprocess(argv: Sequence[str]) -> bool:

@@ -163,3 +163,19 @@ def test_a_corrupt_store_entry_is_a_miss_not_a_wrong_object(nvcc, launcher, cu):
     assert not [e for e in res.events if e["action"] in ("hit", "direct-hit")]
     assert res.count("cicc", "stored") + res.count("cicc", "run") + res.count("cicc", "uncached") == 2
     assert (cu / "b.o").read_bytes() == good
+
+
+def test_torch_build_extension_flags_are_handled_without_fallback(nvcc, launcher, cu):
+    """The flags torch's BuildExtension passes nvcc in its ninja build (``PYTORCH_NVCC="kbuild-nvcc nvcc"``): the
+    dependency file without -MT (nvcc names the -o output), host options, relaxed constexpr, half operators off."""
+    flags = ["--generate-dependencies-with-compile", "--dependency-output", "{d}", "-c", "k.cu", "-o", "{o}",
+             "-D__CUDA_NO_HALF_OPERATORS__", "-D__CUDA_NO_HALF2_OPERATORS__", "--expt-relaxed-constexpr",
+             "--compiler-options", "'-fPIC'", "-O3", "-std=c++17", *ARCHS]
+    def fill(d, o):
+        return [a.format(d=d, o=o) for a in flags]
+    (cu / "build").mkdir()
+    subprocess.run([nvcc, *fill("plain.d", "build/plain.o")], cwd=cu, check=True)
+    res = launcher(nvcc, *fill("mine.d", "build/plain.o"), cwd=cu)
+    assert res.returncode == 0 and "warning" not in res.stderr, res.stderr
+    assert res.count("cicc", "stored") == 2
+    assert (cu / "mine.d").read_text() == (cu / "plain.d").read_text()
