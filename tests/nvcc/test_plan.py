@@ -1,0 +1,82 @@
+"""nvcc's dryrun plan, dependency files and the ``kbuild nvcc`` verb: the parsing rules on their own (fast), then
+the plan of the real nvcc."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from kbuild.nvcc.deps import format_nvcc_deps, parse_make_deps, union
+from kbuild.nvcc.plan import DEPS_STEP, Unsupported, conflicting_flag, dependency_target, dryrun, parse_plan
+
+KEEP = Path("/tmp/keep")
+
+
+def test_assignments_are_expanded_in_the_commands():
+    plan = parse_plan('#$ _SPACE_= \n#$ CICC_PATH=/opt/nvvm/bin\n#$ "$CICC_PATH/cicc" -arch compute_90 "a b.ii" -o x.ptx\n',
+                      keep_dir=KEEP)
+    assert plan.env == {"_SPACE_": " ", "CICC_PATH": "/opt/nvvm/bin"}
+    (cmd,) = plan.commands
+    assert cmd.argv == ("/opt/nvvm/bin/cicc", "-arch", "compute_90", "a b.ii", "-o", "x.ptx") and cmd.tool == "cicc"
+
+
+@pytest.mark.parametrize(("text", "reason"), [
+    ("#$ cicc a.ii -o a.ptx > log\n", "shell operator '>'"),
+    ("#$ $NOPE/cicc a.ii\n", "$NOPE, which the plan does not assign"),
+    ("#$ cicc a.ii\nnvcc warning: something\n", "line 2 of nvcc's plan is not a step"),
+    ("#$ gcc -E a.cu -o a.ii\n#$ gcc -c a.ii -o a.o\n", "compiles no device code"),
+    ('#$ cicc "unterminated\n', "cannot be split"),
+])
+def test_what_the_plan_parser_cannot_read_is_unsupported_with_the_reason(text, reason):
+    with pytest.raises(Unsupported) as info:
+        parse_plan(text, keep_dir=KEEP)
+    assert reason in str(info.value)
+
+
+def test_the_dependency_pseudo_step_is_kept_with_its_file():
+    plan = parse_plan('#$ cicc a.ii -o a.ptx\n#$ -- Filter Dependencies -- > "out dir/x.d"\n', keep_dir=KEEP)
+    assert plan.commands[1].argv == (DEPS_STEP, "out dir/x.d")
+
+
+def test_flags_the_launcher_cannot_honour():
+    assert conflicting_flag(["-c", "a.cu", "--keep-dir", "d"]).startswith("--keep-dir")
+    assert conflicting_flag(["-t4"]) is not None and conflicting_flag(["--threads=2"]) is not None
+    assert conflicting_flag(["-c", "a.cu", "-o", "a.o", "-O3"]) is None
+
+
+def test_dependency_target():
+    assert dependency_target(["-MD", "-MT", "t.o", "-o", "x.o"]) == "t.o"
+    assert dependency_target(["-MD", "-o", "build/x.o"]) == "build/x.o"
+    with pytest.raises(Unsupported, match="-MMD"):
+        dependency_target(["-MMD", "-MT", "t.o"])
+    with pytest.raises(Unsupported, match="without -MT or -o"):
+        dependency_target(["-MD", "a.cu"])
+
+
+def test_make_dependencies_round_trip_with_spaces_and_dollars():
+    files = ["src/a.cu", "/inc/with space.h", "/inc/$weird.h", "/inc/b.h"]
+    text = format_nvcc_deps("obj dir/a.o", files)
+    assert text.startswith("obj\\ dir/a.o : src/a.cu \\\n    /inc/with\\ space.h \\\n")
+    assert parse_make_deps(text) == files
+    assert parse_make_deps("a.o: a.cu \\\n /usr/x.h /usr/y.h\n") == ["a.cu", "/usr/x.h", "/usr/y.h"]
+    assert union([["a", "b"], ["b", "c", "a"]]) == ["a", "b", "c"]
+
+
+def test_the_real_plan_has_one_cicc_and_ptxas_per_architecture(nvcc, cu, tmp_path):
+    plan = dryrun(nvcc, ["-c", "k.cu", "-o", "k.o", "-gencode", "arch=compute_80,code=sm_80", "-gencode",
+                         "arch=compute_90,code=sm_90"], tmp_path, cwd=cu, env={"PATH": "/usr/bin:/bin"})
+    tools = plan.tools()
+    assert tools.count("cicc") == 2 and tools.count("ptxas") == 2 and tools.count("cudafe++") == 1
+    assert tools.count("fatbinary") == 1
+    assert all(Path(c.argv[0]).is_absolute() or "/" not in c.argv[0] for c in plan.commands)
+
+
+def test_kbuild_nvcc_where(nvcc):
+    out = subprocess.run([sys.executable, "-m", "kbuild", "nvcc", "--where", "--json"], capture_output=True,
+                         text=True, check=True).stdout
+    doc = json.loads(out)
+    assert doc["nvcc"] == nvcc and Path(doc["toolkit"], "bin", "ptxas").is_file()
