@@ -205,7 +205,9 @@ class Launcher:
             out.parent.mkdir(parents=True, exist_ok=True)
             out.write_bytes(obj.cubin)
             if deps is not None:
-                (self.cwd / meta["deps_path"]).write_bytes(deps.cubin)
+                deps_path = self.cwd / meta["deps_path"]
+                deps_path.parent.mkdir(parents=True, exist_ok=True)
+                deps_path.write_bytes(deps.cubin)
             self._event("nvcc", "", "direct-hit", time.perf_counter() - t0, key=invocation)
             return True
         return False
