@@ -26,11 +26,11 @@ Run on the GPU machine from the repository root (``bash benchmarks/gpu_session.s
    also dX and dW). Shipped and Triton outputs must be bit-identical. Note: Liger's dyt autotuner may pick
    another config than the shipped one (the first); its outputs are compared all the same, and a
    difference is reported, not hidden.
-3. **steady state**: one child per dtype runs every op with kbuild.runtime on (the shipped kernels), then
-   ``kbuild.runtime.disable()``, clears the JIT caches and runs them again (Triton's own compile of the
-   same specialisation), checks the outputs bit for bit once more and times both, interleaved launch by
-   launch with an L2 flush (:func:`kbuild.device.timing.time_interleaved`), each variant's JIT cache
-   swapped in before its call.
+3. **steady state**: one child per dtype runs every op with kbuild.runtime on (the shipped kernels, launched
+   directly: :mod:`kbuild.runtime.direct`), then with ``KBUILD_RUNTIME=off`` (read per call: Triton's own run,
+   which compiles the same specialisation once and keeps it), checks the outputs bit for bit once more and
+   times both, interleaved launch by launch with an L2 flush (:func:`kbuild.device.timing.time_interleaved`),
+   the variable set before each variant's call.
 4. **Liger's own unit tests** (``--sdist``): ``test/transformers/test_{rms_norm,swiglu,geglu,layer_norm,
    cross_entropy,dyt}.py`` from the 0.8.5 sdist, run with pytest and a root ``conftest.py`` that imports
    ``kbx_liger`` (kbuild.runtime on) and records the runtime's events; pass/fail counts from the junit XML.
@@ -135,6 +135,13 @@ def counting(*a, **k):
     compiles.append(getattr(a[0], "name", "?") if a else "?")
     return _orig(*a, **k)
 triton.compiler.compile = counting                                 # what create_binder picks up
+import triton.runtime.build as build
+host_builds = []                                                   # C modules built with the host compiler
+_orig_build = build._build
+def counting_build(name, *a, **k):
+    host_builds.append(name)
+    return _orig_build(name, *a, **k)
+build._build = counting_build
 fallbacks = []
 class _H(logging.Handler):
     def emit(self, record):
@@ -150,13 +157,13 @@ t0 = time.perf_counter()
 outs = run()
 torch.cuda.synchronize()
 seconds = time.perf_counter() - t0
-print(json.dumps({{"seconds": seconds, "compiles": compiles, "fallbacks": fallbacks,
+print(json.dumps({{"seconds": seconds, "compiles": compiles, "host_builds": host_builds, "fallbacks": fallbacks,
                   "events": [e.as_dict() for e in kbuild.runtime.events()],
                   "enabled": kbuild.runtime.enabled_packages(), "out_sha256": digest(outs)}}))
 '''
 
 _STEADY = r'''
-import json, statistics, sys
+import json, os, statistics, sys
 import torch
 {calls}
 import kbuild.runtime
@@ -176,21 +183,21 @@ for op, run in runs.items():
     o = run(); torch.cuda.synchronize()
     shipped[op] = ([dict(cache(k)) for k in JITS[op]], digest(o))
 events = [e.as_dict() for e in kbuild.runtime.events()]
-kbuild.runtime.disable()                                   # Triton's own compile of the same calls
+# KBUILD_RUNTIME is read per call: "on" launches the shipped cubins (kbuild.runtime.direct, or Triton's launcher
+# under KBUILD_RUNTIME_LAUNCH=triton), "off" takes Triton's own run, which compiles the same calls once (with the
+# autotuner's cache already holding the shipped choice: the same config) and keeps them in its kernel_cache.
+os.environ["KBUILD_RUNTIME"] = "off"
 for op, run in runs.items():
-    for k in JITS[op]:
-        cache(k).clear()
     o = run(); torch.cuda.synchronize()
     plain[op] = ([dict(cache(k)) for k in JITS[op]], digest(o))
-def variant(op, snaps):
+def variant(op, mode):
     def call():
-        for k, snap in zip(JITS[op], snaps):
-            c = cache(k); c.clear(); c.update(snap)
+        os.environ["KBUILD_RUNTIME"] = mode
         runs[op]()
     return call
 flush = L2Flush()
 for op in runs:
-    ms = time_interleaved([variant(op, shipped[op][0]), variant(op, plain[op][0])], rounds=rounds, reps=reps,
+    ms = time_interleaved([variant(op, "on"), variant(op, "off")], rounds=rounds, reps=reps,
                           flush=flush)
     flat = [[x for r in v for x in r] for v in ms]
     out[op] = {{"bit_identical": shipped[op][1] == plain[op][1], "shipped_sha256": shipped[op][1],
@@ -217,9 +224,16 @@ class PlanError(SystemExit):
     """The build or the plan is not what the benchmark needs (message says what)."""
 
 
-def build_wheel(work: Path, cc: int) -> dict[str, Any]:
-    """Build examples/liger through kbuild's backend (empty store, tune off) for sm_<cc>; check its _kbuild/."""
+def build_wheel(work: Path, cc: int, prebuilt: Path | None = None) -> dict[str, Any]:
+    """Build examples/liger through kbuild's backend (empty store, tune off) for sm_<cc>; check its _kbuild/.
+
+    ``prebuilt``: a wheel this function built earlier (on a CPU machine: the build needs no GPU) is checked the
+    same way instead of building again (``--wheel``; saves the build's time on the GPU machine)."""
     src, dist = work / "src", work / "dist"
+    if prebuilt is not None:
+        dist.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(prebuilt, dist / prebuilt.name)
+        return _checked_wheel(dist / prebuilt.name, cc, seconds=0.0)
     shutil.copytree(EXAMPLE, src, ignore=shutil.ignore_patterns("__pycache__", "build", "dist", "_kbuild", "*.egg-info"))
     env = dict(os.environ, KBUILD_STORE=str(work / "store"), KBUILD_TUNE="off", SOURCE_DATE_EPOCH="1700000000",
                TRITON_CACHE_DIR=str(work / "build-triton-cache"))
@@ -232,6 +246,10 @@ def build_wheel(work: Path, cc: int) -> dict[str, Any]:
     if proc.returncode != 0:
         raise PlanError(f"wheel build failed (exit {proc.returncode}):\n{(proc.stdout + proc.stderr)[-3000:]}")
     (wheel,) = dist.glob("kbx_liger-*.whl")
+    return _checked_wheel(wheel, cc, seconds)
+
+
+def _checked_wheel(wheel: Path, cc: int, seconds: float) -> dict[str, Any]:
     with zipfile.ZipFile(wheel) as zf:
         names = zf.namelist()
         data = [n for n in names if n.startswith(f"{PACKAGE}/_kbuild/")]
@@ -309,6 +327,7 @@ def summarise(samples: dict[str, list[dict[str, Any]]], n_kernels: int) -> dict[
         "kernels": n_kernels,
         "served_zero_jit": min(served) if served else 0,
         "shipped_compiles": sorted({c for s in shipped for c in s["compiles"]}),
+        "shipped_host_builds": sorted({b for s in shipped for b in s.get("host_builds", ())}),
         "fallbacks": sorted({f for s in shipped for f in s["fallbacks"]}),
         "stages": sorted({str(e.get("stage")) for s in shipped for e in s["events"]}),
         "bit_identical": len(digests) == 1 and all(len(ok[m]) == len(samples[m]) for m in MODES),
@@ -326,7 +345,7 @@ def short(r: dict[str, Any]) -> str:
     med = r["median_seconds"]
     cells = " ".join(f"{m}={med[m]:.4f}s" if med[m] is not None else f"{m}=error" for m in MODES)
     return (f"{cells} zero-jit {r['served_zero_jit']}/{r['kernels']} compiles {r['shipped_compiles']} "
-            f"bit-identical {r['bit_identical']}")
+            f"host builds {r['shipped_host_builds']} bit-identical {r['bit_identical']}")
 
 
 def steady_state(site: Path, rounds: int, reps: int) -> dict[str, Any]:
@@ -478,6 +497,9 @@ def main() -> int:
     parser.add_argument("--tests-site", type=Path, default=None,
                         help="a folder holding transformers>=5 & co. for Liger's tests (default: install .whl/liger-tests)")
     parser.add_argument("--skip", action="append", default=[], choices=["first-call", "steady", "tests"])
+    parser.add_argument("--wheel", type=Path, default=None,
+                        help="a kbx_liger wheel built earlier for this GPU's target (checked, not rebuilt)")
+    parser.add_argument("--keep-wheel", type=Path, default=None, help="copy the built wheel here")
     parser.add_argument("--dry-run", action="store_true",
                         help="CPU: build for sm_90, install, check the plan against the index; nothing timed")
     args = parser.parse_args()
@@ -491,7 +513,10 @@ def main() -> int:
 
             major, minor = torch.cuda.get_device_capability(0)
             cc = major * 10 + minor
-        built = build_wheel(work, cc)
+        built = build_wheel(work, cc, args.wheel)
+        if args.keep_wheel is not None:
+            args.keep_wheel.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(built["wheel"], args.keep_wheel)
         print(f"built {Path(built['wheel']).name}: {built['cubins']} cubins for sm_{cc} in {built['build_seconds']} s",
               flush=True)
         site = work / "site"

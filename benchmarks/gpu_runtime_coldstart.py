@@ -14,9 +14,11 @@ Run on the H200 (kbuild installed offline, as for gpu_runtime_substitution.py)::
    call to after ``torch.cuda.synchronize()`` (CUDA context and inputs created before the clock
    starts). Modes, each ``--repeats`` times (median reported, raw samples kept):
 
-   * ``shipped_cold``: kbuild.runtime on, empty Triton cache (Triton still builds its C launcher once);
+   * ``shipped_cold``: kbuild.runtime on, empty Triton cache (with ``KBUILD_RUNTIME_LAUNCH=triton`` Triton
+     still builds its ``cuda_utils`` and launcher C modules with the host compiler; the default direct launch
+     builds nothing: ``host_builds`` counts the builds);
    * ``shipped_warm``: kbuild.runtime on, the Triton cache holding only what ``shipped_cold`` left
-     (the launcher module; no kernel was compiled);
+     (nothing with direct launch, the two C modules otherwise; no kernel was compiled);
    * ``triton_cold``: ``KBUILD_RUNTIME=off``, empty Triton cache (full JIT);
    * ``triton_warm``: ``KBUILD_RUNTIME=off``, the cache ``triton_cold`` filled (disk-cache hit).
 
@@ -68,14 +70,35 @@ def counting(*a, **k):
     compiles.append(1)
     return _orig(*a, **k)
 triton.compiler.compile = counting                                # what create_binder picks up
+import triton.runtime.build as build
+builds = []                                                       # host-compiler runs (C modules not cached)
+_orig_build = build._build
+def counting_build(name, *a, **k):
+    builds.append(name)
+    return _orig_build(name, *a, **k)
+build._build = counting_build
 import kbx_jit, kbuild.runtime
 make = lambda: {call}
 torch.manual_seed(1)
-t0 = time.perf_counter()
-out = make()
-torch.cuda.synchronize()
-seconds = time.perf_counter() - t0
-print(json.dumps({{"seconds": seconds, "compiles": len(compiles),
+profile = None
+if {profile!r}:
+    import cProfile, io, pstats
+    prof = cProfile.Profile()
+    t0 = time.perf_counter()
+    prof.enable()
+    out = make()
+    torch.cuda.synchronize()
+    prof.disable()
+    seconds = time.perf_counter() - t0
+    buf = io.StringIO()
+    pstats.Stats(prof, stream=buf).sort_stats("cumulative").print_stats(25)
+    profile = buf.getvalue()
+else:
+    t0 = time.perf_counter()
+    out = make()
+    torch.cuda.synchronize()
+    seconds = time.perf_counter() - t0
+print(json.dumps({{"seconds": seconds, "compiles": len(compiles), "host_builds": builds, "profile": profile,
                   "events": [e.as_dict() for e in kbuild.runtime.events()],
                   "enabled": kbuild.runtime.enabled_packages(),
                   "out_sha256": hashlib.sha256(out.contiguous().view(torch.uint8).cpu().numpy().tobytes()).hexdigest()}}))
@@ -104,18 +127,22 @@ def build(work: Path, cc: int, example: Path) -> dict[str, Any]:
             "kernels": sorted(e["kernel"] for e in index.entries.values()), "index_version": index.version}
 
 
-def child(src: str, kernel: str, cache: Path, runtime_on: bool) -> dict[str, Any]:
+def child(src: str, kernel: str, cache: Path, runtime_on: bool, profile: bool = False) -> dict[str, Any]:
     env = dict(os.environ, TRITON_CACHE_DIR=str(cache), KBUILD_RUNTIME="on" if runtime_on else "off")
-    code = _CHILD.format(src=src, call=CALLS[kernel])
+    code = _CHILD.format(src=src, call=CALLS[kernel], profile=profile)
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
     if proc.returncode != 0:
         return {"error": proc.stderr[-2000:]}
     return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
 
 
-def measure(src: str, kernels: list[str], repeats: int) -> dict[str, Any]:
+def measure(src: str, kernels: list[str], repeats: int, profile: bool = False) -> dict[str, Any]:
     rows: dict[str, Any] = {}
     for kernel in kernels:
+        profiled = None
+        if profile:  # one extra shipped first call under cProfile (not among the timed samples)
+            with tempfile.TemporaryDirectory(prefix="kbuild-coldstart-cache-") as cache:
+                profiled = child(src, kernel, Path(cache), True, profile=True)
         samples: dict[str, list[dict[str, Any]]] = {m: [] for m in MODES}
         for _ in range(repeats):
             for runtime_on, cold, warm in ((True, "shipped_cold", "shipped_warm"), (False, "triton_cold", "triton_warm")):
@@ -130,11 +157,18 @@ def measure(src: str, kernels: list[str], repeats: int) -> dict[str, Any]:
             "shipped_compiles": sum(s.get("compiles", 0) for m in ("shipped_cold", "shipped_warm") for s in samples[m]),
             "zero_jit": all(any(e.get("stage") == "zero-jit" for e in s.get("events", ()))
                             for m in ("shipped_cold", "shipped_warm") for s in samples[m]),
+            "direct_launch": all(any(e.get("stage") == "direct-launch" for e in s.get("events", ()))
+                                 for m in ("shipped_cold", "shipped_warm") for s in samples[m]),
+            "shipped_host_builds": sorted({b for m in ("shipped_cold", "shipped_warm") for s in samples[m]
+                                           for b in s.get("host_builds", ())}),
             "bit_identical": len(outs) == 1 and None not in outs,
-            "x_vs_triton_cold": _ratio(med["triton_cold"], med["shipped_warm"]),
-            "x_vs_triton_warm": _ratio(med["triton_warm"], med["shipped_warm"]),
+            # Like for like: an empty Triton cache on both sides, and a warm one on both sides.
             "x_cold_vs_cold": _ratio(med["triton_cold"], med["shipped_cold"]),
+            "x_warm_vs_warm": _ratio(med["triton_warm"], med["shipped_warm"]),
             "samples": samples}
+        if profiled is not None:
+            rows[kernel]["profile_shipped_cold"] = profiled.get("profile") or profiled.get("error")
+        print(table({kernel: rows[kernel]}).splitlines()[-1], flush=True)  # a row as soon as it is measured
     return rows
 
 
@@ -143,13 +177,15 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 
 
 def table(rows: dict[str, Any]) -> str:
-    head = f"{'kernel':<20} " + " ".join(f"{m:>13}" for m in MODES) + "  ×cold  ×warm  compiles  zero-JIT  bit-identical"
+    head = (f"{'kernel':<20} " + " ".join(f"{m:>13}" for m in MODES)
+            + "  ×cold  ×warm  compiles  gcc  direct  bit-identical")
     lines = [head]
     for kernel, r in rows.items():
         med = r["median_seconds"]
         cells = " ".join(f"{med[m]:>12.4f}s" if med[m] is not None else f"{'error':>13}" for m in MODES)
-        lines.append(f"{kernel:<20} {cells}  {r['x_vs_triton_cold']!s:>5}  {r['x_vs_triton_warm']!s:>5}  "
-                     f"{r['shipped_compiles']:>8}  {r['zero_jit']!s:>8}  {r['bit_identical']!s:>13}")
+        lines.append(f"{kernel:<20} {cells}  {r['x_cold_vs_cold']!s:>5}  {r['x_warm_vs_warm']!s:>5}  "
+                     f"{r['shipped_compiles']:>8}  {len(r['shipped_host_builds']):>3}  {r['direct_launch']!s:>6}  "
+                     f"{r['bit_identical']!s:>13}")
     return "\n".join(lines)
 
 
@@ -159,13 +195,16 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--example", type=Path, default=EXAMPLE)
     parser.add_argument("--dry-run", action="store_true", help="CPU: build for sm_90 and check the index; no GPU")
+    parser.add_argument("--profile", action="store_true",
+                        help="also profile one shipped first call per kernel (cProfile, top 25 cumulative)")
     args = parser.parse_args()
     out = Path(args.out)
     with tempfile.TemporaryDirectory(prefix="kbuild-coldstart-") as tmp:
         if args.dry_run:
             built = build(Path(tmp), 90, args.example)
             doc = {"dry_run": True, "note": "CPU dry run: build and index only, nothing timed", "build": built,
-                   "children": {k: _CHILD.format(src=built["src"], call=CALLS[k]) for k in built["kernels"]}}
+                   "children": {k: _CHILD.format(src=built["src"], call=CALLS[k], profile=False)
+                                for k in built["kernels"]}}
             out.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
             print(f"dry run: built {built['kernels']} (index version {built['index_version']}); wrote {out}")
             return 0
@@ -173,13 +212,17 @@ def main() -> int:
 
         major, minor = torch.cuda.get_device_capability(0)
         built = build(Path(tmp), major * 10 + minor, args.example)
-        rows = measure(built["src"], built["kernels"], args.repeats)
+        print(table({}), flush=True)  # the header; rows follow as they are measured
+        rows = measure(built["src"], built["kernels"], args.repeats, profile=args.profile)
         doc = {"device": torch.cuda.get_device_name(0), "cc": major * 10 + minor, "build": built,
                "repeats": args.repeats, "rows": rows,
                "command": " ".join([Path(sys.executable).name, *sys.argv]),
                "sha256_of_script": hashlib.sha256(Path(__file__).read_bytes()).hexdigest()}
         out.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
         print(table(rows))
+        for kernel, row in rows.items():
+            if row.get("profile_shipped_cold"):
+                print(f"-- {kernel}: shipped first call, cProfile\n" + row["profile_shipped_cold"][:4000])
         failed = [k for k, r in rows.items() if r["shipped_compiles"] or not r["zero_jit"] or not r["bit_identical"]]
         return 1 if failed else 0
 

@@ -162,7 +162,10 @@ liger)
   # Liger's own unit tests from its sdist with kbuild.runtime on. Carry .whl: liger_kernel-0.8.5 wheel
   # in .whl/ (../shared/tools/device-wheels liger-kernel==0.8.5); sdist and transformers>=5 wheels in
   # .whl/liger-tests/ (see benchmarks/gpu_liger.py). LIGER_REPEATS, LIGER_TESTS_S override.
-  timeout "$(left "$CALL_S")" python3 benchmarks/gpu_liger.py --out "$OUT/gpu_liger.json" \
+  # A wheel prebuilt on the CPU machine (gpu_liger.py --dry-run --keep-wheel .whl/liger-prebuilt) saves the build.
+  prebuilt=()
+  for w in .whl/liger-prebuilt/kbx_liger-*.whl; do [ -f "$w" ] && prebuilt=(--wheel "$w"); done
+  timeout "$(left "$CALL_S")" python3 benchmarks/gpu_liger.py --out "$OUT/gpu_liger.json" "${prebuilt[@]}" \
     --repeats "${LIGER_REPEATS:-1}" --tests-timeout "${LIGER_TESTS_S:-170}" 2>&1 | tee "$OUT/gpu_liger.log" | tail -40
   echo "gpu_liger exit ${PIPESTATUS[0]}"
   ;;

@@ -53,6 +53,7 @@ EditKind = Literal["moves", "far", "yield", "reuse", "stall"]
 ShipMode = Literal["extension", "package-data"]
 PackageDataMode = Literal["all", "tuned"]
 PrewarmEngine = Literal["local", "ray"]
+RuntimeLaunch = Literal["direct", "triton"]
 
 #: Scalars allowed as constexpr values.
 Constexpr = bool | int | float | str
@@ -346,6 +347,12 @@ class Settings:
     """A file the nvcc launcher appends one JSON line to per step it runs or answers from the store (tool,
     architecture, ``run``/``hit``/``stored``/``uncached``/``plain``, seconds). Environment only."""
 
+    runtime_launch: RuntimeLaunch = field(default="direct", metadata={"env": "KBUILD_RUNTIME_LAUNCH",
+                                                                      "env_only": _WHERE_IT_RUNS})
+    """How :mod:`kbuild.runtime` launches a shipped kernel: ``direct`` through the CUDA driver API, so that the
+    first call builds nothing with the host compiler (:mod:`kbuild.runtime.direct`); ``triton`` through Triton's
+    own launcher (a C module Triton compiles once per signature and caches). Environment only."""
+
     python_path: list[str] = field(default_factory=lambda: [".", "src"])
     """Directories (relative to ``pyproject.toml``) put on ``sys.path`` to import kernel sources."""
 
@@ -443,6 +450,13 @@ def env_setting(name: str, environ: Mapping[str, str] | None = None) -> Any:
     if found:
         return value
     return f.default if f.default_factory is dataclasses.MISSING else f.default_factory()
+
+
+def env_raw(*names: str, environ: Mapping[str, str] | None = None) -> tuple[str | None, ...]:
+    """The raw values of the variables of the :class:`Settings` fields ``names`` (None where unset): a cheap
+    memo key for code asked on every call, such as a kernel launch, whether its settings changed."""
+    env = os.environ if environ is None else environ
+    return tuple(env.get(Settings.__dataclass_fields__[n].metadata["env"]) for n in names)
 
 
 def env_with_prefix(prefixes: tuple[str, ...], names: tuple[str, ...] = (),

@@ -16,7 +16,9 @@ Zero-JIT (:mod:`kbuild.runtime.loader`, issue 16): with a version 2 index (Trito
 entry) an exactly matching call is answered before Triton compiles: Triton's ``jit_cache_hook`` wraps
 the function's compile slot, which returns a ``CompiledKernel`` built from the shipped cubin and
 metadata; ``@triton.autotune`` kernels get the shipped config per GPU and key in the autotuner's cache.
-The post-compile substitution above is the fallback.
+The post-compile substitution above is the fallback. Direct launch (:mod:`kbuild.runtime.direct`): a shipped
+kernel is launched through the CUDA driver API, so its first call builds no C module with the host compiler
+(``KBUILD_RUNTIME_LAUNCH=triton``: Triton's own launcher).
 
 Importing this package imports neither torch nor triton.
 """

@@ -46,10 +46,11 @@ with an ``autotune`` key for this GPU and Triton version, where ``config`` is th
 launches that config, which the ``compile`` wrapper answers. A key not shipped (other shapes,
 dtypes, GPU, or keyword order: Triton's key follows the call's argument order) is autotuned by Triton.
 
-Not avoided: Triton's launcher (``driver.active.launcher_cls``) is a small C module compiled with
-the host compiler on first use and cached in Triton's cache directory (``triton/runtime/build.py``
-``compile_module_from_src``); a fresh machine with an empty Triton cache still builds it once per
-signature. ``benchmarks/gpu_runtime_coldstart.py`` measures both cases.
+Triton's launcher (``driver.active.launcher_cls``) and its ``cuda_utils`` module are C code compiled with
+the host compiler on first use (``triton/runtime/build.py`` ``compile_module_from_src``), 0.6 s of a 0.78 s
+first call on the H200 with an empty Triton cache: :mod:`kbuild.runtime.direct` launches the kernels this
+module finds without them; with ``KBUILD_RUNTIME_LAUNCH=triton`` Triton's launcher runs them.
+``benchmarks/gpu_runtime_coldstart.py`` measures both cases.
 """
 
 from __future__ import annotations
@@ -121,6 +122,9 @@ def install() -> None:
             _loader.original_autotuner_run = Autotuner.run
             Autotuner.run = _autotuner_run  # type: ignore[method-assign]
         _loader.installed = True
+    from kbuild.runtime import direct
+
+    direct.install()
 
 
 def uninstall() -> None:
@@ -130,6 +134,9 @@ def uninstall() -> None:
     from triton import knobs
     from triton.runtime.autotuner import Autotuner
 
+    from kbuild.runtime import direct
+
+    direct.uninstall()
     with _loader.lock:
         if knobs.runtime.jit_cache_hook is _cache_hook:
             knobs.runtime.jit_cache_hook = _loader.previous_cache_hook
@@ -312,9 +319,9 @@ def answer_autotuner(tuner: Any, *, arch: int | None = None) -> int:
         return 0
     tuner._kbuild_answered = generation
     if arch is None:
-        from triton.runtime.driver import driver
+        from kbuild.runtime.direct import current_cc
 
-        arch = int(driver.active.get_current_target().arch)
+        arch = current_cc()
     from kbuild.runtime.keys import current_triton_version
 
     triton_version = current_triton_version()

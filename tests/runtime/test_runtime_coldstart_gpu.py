@@ -2,7 +2,7 @@
 
 Fresh child processes (benchmarks/gpu_runtime_coldstart.py) make the example package's first call
 with kbuild.runtime on (shipped cubin, no compile) and off (Triton cold and warm cache): Triton's
-compiler must never run on the shipped side, outputs must be bit-identical to Triton's own
+compiler and the host compiler must never run on the shipped side (direct launch), outputs must be bit-identical to Triton's own
 compile of the same config, and the shipped first call must beat Triton's warm-cache first call.
 """
 
@@ -38,7 +38,9 @@ def test_first_call_in_a_fresh_process_compiles_nothing(tmp_path: Path) -> None:
     errors = [s["error"] for m in script.MODES for s in row["samples"][m] if "error" in s]
     assert not errors, errors[0]
     assert row["shipped_compiles"] == 0 and row["zero_jit"]
+    assert row["direct_launch"] and row["shipped_host_builds"] == []  # no host compiler on the shipped side
     assert all(s["compiles"] >= 1 for s in row["samples"]["triton_cold"])  # the comparison really compiled
     assert row["bit_identical"]
     med = row["median_seconds"]
     assert med["shipped_warm"] < med["triton_warm"] < med["triton_cold"]
+    assert med["shipped_cold"] < med["triton_warm"]

@@ -11,6 +11,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
+import pytest
 from gpu_marks import needs_sm90
 
 import kbuild.runtime
@@ -29,9 +30,13 @@ def _launch(kernels: Any, x: Any) -> tuple[Any, Any]:
     return out, compiled
 
 
+@pytest.mark.parametrize("launch", ["direct", "triton"])
 def test_shipped_cubin_runs_in_a_plain_jit_launch(jit_settings: Any, baseline_builds: list[Any], kernels: Any,
-                                                  tmp_path: Path) -> None:
+                                                  tmp_path: Path, launch: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """``direct``: kbuild.runtime.direct launches the bytes (no Triton launcher); ``triton``: Triton's launcher."""
     import torch
+
+    monkeypatch.setenv("KBUILD_RUNTIME_LAUNCH", launch)
 
     from kbuild.cache import Artefact
     from kbuild.key import KernelKey, tuner_component
@@ -58,9 +63,12 @@ def test_shipped_cubin_runs_in_a_plain_jit_launch(jit_settings: Any, baseline_bu
 
     assert kbuild.runtime.enable("kbx_jit", data_dir=shipped.data_dir)
     ours, kernel = _launch(kernels, x)
-    (event,) = kbuild.runtime.events()
-    assert event.substituted and event.target == "sm_90a"
-    assert kernel.kernel == rewritten and kernel.module is not None  # these bytes were loaded and ran
+    events = kbuild.runtime.events()
+    assert [e.stage for e in events] == (["zero-jit", "direct-launch"] if launch == "direct" else ["zero-jit"])
+    assert events[0].substituted and events[0].target == "sm_90a"
+    assert kernel.kernel == rewritten  # these bytes were loaded and ran
+    # direct: loaded by kbuild (Triton never loaded this CompiledKernel); triton: loaded by Triton's driver
+    assert (kernel.module is None) == (launch == "direct")
     assert not torch.isnan(ours).any()
     assert torch.equal(ours.view(torch.int16), theirs.view(torch.int16))
 

@@ -1,0 +1,462 @@
+"""Direct launch: a shipped kernel launched through the CUDA driver API, with no host compiler.
+
+Why: zero-JIT loading (:mod:`kbuild.runtime.loader`) answers Triton before it compiles, but Triton's first call
+of any kernel still builds two C modules with the host compiler (``triton/runtime/build.py``
+``compile_module_from_src``): ``cuda_utils`` when ``driver.active`` is first used (``JITFunction.run`` does so on
+its first line) and ``__triton_launcher`` per signature when the kernel is first launched. Measured on the H200
+(``benchmarks/results/h200/issue16/``): a shipped kernel's first call took 0.78 s with an empty Triton cache and
+0.15 s with the modules cached, against 12 ms to load and launch the cubin directly.
+
+How: :func:`install` wraps ``JITFunction.run`` (class attribute, restored by :func:`uninstall`). For a function
+that an enabled package ships cubins for (version 2 index), the wrapper does what ``run`` does up to the launch
+with Triton's own parts (the binder of ``create_function_from_signature``, ``_pack_args``, ``ASTSource``),
+for the target ``GPUTarget("cuda", cc, 32)`` of the current torch device, and asks
+:func:`kbuild.runtime.loader.shipped_kernel` for the exactly matching shipped kernel (the same decision the
+compile wrapper makes). On a match it loads the cubin with ``cuModuleLoadData`` (as Triton's ``load_binary``:
+primary context, dynamic shared memory above 48 KiB) and launches it with ``cuLaunchKernelEx`` through
+:mod:`ctypes`, with the launch configuration and parameter packing of Triton 3.6's generated launcher
+(``triton/backends/nvidia/driver.py`` ``make_launcher``): grid x times ``num_ctas``, ``32 * num_warps``
+threads, the metadata's shared memory, the non-constexpr arguments in order (pointers as ``data_ptr()``, checked
+to be device memory), then the two scratch pointers (null). The choice is cached per function and
+specialisation, as Triton's ``kernel_cache``.
+
+Everything this does not cover goes to Triton's ``run`` unchanged (and so to the compile wrapper, or to Triton's
+compiler): warm-up calls, launch or load hooks (profilers), another ``jit_cache_hook`` or
+``jit_post_compile_hook``, async compile mode, global or profile scratch memory, tensor descriptors, tuple
+arguments, fp16/bf16 scalar arguments, a CPU tensor, no current CUDA context, ``KBUILD_RUNTIME_LAUNCH=triton``,
+and any call without a shipped kernel. The returned object is the shipped ``CompiledKernel``, as ``run`` returns
+(its handles load through Triton if something asks for them).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import sys
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from kbuild.runtime.hook import Event, _record, _state, runtime_disabled
+
+log = logging.getLogger("kbuild.runtime")
+
+_NOT_SHIPPED = object()  # a function with no shipped entries (per generation of enabled packages)
+_NO_MATCH = object()  # a specialisation with no shipped kernel, or one this module does not launch
+
+
+# ----------------------------------------------------------------------------------------------
+# The CUDA driver API through ctypes (libcuda.so.1, as Triton's launcher dlopens it).
+
+_CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK = 0
+_CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES = 1
+_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
+_CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR = 81
+_CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN = 97
+_CU_FUNC_CACHE_PREFER_SHARED = 1
+_CU_POINTER_ATTRIBUTE_DEVICE_POINTER = 3
+_CUDA_ERROR_INVALID_VALUE = 1
+_CU_LAUNCH_ATTRIBUTE_COOPERATIVE = 2
+_CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION = 4
+_CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE = 5
+_CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6
+_CU_CLUSTER_SCHEDULING_POLICY_SPREAD = 1
+
+
+class _LaunchAttrValue(ctypes.Union):
+    _fields_ = [("pad", ctypes.c_char * 64), ("value", ctypes.c_int), ("dim", ctypes.c_uint * 3)]
+
+
+class _LaunchAttr(ctypes.Structure):
+    _fields_ = [("id", ctypes.c_int), ("pad", ctypes.c_char * 4), ("val", _LaunchAttrValue)]
+
+
+class _LaunchConfig(ctypes.Structure):
+    _fields_ = [("gridDimX", ctypes.c_uint), ("gridDimY", ctypes.c_uint), ("gridDimZ", ctypes.c_uint),
+                ("blockDimX", ctypes.c_uint), ("blockDimY", ctypes.c_uint), ("blockDimZ", ctypes.c_uint),
+                ("sharedMemBytes", ctypes.c_uint), ("hStream", ctypes.c_void_p),
+                ("attrs", ctypes.POINTER(_LaunchAttr)), ("numAttrs", ctypes.c_uint)]
+
+
+class CudaError(RuntimeError):
+    """A CUDA driver call failed (the message is Triton's: ``Triton Error [CUDA]: ...``)."""
+
+
+class _Driver:
+    def __init__(self) -> None:
+        lib = ctypes.CDLL("libcuda.so.1")
+        self.lib = lib
+        vp, ci, pvp = ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(ctypes.c_void_p)
+        for name, args in {
+            "cuCtxGetCurrent": [pvp], "cuCtxSetCurrent": [vp], "cuDevicePrimaryCtxRetain": [pvp, ci],
+            "cuModuleLoadData": [pvp, ctypes.c_char_p], "cuModuleGetFunction": [pvp, vp, ctypes.c_char_p],
+            "cuFuncGetAttribute": [ctypes.POINTER(ci), ci, vp], "cuFuncSetAttribute": [vp, ci, ci],
+            "cuFuncSetCacheConfig": [vp, ci], "cuDeviceGetAttribute": [ctypes.POINTER(ci), ci, ci],
+            "cuPointerGetAttribute": [vp, ci, ctypes.c_uint64], "cuGetErrorString": [ci, ctypes.POINTER(ctypes.c_char_p)],
+            "cuLaunchKernelEx": [ctypes.POINTER(_LaunchConfig), vp, pvp, pvp],
+        }.items():
+            fn = getattr(lib, name)
+            fn.argtypes, fn.restype = args, ci
+        self.launch_ex = lib.cuLaunchKernelEx
+
+    def check(self, code: int) -> None:
+        if code:
+            text = ctypes.c_char_p()
+            self.lib.cuGetErrorString(code, ctypes.byref(text))
+            raise CudaError(f"Triton Error [CUDA]: {(text.value or b'unknown error').decode()}")
+
+    def device_attribute(self, attribute: int, device: int) -> int:
+        out = ctypes.c_int()
+        self.check(self.lib.cuDeviceGetAttribute(ctypes.byref(out), attribute, device))
+        return out.value
+
+
+_driver_lock = threading.Lock()
+_driver: _Driver | None = None
+
+
+def _cuda() -> _Driver:
+    global _driver
+    with _driver_lock:
+        if _driver is None:
+            _driver = _Driver()
+        return _driver
+
+
+# ----------------------------------------------------------------------------------------------
+# One loaded kernel
+
+_SCALARS: dict[str, Any] = {"i1": ctypes.c_int8, "i8": ctypes.c_int8, "i16": ctypes.c_int16, "i32": ctypes.c_int32,
+                            "i64": ctypes.c_int64, "u1": ctypes.c_uint8, "u8": ctypes.c_uint8, "u16": ctypes.c_uint16,
+                            "u32": ctypes.c_uint32, "u64": ctypes.c_uint64, "fp32": ctypes.c_float,
+                            "f32": ctypes.c_float, "fp64": ctypes.c_double}
+
+
+def launchable(signature: dict[str, Any], md: Any) -> str | None:
+    """Why this module does not launch a kernel of ``signature`` and Triton metadata ``md`` (None: it does)."""
+    for name, ty in signature.items():
+        if not isinstance(ty, str):
+            return f"argument {name} is a tuple"
+        if ty != "constexpr" and not ty.startswith("*") and ty not in _SCALARS:
+            return f"argument {name} has type {ty}"
+    for field in ("global_scratch_size", "profile_scratch_size"):
+        if getattr(md, field, 0):
+            return f"the kernel needs {field.replace('_size', '')} memory"
+    if getattr(md, "tensordesc_meta", None):
+        return "the kernel takes tensor descriptors"
+    if getattr(md, "num_ctas", 1) == 16:
+        return "16-CTA clusters are non-portable"
+    return None
+
+
+@dataclass
+class DirectKernel:
+    """A shipped cubin loaded on one device, launched through ``cuLaunchKernelEx``."""
+
+    compiled: Any  # the shipped triton CompiledKernel (returned to the caller, as JITFunction.run does)
+    kinds: tuple[Any, ...]  # per argument: None (constexpr), "ptr", or a ctypes scalar type
+    function: ctypes.c_void_p
+    module: ctypes.c_void_p
+    num_warps: int
+    num_ctas: int
+    shared: int
+    attrs: Any
+    num_attrs: int
+
+    @classmethod
+    def load(cls, compiled: Any, signature: dict[str, Any], device: int) -> DirectKernel:
+        cuda, md = _cuda(), compiled.metadata
+        ctx = ctypes.c_void_p()
+        cuda.check(cuda.lib.cuCtxGetCurrent(ctypes.byref(ctx)))
+        if not ctx.value:
+            cuda.check(cuda.lib.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), device))
+            cuda.check(cuda.lib.cuCtxSetCurrent(ctx))
+        module, function = ctypes.c_void_p(), ctypes.c_void_p()
+        cuda.check(cuda.lib.cuModuleLoadData(ctypes.byref(module), compiled.kernel))
+        cuda.check(cuda.lib.cuModuleGetFunction(ctypes.byref(function), module, md.name.encode()))
+        shared = int(md.shared)
+        optin = cuda.device_attribute(_CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, device)
+        if shared > 49152 and optin > 49152:
+            cuda.check(cuda.lib.cuFuncSetCacheConfig(function, _CU_FUNC_CACHE_PREFER_SHARED))
+            static = ctypes.c_int()
+            cuda.check(cuda.lib.cuFuncGetAttribute(ctypes.byref(static), _CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, function))
+            cuda.check(cuda.lib.cuFuncSetAttribute(function, _CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                                   optin - static.value))
+        threads = ctypes.c_int()
+        cuda.check(cuda.lib.cuFuncGetAttribute(ctypes.byref(threads), _CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, function))
+        if int(md.num_warps) * 32 > threads.value:
+            raise CudaError(f"{md.name}: {int(md.num_warps) * 32} threads, the function allows {threads.value}")
+        attrs, n = (_LaunchAttr * 4)(), 0
+        if getattr(md, "launch_pdl", False):
+            attrs[n].id, attrs[n].val.value, n = _CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION, 1, n + 1
+        if getattr(md, "launch_cooperative_grid", False):
+            attrs[n].id, attrs[n].val.value, n = _CU_LAUNCH_ATTRIBUTE_COOPERATIVE, 1, n + 1
+        num_ctas = int(getattr(md, "num_ctas", 1))
+        if num_ctas != 1:
+            attrs[n].id, attrs[n].val.dim[0], attrs[n].val.dim[1], attrs[n].val.dim[2] = \
+                _CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, num_ctas, 1, 1
+            attrs[n + 1].id, attrs[n + 1].val.value = (_CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE,
+                                                       _CU_CLUSTER_SCHEDULING_POLICY_SPREAD)
+            n += 2
+        kinds = tuple(None if ty == "constexpr" else "ptr" if ty.startswith("*") else _SCALARS[ty]
+                      for ty in signature.values())
+        return cls(compiled, kinds, function, module, int(md.num_warps), num_ctas, shared, attrs, n)
+
+    def launch(self, grid: tuple[int, int, int], stream: int, args: tuple[Any, ...]) -> None:
+        gx, gy, gz = grid
+        if gx * gy * gz <= 0:
+            return
+        cuda = _cuda()
+        values: list[Any] = []
+        for i, (kind, arg) in enumerate(zip(self.kinds, args)):
+            if kind is None:
+                continue
+            if kind == "ptr":
+                ptr = 0 if arg is None else arg if isinstance(arg, int) else arg.data_ptr()
+                if ptr:
+                    dev = ctypes.c_uint64()
+                    status = cuda.lib.cuPointerGetAttribute(ctypes.byref(dev), _CU_POINTER_ATTRIBUTE_DEVICE_POINTER, ptr)
+                    if status == _CUDA_ERROR_INVALID_VALUE:
+                        raise ValueError(f"Pointer argument (at {i}) cannot be accessed from Triton (cpu tensor?)")
+                    cuda.check(status)
+                    ptr = dev.value
+                values.append(ctypes.c_uint64(ptr))
+            else:
+                values.append(kind(arg))
+        values += [ctypes.c_uint64(0), ctypes.c_uint64(0)]  # global_scratch, profile_scratch
+        params = (ctypes.c_void_p * len(values))(*[ctypes.addressof(v) for v in values])
+        config = _LaunchConfig(gx * self.num_ctas, gy, gz, 32 * self.num_warps, 1, 1, self.shared,
+                               ctypes.c_void_p(stream), self.attrs, self.num_attrs)
+        cuda.check(cuda.launch_ex(ctypes.byref(config), self.function, params, None))
+
+
+# ----------------------------------------------------------------------------------------------
+# The JITFunction.run wrapper
+
+
+class _DirectState:
+    def __init__(self) -> None:
+        self.lock = threading.RLock()
+        self.original_run: Any = None
+        self.installed = False
+        self.logged: set[str] = set()
+
+
+_direct = _DirectState()
+
+
+@dataclass
+class _FunctionState:
+    generation: int
+    backend: Any
+    binder: Any
+    target: Any
+    key_cache: dict[Any, Any]
+    kernels: dict[tuple[Any, int], Any]
+
+
+_mode_cache: dict[tuple[str | None, ...], bool] = {}
+
+
+def _direct_enabled() -> bool:
+    """``KBUILD_RUNTIME`` on and ``KBUILD_RUNTIME_LAUNCH=direct`` (memoised on the two variables' values: this is
+    asked on every launch). A bad value turns direct launch off (``runtime_disabled`` warns about its own)."""
+    from kbuild.config import env_raw, env_setting
+    from kbuild.errors import ConfigError
+
+    memo = env_raw("runtime", "runtime_launch")
+    found = _mode_cache.get(memo)
+    if found is None:
+        try:
+            found = not runtime_disabled() and env_setting("runtime_launch") == "direct"
+        except ConfigError as exc:
+            log.warning("%s; shipped kernels launch through Triton's launcher", exc)
+            found = False
+        _mode_cache[memo] = found
+    return found
+
+
+def _active(hook: Any) -> bool:
+    """Whether a Triton hook does something: Triton 3.6's launch and load hooks are ``HookChain`` objects, never
+    None, and call nothing while their ``calls`` list is empty."""
+    return hook is not None and bool(getattr(hook, "calls", True))
+
+
+def _plain_triton() -> str | None:
+    """Why calls must take Triton's own ``run`` now (None when the direct path may answer them)."""
+    from triton import knobs
+
+    from kbuild.runtime.hook import _post_compile_hook
+    from kbuild.runtime.loader import _cache_hook, _loader
+
+    if not _direct_enabled():
+        return "direct launch is off"
+    rt = knobs.runtime
+    if _active(rt.launch_enter_hook) or _active(rt.launch_exit_hook):
+        return "launch hooks are set"
+    if _active(rt.kernel_load_start_hook) or _active(rt.kernel_load_end_hook):
+        return "kernel load hooks are set"
+    if rt.jit_cache_hook is not _cache_hook or _loader.previous_cache_hook is not None:
+        return "another jit_cache_hook is set"
+    if rt.jit_post_compile_hook not in (None, _post_compile_hook):
+        return "another jit_post_compile_hook is set"
+    from triton.runtime import _async_compile
+
+    if _async_compile.active_mode.get() is not None:
+        return "async compile mode is on"
+    torch = sys.modules.get("torch")
+    if torch is None or not torch.cuda.is_initialized():
+        return "torch has not initialised CUDA"
+    return None
+
+
+def current_cc() -> int:
+    """The compute capability of the current torch device, as Triton's ``get_current_target`` computes it,
+    without constructing Triton's driver (which builds ``cuda_utils`` with the host compiler) once torch has
+    initialised CUDA; before that, Triton's driver answers."""
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        major, minor = torch.cuda.get_device_capability(torch.cuda.current_device())
+        return int(major * 10 + minor)
+    from triton.runtime.driver import driver
+
+    return int(driver.active.get_current_target().arch)
+
+
+def _function_state(jit: Any) -> Any:
+    """This function's :class:`_FunctionState`, or ``_NOT_SHIPPED`` (both per generation of enabled packages)."""
+    from kbuild.runtime.loader import _candidates, _function_name
+
+    with _state.lock:
+        generation = _state.generation
+    cached = jit.__dict__.get("_kbuild_direct")
+    if cached is not None and cached[0] == generation:
+        return cached[1]
+    st: Any = _NOT_SHIPPED
+    if _candidates(_function_name(jit), "triton_metadata"):
+        from triton.backends.compiler import GPUTarget
+        from triton.compiler.compiler import make_backend
+        from triton.runtime.jit import create_function_from_signature
+
+        target = GPUTarget("cuda", current_cc(), 32)
+        backend = make_backend(target)
+        binder = create_function_from_signature(jit.signature, jit.params, backend)
+        st = _FunctionState(generation, backend, binder, target, {}, {})
+    jit._kbuild_direct = (generation, st)
+    return st
+
+
+def _resolve(jit: Any, st: _FunctionState, key: Any, device: int, kwargs: dict[str, Any], bound_args: Any,
+             specialization: Any, options: Any) -> Any:
+    """The :class:`DirectKernel` for this specialisation on ``device``, or ``_NO_MATCH``."""
+    from kbuild.runtime.loader import _function_name, shipped_kernel
+
+    options, signature, constexprs, attrs = jit._pack_args(st.backend, kwargs, bound_args, specialization, options)
+    from triton.compiler.compiler import ASTSource
+
+    src = ASTSource(jit, signature, constexprs, attrs)
+    kernel = shipped_kernel(src, st.target, options.__dict__)
+    if kernel is None:
+        return _NO_MATCH
+    why = launchable(signature, kernel.metadata)
+    if why is not None:
+        name = _function_name(jit)
+        with _direct.lock:
+            first = name not in _direct.logged
+            _direct.logged.add(name)
+        if first:
+            log.info("%s: not launched directly (%s); Triton's launcher runs the shipped kernel", name, why)
+        return _NO_MATCH
+    direct = DirectKernel.load(kernel, signature, device)
+    _record(Event(_function_name(jit), True, "direct launch: shipped cubin launched without a host compiler",
+                  key=getattr(kernel, "kbuild_entry", None), stage="direct-launch"))
+    return direct
+
+
+def _direct_run(self: Any, *args: Any, grid: Any, warmup: bool, **kwargs: Any) -> Any:
+    original = _direct.original_run
+    if original is None:  # uninstalled while this call was on its way
+        from triton.runtime.jit import JITFunction
+
+        original = JITFunction.run
+    if warmup:
+        return original(self, *args, grid=grid, warmup=warmup, **kwargs)
+    try:
+        if _plain_triton() is not None:
+            return original(self, *args, grid=grid, warmup=warmup, **kwargs)
+        st = _function_state(self)
+        if st is _NOT_SHIPPED:
+            return original(self, *args, grid=grid, warmup=warmup, **kwargs)
+        return _run_shipped(self, st, original, args, grid, kwargs)
+    except _Unhandled:
+        return original(self, *args, grid=grid, warmup=warmup, **kwargs)
+
+
+class _Unhandled(Exception):
+    """Raised before anything was launched: Triton's ``run`` takes the call."""
+
+
+def _run_shipped(jit: Any, st: _FunctionState, original: Any, args: Any, grid: Any, kwargs: dict[str, Any]) -> Any:
+    import torch
+    from triton import knobs
+    from triton.runtime.jit import compute_cache_key
+
+    call_kwargs = dict(kwargs)
+    call_kwargs["debug"] = call_kwargs.get("debug", jit.debug) or knobs.runtime.debug
+    call_kwargs["instrumentation_mode"] = knobs.compilation.instrumentation_mode
+    device = torch.cuda.current_device()
+    try:
+        bound_args, specialization, options = st.binder(*args, **call_kwargs)
+        key = compute_cache_key(st.key_cache, specialization, options)
+        direct: Any = st.kernels.get((key, device))
+        if direct is None:
+            try:
+                direct = _resolve(jit, st, key, device, call_kwargs, bound_args, specialization, options)
+            except CudaError:
+                log.debug("direct launch: load failed; Triton's path runs", exc_info=True)
+                direct = _NO_MATCH
+            st.kernels[(key, device)] = direct
+    except Exception as exc:  # never break the user's launch: Triton's own run reports real errors
+        log.debug("direct launch: %s; Triton's path runs", exc, exc_info=True)
+        raise _Unhandled from exc
+    if direct is _NO_MATCH:
+        raise _Unhandled
+    for hook in jit.pre_run_hooks:  # Triton runs them before binding; they see the same arguments
+        hook(*args, **call_kwargs)
+    not_present = object()
+    for (name, _), (val, globals_dict) in jit.used_global_vals.items():
+        if (new := globals_dict.get(name, not_present)) != val:
+            raise RuntimeError(f"Global variable {name} has changed since we compiled this kernel, from {val} to {new}")
+    if callable(grid):
+        grid = grid(bound_args)
+    size = len(grid)
+    dims = (grid[0], grid[1] if size > 1 else 1, grid[2] if size > 2 else 1)
+    stream = torch._C._cuda_getCurrentRawStream(device)
+    direct.launch(dims, stream, tuple(bound_args.values()))
+    return direct.compiled
+
+
+def install() -> None:
+    """Wrap ``JITFunction.run`` (idempotent)."""
+    from triton.runtime.jit import JITFunction
+
+    with _direct.lock:
+        if JITFunction.run is not _direct_run:
+            _direct.original_run = JITFunction.run
+            JITFunction.run = _direct_run  # type: ignore[method-assign]
+        _direct.installed = True
+
+
+def uninstall() -> None:
+    if not _direct.installed:
+        return
+    from triton.runtime.jit import JITFunction
+
+    with _direct.lock:
+        if JITFunction.run is _direct_run and _direct.original_run is not None:
+            JITFunction.run = _direct.original_run  # type: ignore[method-assign]
+        _direct.original_run = None
+        _direct.installed = False
+
+
+__all__ = ["CudaError", "DirectKernel", "current_cc", "install", "launchable", "uninstall"]
