@@ -248,6 +248,54 @@ class PrewarmSettings:
     of it): how long a prewarm that died keeps another from that entry."""
 
 
+@dataclass(frozen=True)
+class CudaKernelSettings:
+    """One ``__global__`` function of the project's CUDA C++ that kbuild-nvcc tunes (an entry of
+    ``[[tool.kbuild.cuda.kernels]]``): found by its demangled name in the cubins ptxas writes for ``source``."""
+
+    name: str
+    """Name of the kernel in this project (the manifest's ``kernel``, ``kbuild inspect``)."""
+
+    function: str
+    """The demangled name of the ``__global__`` function: ``"gelu_f16_kernel"``, a template instance as
+    ``"matmul_f16_kernel<64, 64, 32, 2, 2>"`` (as ``c++filt`` spells it), with or without its namespace
+    (``(anonymous namespace)::`` may be left out) and parameter list. It must name exactly one kernel of the
+    unit's cubin: a name found in none is an error naming this key."""
+
+    source: str
+    """The ``.cu`` file that defines it, relative to ``pyproject.toml`` (``"src/elementwise.cu"``): the translation
+    unit kbuild-nvcc looks for the kernel in."""
+
+    bench: str | None = None
+    """Bench spec, ``"package.module:callable"`` returning a :class:`kbuild.bench.cuda.CudaBenchSpec` (inputs,
+    grid, block, outputs, reference): what the tuner launches. Without it the kernel ships as ptxas wrote it."""
+
+    maxrregcount: list[int] = _setting(key=True, default_factory=list)
+    """The configuration level: ptxas ``--maxrregcount`` values to try on the kernel's PTX (0: as compiled;
+    each 24-255). The tuner keeps the fastest bit-exact one, then tunes its SASS. Empty: only as compiled."""
+
+    minnctapersm: list[int] = _setting(key=True, default_factory=list)
+    """The configuration level: ptxas ``--minnctapersm`` values (the launch bound's minimum blocks per SM; 0:
+    as compiled). ptxas ignores it for a kernel whose source declares ``__launch_bounds__`` or when
+    ``maxrregcount`` is given."""
+
+    def points(self) -> list[dict[str, int]]:
+        """The configuration level's points, as compiled first: ``{"maxrregcount": N, "minnctapersm": M}`` (0:
+        not passed to ptxas)."""
+        regs = [0, *[v for v in self.maxrregcount if v]]
+        ctas = [0, *[v for v in self.minnctapersm if v]]
+        out = [{"maxrregcount": r, "minnctapersm": c} for r in dict.fromkeys(regs) for c in dict.fromkeys(ctas)]
+        return out
+
+
+@dataclass(frozen=True)
+class CudaSettings:
+    """``[tool.kbuild.cuda]``: the project's CUDA C++ kernels that kbuild-nvcc tunes (:mod:`kbuild.nvcc.tuned`)."""
+
+    kernels: list[CudaKernelSettings] = field(default_factory=list)
+    """The declared ``__global__`` functions, one ``[[tool.kbuild.cuda.kernels]]`` table each."""
+
+
 #: Why an ``env_only`` field is refused in ``pyproject.toml`` (the error says so).
 _SECRET = "secrets do not belong in pyproject.toml"
 _ONE_PROCESS = "it is a switch of one run, not of the project (or pass --debug)"
@@ -307,6 +355,9 @@ class Settings:
     budget: BudgetSettings = field(default_factory=BudgetSettings)
     """Tuning budget per kernel and target."""
 
+    cuda: CudaSettings = field(default_factory=CudaSettings)
+    """CUDA C++ kernels compiled through kbuild-nvcc whose SASS is tuned: ``[[tool.kbuild.cuda.kernels]]``."""
+
     prewarm: PrewarmSettings = field(default_factory=PrewarmSettings)
     """How ``kbuild prewarm`` runs: ``{ engine = "ray" }`` spreads it over a Ray cluster."""
 
@@ -346,6 +397,16 @@ class Settings:
     nvcc_log: Path | None = field(default=None, metadata={"env": "KBUILD_NVCC_LOG", "env_only": _ONE_PROCESS})
     """A file the nvcc launcher appends one JSON line to per step it runs or answers from the store (tool,
     architecture, ``run``/``hit``/``stored``/``uncached``/``plain``, seconds). Environment only."""
+
+    nvcc_project: Path | None = field(default=None, metadata={"env": "KBUILD_NVCC_PROJECT", "env_only": _THIS_MACHINE})
+    """The ``pyproject.toml`` whose ``[tool.kbuild.cuda]`` the nvcc launcher reads. Unset: the nearest one above
+    the compiled source file. Environment only."""
+
+    nvcc_records: Path | None = field(default=None, metadata={"env": "KBUILD_NVCC_RECORDS",
+                                                               "env_only": _THIS_MACHINE})
+    """A directory the nvcc launcher writes one JSON record into per declared CUDA kernel × target it ships
+    (key, cubin digest, tuned or not, speedup): what :func:`kbuild.hooks.manifest.cuda_entries` turns into
+    manifest entries. Environment only."""
 
     runtime_launch: RuntimeLaunch = field(default="direct", metadata={"env": "KBUILD_RUNTIME_LAUNCH",
                                                                       "env_only": _WHERE_IT_RUNS})
@@ -682,10 +743,40 @@ def settings_from_table(table: Mapping[str, Any], *, where: str = "<table>", pro
         if n in names[:j]:
             raise conv.error(f"[tool.kbuild.kernels][{k.entry}].name", f"duplicate kernel name {n!r}"
                              + (f" (variant {k.label})" if k.variant_of is not None else ""))
+    _validate_cuda(base.cuda, conv)
     settings = dataclasses.replace(base, kernels=parsed, project_dir=project_dir or Path.cwd(), config_file=where)
     settings = _apply_environment(_apply_config_settings(settings, config_settings), environ)
     _check_types_on_targets(settings, conv)
     return settings
+
+
+def _validate_cuda(cuda: CudaSettings, conv: _Converter) -> None:
+    """``[[tool.kbuild.cuda.kernels]]``: names, the function, the source, the bench spec and the ptxas values."""
+    seen: set[str] = set()
+    for i, k in enumerate(cuda.kernels):
+        path = f"cuda.kernels[{i}]"
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k.name):
+            raise conv.error(f"{path}.name", f"{k.name!r} is not an identifier (letters, digits and _)")
+        if k.name in seen:
+            raise conv.error(f"{path}.name", f"duplicate CUDA kernel name {k.name!r}")
+        seen.add(k.name)
+        if not k.function.strip() or any(c in k.function for c in "\n\r\0"):
+            raise conv.error(f"{path}.function", f"expected the demangled name of a __global__ function, got "
+                                                 f"{k.function!r}")
+        src = Path(k.source)
+        if not k.source.strip() or src.is_absolute() or ".." in src.parts:
+            raise conv.error(f"{path}.source", f"expected a path inside the project, relative to pyproject.toml, "
+                                               f"got {k.source!r}")
+        if k.bench is not None:
+            mod, sep, fn = k.bench.partition(":")
+            if not sep or not all(p.isidentifier() for p in mod.split(".")) or not fn.isidentifier():
+                raise conv.error(f"{path}.bench", f"expected \"package.module:function\", got {k.bench!r}")
+        for j, v in enumerate(k.maxrregcount):
+            if v != 0 and not 24 <= v <= 255:
+                raise conv.error(f"{path}.maxrregcount[{j}]", f"expected 0 (as compiled) or 24 to 255, got {v}")
+        for j, v in enumerate(k.minnctapersm):
+            if not 0 <= v <= 32:
+                raise conv.error(f"{path}.minnctapersm[{j}]", f"expected 0 (as compiled) to 32, got {v}")
 
 
 def _check_types_on_targets(s: Settings, conv: _Converter) -> None:
