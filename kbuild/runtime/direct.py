@@ -246,13 +246,33 @@ _direct = _DirectState()
 
 
 @dataclass
-class _FunctionState:
-    generation: int
+class _DeviceState:
+    """What Triton's ``device_caches[device]`` holds, for one device: its target, backend, binder and caches."""
+
+    target: Any
     backend: Any
     binder: Any
-    target: Any
     key_cache: dict[Any, Any]
-    kernels: dict[tuple[Any, int], Any]
+    kernels: dict[Any, Any]  # Triton's cache key -> DirectKernel or _NO_MATCH
+
+
+@dataclass
+class _FunctionState:
+    generation: int
+    devices: dict[int, _DeviceState]
+
+    def device(self, jit: Any, device: int) -> _DeviceState:
+        found = self.devices.get(device)
+        if found is None:
+            from triton.backends.compiler import GPUTarget
+            from triton.compiler.compiler import make_backend
+            from triton.runtime.jit import create_function_from_signature
+
+            target = GPUTarget("cuda", current_cc(device), 32)
+            backend = make_backend(target)
+            binder = create_function_from_signature(jit.signature, jit.params, backend)
+            found = self.devices[device] = _DeviceState(target, backend, binder, {}, {})
+        return found
 
 
 _mode_cache: dict[tuple[str | None, ...], bool] = {}
@@ -310,13 +330,13 @@ def _plain_triton() -> str | None:
     return None
 
 
-def current_cc() -> int:
-    """The compute capability of the current torch device, as Triton's ``get_current_target`` computes it,
-    without constructing Triton's driver (which builds ``cuda_utils`` with the host compiler) once torch has
-    initialised CUDA; before that, Triton's driver answers."""
+def current_cc(device: int | None = None) -> int:
+    """The compute capability of ``device`` (default: the current torch device), as Triton's
+    ``get_current_target`` computes it, without constructing Triton's driver (which builds ``cuda_utils`` with the
+    host compiler) once torch has initialised CUDA; before that, Triton's driver answers."""
     torch = sys.modules.get("torch")
     if torch is not None and torch.cuda.is_initialized():
-        major, minor = torch.cuda.get_device_capability(torch.cuda.current_device())
+        major, minor = torch.cuda.get_device_capability(torch.cuda.current_device() if device is None else device)
         return int(major * 10 + minor)
     from triton.runtime.driver import driver
 
@@ -334,19 +354,12 @@ def _function_state(jit: Any) -> Any:
         return cached[1]
     st: Any = _NOT_SHIPPED
     if _candidates(_function_name(jit), "triton_metadata"):
-        from triton.backends.compiler import GPUTarget
-        from triton.compiler.compiler import make_backend
-        from triton.runtime.jit import create_function_from_signature
-
-        target = GPUTarget("cuda", current_cc(), 32)
-        backend = make_backend(target)
-        binder = create_function_from_signature(jit.signature, jit.params, backend)
-        st = _FunctionState(generation, backend, binder, target, {}, {})
+        st = _FunctionState(generation, {})
     jit._kbuild_direct = (generation, st)
     return st
 
 
-def _resolve(jit: Any, st: _FunctionState, key: Any, device: int, kwargs: dict[str, Any], bound_args: Any,
+def _resolve(jit: Any, st: _DeviceState, device: int, kwargs: dict[str, Any], bound_args: Any,
              specialization: Any, options: Any) -> Any:
     """The :class:`DirectKernel` for this specialisation on ``device``, or ``_NO_MATCH``."""
     from kbuild.runtime.loader import _function_name, shipped_kernel
@@ -406,16 +419,17 @@ def _run_shipped(jit: Any, st: _FunctionState, original: Any, args: Any, grid: A
     call_kwargs["instrumentation_mode"] = knobs.compilation.instrumentation_mode
     device = torch.cuda.current_device()
     try:
-        bound_args, specialization, options = st.binder(*args, **call_kwargs)
-        key = compute_cache_key(st.key_cache, specialization, options)
-        direct: Any = st.kernels.get((key, device))
+        dev = st.device(jit, device)
+        bound_args, specialization, options = dev.binder(*args, **call_kwargs)
+        key = compute_cache_key(dev.key_cache, specialization, options)
+        direct: Any = dev.kernels.get(key)
         if direct is None:
             try:
-                direct = _resolve(jit, st, key, device, call_kwargs, bound_args, specialization, options)
+                direct = _resolve(jit, dev, device, call_kwargs, bound_args, specialization, options)
             except CudaError:
                 log.debug("direct launch: load failed; Triton's path runs", exc_info=True)
                 direct = _NO_MATCH
-            st.kernels[(key, device)] = direct
+            dev.kernels[key] = direct
     except Exception as exc:  # never break the user's launch: Triton's own run reports real errors
         log.debug("direct launch: %s; Triton's path runs", exc, exc_info=True)
         raise _Unhandled from exc

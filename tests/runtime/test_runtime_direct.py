@@ -92,3 +92,146 @@ def test_install_wraps_jit_run_once_and_uninstall_restores_it() -> None:
     finally:
         direct.uninstall()
     assert JITFunction.run is before
+
+
+# ----------------------------------------------------------------------------------------------
+# The direct path through Triton's real binder and kbuild's real index, on the CPU. Stand-ins (labelled): torch's
+# CUDA queries (an sm_90 device 0) and libcuda (FakeCuda records the module load and decodes the launch's
+# parameters from the addresses the packing produced). Triton's driver is replaced by one that fails on any use:
+# the direct path must not touch it (on a GPU, its first use builds C modules with gcc).
+
+
+class _NoDriver:
+    def __getattr__(self, name: str) -> Any:
+        raise AssertionError(f"Triton's driver was used ({name})")
+
+
+class FakeCuda:
+    """Stand-in for libcuda.so.1 (CPU tests only): records what the direct path asks of the driver API."""
+
+    def __init__(self) -> None:
+        import ctypes
+
+        self.ctypes = ctypes
+        self.loaded: list[bytes] = []
+        self.names: list[bytes] = []
+        self.launches: list[dict[str, Any]] = []
+        self.lib = self
+        self.launch_ex = self._launch
+
+    def check(self, code: int) -> None:
+        assert code == 0
+
+    def device_attribute(self, attribute: int, device: int) -> int:
+        return 232448  # H200: max shared memory per block (opt-in)
+
+    def _set(self, ref: Any, value: int) -> None:
+        ref._obj.value = value
+
+    def cuCtxGetCurrent(self, pctx: Any) -> int:
+        self._set(pctx, 1)
+        return 0
+
+    def cuModuleLoadData(self, pmod: Any, data: bytes) -> int:
+        self.loaded.append(data)
+        self._set(pmod, 2)
+        return 0
+
+    def cuModuleGetFunction(self, pfn: Any, mod: Any, name: bytes) -> int:
+        self.names.append(name)
+        self._set(pfn, 3)
+        return 0
+
+    def cuFuncGetAttribute(self, pout: Any, attribute: int, fn: Any) -> int:
+        self._set(pout, 1024 if attribute == direct._CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK else 0)
+        return 0
+
+    def cuPointerGetAttribute(self, pdev: Any, attribute: int, ptr: int) -> int:
+        assert attribute == direct._CU_POINTER_ATTRIBUTE_DEVICE_POINTER
+        self._set(pdev, ptr)
+        return 0
+
+    def _launch(self, pconfig: Any, fn: Any, params: Any, extra: Any) -> int:
+        c = pconfig._obj
+        ct = self.ctypes
+        addr = [params[i] for i in range(7)]  # out, in, 3 x i32, global/profile scratch
+        self.launches.append({
+            "grid": (c.gridDimX, c.gridDimY, c.gridDimZ), "block": c.blockDimX, "shared": c.sharedMemBytes,
+            "stream": c.hStream, "attrs": c.numAttrs,
+            "args": [ct.c_uint64.from_address(addr[0]).value, ct.c_uint64.from_address(addr[1]).value,
+                     *(ct.c_int32.from_address(a).value for a in addr[2:5]),
+                     ct.c_uint64.from_address(addr[5]).value, ct.c_uint64.from_address(addr[6]).value]})
+        return 0
+
+
+@pytest.fixture
+def direct_cpu(monkeypatch: pytest.MonkeyPatch) -> Any:
+    import torch
+    from triton.runtime.driver import driver
+
+    from kbuild.runtime import direct as d
+
+    saved = driver._active
+    driver.set_active(_NoDriver())
+    fake = FakeCuda()
+    monkeypatch.setattr(d, "_cuda", lambda: fake)
+    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda device: 77, raising=False)
+    monkeypatch.delenv("KBUILD_RUNTIME_LAUNCH", raising=False)
+    try:
+        yield fake
+    finally:
+        driver._active = saved
+
+
+def _softmax_call(kernels: Any, rows: int, cols: int) -> tuple[Any, Any, Any]:
+    import torch
+
+    x = torch.empty(rows * cols, dtype=torch.float16).view(rows, cols)
+    out = torch.empty_like(x)
+    compiled = kernels.softmax[(rows,)](out, x, x.stride(0), out.stride(0), cols, BLOCK=1024, num_warps=4,
+                                        num_stages=3)
+    return x, out, compiled
+
+
+def test_a_shipped_call_is_launched_directly_without_triton_driver_or_compiler(
+        jit_settings: Any, tuned_builds: list[Any], kernels: Any, tmp_path: Any, direct_cpu: FakeCuda) -> None:
+    import triton.compiler
+
+    import kbuild.runtime
+    from kbuild.runtime.package import write_package_data
+
+    shipped = write_package_data(jit_settings, tuned_builds, tmp_path / "kbx_jit")
+    entry = next(e for e in shipped.index["entries"].values() if e["target"]["cc"] == 90 and e["kernel"] == "softmax")
+    cubin = (shipped.data_dir / entry["cubin"]).read_bytes()
+    compiles: list[int] = []
+    original_compile = triton.compiler.compile
+    triton.compiler.compile = lambda *a, **k: compiles.append(1)  # type: ignore[assignment]
+    try:
+        assert kbuild.runtime.enable("kbx_jit", data_dir=shipped.data_dir)
+        x, out, compiled = _softmax_call(kernels, 64, 1024)
+        x2, out2, _ = _softmax_call(kernels, 32, 1024)  # the same specialisation: no second load
+    finally:
+        triton.compiler.compile = original_compile
+    assert compiles == []
+    assert direct_cpu.loaded == [cubin] and direct_cpu.names == [compiled.name.encode()]
+    md = compiled.metadata
+    first, second = direct_cpu.launches
+    assert first == {"grid": (64, 1, 1), "block": 32 * md.num_warps, "shared": md.shared, "stream": 77, "attrs": 0,
+                     "args": [out.data_ptr(), x.data_ptr(), 1024, 1024, 1024, 0, 0]}
+    assert second["grid"] == (32, 1, 1) and second["args"][:2] == [out2.data_ptr(), x2.data_ptr()]
+    assert [e.stage for e in kbuild.runtime.events()] == ["zero-jit", "direct-launch"]
+
+
+def test_a_call_without_a_shipped_kernel_goes_to_triton(jit_settings: Any, tuned_builds: list[Any], kernels: Any,
+                                                        tmp_path: Any, direct_cpu: FakeCuda) -> None:
+    import kbuild.runtime
+    from kbuild.runtime.package import write_package_data
+
+    shipped = write_package_data(jit_settings, tuned_builds, tmp_path / "kbx_jit")
+    assert kbuild.runtime.enable("kbx_jit", data_dir=shipped.data_dir)
+    with pytest.raises(AssertionError, match="Triton's driver was used"):
+        _softmax_call(kernels, 64, 1000)  # n_cols not divisible by 16: another specialisation, Triton's run
+    assert direct_cpu.loaded == [] and direct_cpu.launches == []
