@@ -81,6 +81,7 @@ class Launcher:
         self.log_path = log_path
         self.events: list[dict[str, Any]] = []
         self._identity_cache: dict[str, Any] | None = None
+        self.tuning: Any | None = None  # kbuild.nvcc.tuned.CudaTuning: the declared kernels of this unit
 
     # --- entry --------------------------------------------------------------------------------------------------
     def run(self) -> int:
@@ -90,8 +91,14 @@ class Launcher:
         if reason is not None:
             return self.plain(f"the argument {reason}")
         invocation = None
+        if self.store is not None:
+            from .tuned import CudaTuning
+
+            self.tuning = CudaTuning.for_invocation(self.args, self.cwd, store=self.store, emit=self._event)
         if self.store is not None and direct.eligible(self.args):
             invocation = direct.invocation_key(self._tool_digest(self.nvcc), self.args, self.cwd, self.environ)
+            if self.tuning is not None:  # a tuned cubin stored later must not be hidden by an earlier object
+                invocation = hashlib.sha256(f"{invocation}:{self.tuning.digest()}".encode()).hexdigest()
             if self._direct_restore(invocation):
                 self._event("nvcc", "", "total", time.perf_counter() - t0, status=0, direct=True)
                 return 0
@@ -153,6 +160,7 @@ class Launcher:
                     log.warning("kbuild-nvcc: %s runs uncached: %s", cmd.tool, exc)
                     step = None
             if step is not None and self._restore(step, tmp):
+                self._tuned(cmd.tool, step, argv, env)
                 continue
             t0 = time.perf_counter()
             rc, output = self._run(argv, env, capture=step is not None)
@@ -168,9 +176,26 @@ class Launcher:
                 self._event(cmd.tool, "", "run" if cmd.tool not in _STEPS else "uncached", seconds)
             else:
                 self._save(step, tmp, output, seconds)
+                self._tuned(cmd.tool, step, argv, env)
+        if self.tuning is not None:
+            self._write_records(self.tuning.records)
+            if self.tuning.untuned:
+                invocation = None  # ask the store again next time: a tuning result may arrive (prewarm)
         if invocation is not None:
             self._direct_save(invocation, union(read), [a[0] for a in argvs if a[0] != DEPS_STEP], deps_file)
         return 0
+
+    def _tuned(self, tool: str, step: Step, argv: Sequence[str], env: Mapping[str, str]) -> None:
+        """After a ptxas step: the declared kernels' tuned cubins replace ptxas's (:mod:`kbuild.nvcc.tuned`)."""
+        if tool == "ptxas" and self.tuning is not None and self.store is not None:
+            self.tuning.after_ptxas(step.outputs["cubin"], argv, env=env, cwd=self.cwd)
+
+    def _write_records(self, records: list[dict[str, Any]]) -> None:
+        from kbuild.config import env_setting
+
+        from .tuned import write_records
+
+        write_records(records, env_setting("nvcc_records"))
 
     # --- the direct mode ----------------------------------------------------------------------------------------
     def _output_path(self) -> Path:
@@ -208,6 +233,8 @@ class Launcher:
                 deps_path = self.cwd / meta["deps_path"]
                 deps_path.parent.mkdir(parents=True, exist_ok=True)
                 deps_path.write_bytes(deps.cubin)
+            if meta.get("cuda_records"):
+                self._write_records(meta["cuda_records"])
             self._event("nvcc", "", "direct-hit", time.perf_counter() - t0, key=invocation)
             return True
         return False
@@ -233,6 +260,8 @@ class Launcher:
         self._put(_artefact(obj_key, obj, {"kind": KIND_OUTPUT, "tool": "nvcc", "role": "object"}))
         meta: dict[str, Any] = {"kind": KIND_MANIFEST, "files": digests, "tools": tool_digests, "object": obj_key,
                                 "deps": None, "cwd": str(self.cwd) if names_cwd else None}
+        if self.tuning is not None and self.tuning.records:
+            meta["cuda_records"] = self.tuning.records
         if deps_file is not None:
             deps_key = hashlib.sha256(f"{result}:deps".encode()).hexdigest()
             self._put(_artefact(deps_key, deps_file[1].encode(), {"kind": KIND_OUTPUT, "tool": "nvcc", "role": "deps"}))

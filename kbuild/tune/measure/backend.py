@@ -35,6 +35,9 @@ class KernelRef:
     """Ask the spec for its reduced problem size."""
     python_path: tuple[str, ...] = ()
     """Directories to put on ``sys.path`` before importing ``spec``."""
+    symbol: str | None = None
+    """A CUDA C++ kernel: the ``__global__`` function's (mangled) symbol in the cubin; ``spec`` then names a
+    :class:`kbuild.bench.cuda.CudaBenchSpec` and ``config`` is unused (:mod:`.cuda_session`)."""
 
 
 @dataclass(frozen=True)

@@ -184,6 +184,8 @@ class WorkerClient:
         self._load_msg = {"op": "load", "version": protocol.PROTOCOL_VERSION, "spec": kernel.spec,
                           "config": kernel.config, "small": kernel.small, "python_path": list(kernel.python_path),
                           "baseline": baseline}
+        if kernel.symbol is not None:
+            self._load_msg["symbol"] = kernel.symbol
         self._loaded = False
         self._ensure_loaded()
         assert self._info is not None

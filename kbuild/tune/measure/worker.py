@@ -40,6 +40,16 @@ def handle(state: dict[str, Any], msg: dict[str, Any]) -> dict[str, Any]:
         state.pop("session", None)
         try:
             config = msg["config"]
+            if msg.get("symbol"):  # a CUDA C++ kernel of an nvcc cubin
+                from .cuda_session import CudaSession
+
+                state["session"] = cuda = CudaSession(msg["spec"], str(msg["symbol"]), msg["baseline"],
+                                                      small=bool(msg.get("small")),
+                                                      python_path=tuple(msg.get("python_path", ())))
+                import torch
+
+                return {"ok": True, "kernel": cuda.spec.name, "arch": cuda.arch, "baseline_digest": cuda.baseline_digest,
+                        "device": torch.cuda.get_device_name(0), "details": cuda.details}
             sess = Session(msg["spec"], config if isinstance(config, dict) else int(config), msg["baseline"], small=bool(msg.get("small")),
                            python_path=tuple(msg.get("python_path", ())))
         except SessionUsageError as exc:

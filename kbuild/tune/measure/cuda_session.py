@@ -1,0 +1,158 @@
+"""One loaded CUDA C++ kernel on the GPU (runs inside the measurement worker only).
+
+The CUDA counterpart of :class:`kbuild.tune.measure.session.Session`: the kernel is a ``__global__`` function of a
+cubin that nvcc's ptxas wrote (:mod:`kbuild.nvcc.tuned`), named by its mangled symbol, and its bench spec is a
+:class:`kbuild.bench.cuda.CudaBenchSpec`. Each cubin (the untouched baseline, each candidate) is loaded with
+``cuModuleLoadData`` and launched with ``cuLaunchKernelEx`` through :mod:`kbuild.runtime.direct`'s ctypes binding,
+with the spec's grid, block and dynamic shared memory, and the parameters packed in the signature's order.
+Correctness is the same oracle as for Triton kernels (:class:`CudaOracle`: poisoned outputs, guard bands,
+inputs unchanged, bitwise comparison with the untouched baseline on fresh inputs); timing the same interleaved
+CUDA-event loop with an L2 flush.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from kbuild.bench.cuda import CudaBenchSpec, load_cuda_spec
+from kbuild.bench.spec import validate_inputs
+from kbuild.device import timing
+
+from .cubin import CubinFormatError, cubin_arch, cubin_digest
+from .oracle import BaselineProblem, Oracle
+from .session import CandidateError, SessionUsageError
+
+
+class CudaFunction:
+    """A cubin's ``__global__`` function loaded on the current device, launched with a spec's dimensions."""
+
+    def __init__(self, cubin: bytes, symbol: str, spec: CudaBenchSpec) -> None:
+        from kbuild.runtime import direct
+
+        self.spec = spec
+        cuda = direct._cuda()
+        self.cuda = cuda
+        import torch
+
+        torch.cuda.init()  # the primary context, current on this thread
+        self.module, self.function = ctypes.c_void_p(), ctypes.c_void_p()
+        cuda.check(cuda.lib.cuModuleLoadData(ctypes.byref(self.module), cubin))
+        cuda.check(cuda.lib.cuModuleGetFunction(ctypes.byref(self.function), self.module, symbol.encode()))
+        if spec.shared > 48 * 1024:
+            cuda.check(cuda.lib.cuFuncSetAttribute(self.function, direct._CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                                   spec.shared))
+        kinds: list[Any] = []
+        for ty in spec.signature.values():
+            base = "".join(ty.split()).split(":")[0]
+            kinds.append("ptr" if base.startswith("*") else direct._SCALARS[base])
+        self.kinds = kinds
+        self.direct = direct
+
+    def run(self, inputs: Mapping[str, Any]) -> None:
+        """Launch once on torch's current stream with ``inputs`` (tensors for pointers, numbers for scalars)."""
+        import torch
+
+        direct = self.direct
+        (gx, gy, gz), (bx, by, bz) = self.spec.dims(inputs)
+        values: list[Any] = []
+        for kind, arg in zip(self.kinds, self.spec.launch_args(inputs)):
+            values.append(ctypes.c_uint64(arg.data_ptr()) if kind == "ptr" else kind(arg))
+        params = (ctypes.c_void_p * len(values))(*[ctypes.addressof(v) for v in values])
+        config = direct._LaunchConfig(gx, gy, gz, bx, by, bz, self.spec.shared,
+                                      ctypes.c_void_p(torch.cuda.current_stream().cuda_stream), None, 0)
+        self.cuda.check(self.cuda.launch_ex(ctypes.byref(config), self.function, params, None))
+
+    def close(self) -> None:
+        """Unload the module (a candidate's, once judged)."""
+        if self.module.value:
+            self.cuda.lib.cuModuleUnload(self.module)
+            self.module = ctypes.c_void_p()
+
+
+class CudaOracle(Oracle):
+    """The oracle with a CUDA launch: dimensions from the inputs, not from constexprs."""
+
+    def __init__(self, spec: CudaBenchSpec, *, device: str = "cuda",
+                 synchronize: Callable[[], None] | None = None) -> None:
+        import torch
+
+        self.torch = torch
+        self.spec = spec  # type: ignore[assignment]  # the Triton spec's interface, duck-typed
+        self.config = None  # type: ignore[assignment]
+        self.device = device
+        self.synchronize = synchronize or (lambda: None)
+
+    def launch(self, kernel: Any, inputs: dict[str, Any]) -> None:
+        kernel.run(inputs)
+
+
+class CudaSession:
+    """``load``/``check``/``time`` for a CUDA kernel: the same answers as :class:`~.session.Session`."""
+
+    def __init__(self, spec_ref: str, symbol: str, baseline: bytes, *, small: bool = False,
+                 python_path: tuple[str, ...] = ()) -> None:
+        import torch
+
+        from kbuild.errors import GPUUnavailableError, KBuildError
+
+        self.torch = torch
+        try:
+            self.spec = load_cuda_spec(spec_ref, small=small, python_path=python_path)
+        except KBuildError as exc:
+            raise SessionUsageError(str(exc)) from None
+        try:
+            base_arch = cubin_arch(baseline)
+        except CubinFormatError as exc:
+            raise SessionUsageError(f"baseline: {exc}") from None
+        try:
+            self.arch = timing.require_gpu((base_arch,))
+        except GPUUnavailableError as exc:
+            raise SessionUsageError(str(exc), kind="no-gpu") from None
+        self.symbol = symbol
+        self.baseline = CudaFunction(baseline, symbol, self.spec)
+        self.baseline_digest = cubin_digest(baseline)
+        self.flush = timing.L2Flush()
+        self.timing_inputs = self.spec.make_inputs(1_000_003, timing.DEVICE)
+        validate_inputs(self.spec, self.timing_inputs, check_reference=False)  # type: ignore[arg-type]
+        self.oracle = CudaOracle(self.spec, device=timing.DEVICE, synchronize=torch.cuda.synchronize)
+        try:
+            self.details = self.oracle.baseline_sanity(self.baseline)
+        except BaselineProblem as exc:
+            raise SessionUsageError(str(exc)) from None
+
+    def _candidate(self, cubin: bytes) -> CudaFunction:
+        try:
+            arch = cubin_arch(cubin)
+        except CubinFormatError as exc:
+            raise CandidateError(f"not a cubin: {exc}") from None
+        if arch != self.arch:
+            raise CandidateError(f"cubin is for sm_{arch} but this GPU is sm_{self.arch}")
+        return CudaFunction(cubin, self.symbol, self.spec)
+
+    def check(self, cubin: bytes, k: int, seed: int) -> dict[str, Any]:
+        cand = self._candidate(cubin)
+        try:
+            return self.oracle.check(self.baseline, cand, k, seed)
+        except BaselineProblem as exc:
+            raise SessionUsageError(str(exc)) from None
+        finally:
+            cand.close()
+
+    def time(self, cubin: bytes, rounds: int, reps: int) -> dict[str, list[list[float]]]:
+        cand = self._candidate(cubin)
+        inputs = self.timing_inputs
+
+        def run(fn: CudaFunction) -> Callable[[], None]:
+            return lambda: fn.run(inputs)
+
+        try:
+            base, other, aa = timing.time_interleaved([run(self.baseline), run(cand), run(self.baseline)],
+                                                      rounds=rounds, reps=reps, flush=self.flush)
+        finally:
+            cand.close()
+        return {"baseline": base, "candidate": other, "baseline_aa": aa}
+
+
+__all__ = ["CudaFunction", "CudaOracle", "CudaSession"]
