@@ -1,11 +1,13 @@
 # mypy: disable-error-code="valid-type"
 # (tile kernels annotate parameters with Tensor(...)/Scalar(...) values, which kbuild.tile.lang.trace reads)
-"""Kernels written in the tile language, with bench specs and torch references: softmax and RMSNorm.
+"""Kernels written in the tile language, with bench specs and torch references: softmax, RMSNorm, fp16 GEMM.
 
-Each is a few lines with no layout in it; :func:`kbuild.tile.build.build` synthesises the layouts. The
-specs mirror :mod:`kbuild.bench.kernels.softmax` and :mod:`kbuild.bench.kernels.rmsnorm` (same shapes,
-inputs and references), so the tile kernels compare one to one with the hand-written Triton ones:
-``kbuild bench --spec kbuild.tile.kernels:softmax``.
+Each is a few lines with no layout in it; :func:`kbuild.tile.build.build` (row-wise kernels) and
+:func:`kbuild.tile.gluon_mma.build_mma` (the GEMM) synthesise the layouts. The softmax and RMSNorm specs
+mirror :mod:`kbuild.bench.kernels.softmax` and :mod:`kbuild.bench.kernels.rmsnorm` (same shapes, inputs and
+references), so the tile kernels compare one to one with the hand-written Triton ones:
+``kbuild bench --spec kbuild.tile.kernels:softmax``; the GEMM's inputs are those of
+:mod:`kbuild.bench.kernels.tma_matmul` (``C = A @ B`` at 4096³).
 """
 
 from __future__ import annotations
@@ -15,7 +17,8 @@ from typing import Any
 
 from kbuild.bench.spec import BenchSpec, Constexpr
 from kbuild.tile.build import TileKernel, build
-from kbuild.tile.lang import Scalar, Tensor, exp, extent, load, rsqrt, store
+from kbuild.tile.gluon_mma import MmaKernel, build_mma
+from kbuild.tile.lang import Scalar, Tensor, exp, extent, load, loop, mma, rsqrt, shared, store, zeros
 
 EPS = 1e-6
 
@@ -31,6 +34,13 @@ def rmsnorm_tile(x: Tensor("fp16", "MN"), w: Tensor("fp16", "N"), y: Tensor("fp1
     a = load(x).to("fp32")
     r = rsqrt((a * a).sum(axis=1) / extent("N") + eps)
     store(y, a * r[:, None] * load(w).to("fp32")[None, :])
+
+
+def gemm_tile(a: Tensor("fp16", "MK"), b: Tensor("fp16", "KN"), c: Tensor("fp16", "MN")) -> None:
+    acc = zeros("MN")
+    for _ in loop("K"):
+        mma(shared(a), shared(b), acc)
+    store(c, acc)
 
 
 def _pow2(n: int) -> int:
@@ -98,4 +108,38 @@ def rmsnorm(small: bool = False) -> BenchSpec:
     return _row_spec("tile_rmsnorm", rmsnorm_kernel(n), m, n, extra, reference, 4.0 * m * n, 2.0 * (2 * m * n + n))
 
 
-__all__ = ["rmsnorm", "rmsnorm_kernel", "rmsnorm_tile", "softmax", "softmax_kernel", "softmax_tile"]
+def gemm_kernel(m: int, n: int, k: int, arch: int = 90, variants: int = 3) -> MmaKernel:
+    return build_mma(gemm_tile, (m, n, k), arch=arch, variants=variants)
+
+
+def gemm(small: bool = False, arch: int = 90) -> BenchSpec:
+    """fp16 ``C = A @ B`` (fp32 accumulation) at 4096³ (256³ when ``small``), A M×K and B K×N row-major."""
+    s = 256 if small else 4096
+    k = gemm_kernel(s, s, s, arch)
+
+    def make_inputs(seed: int, device: Any) -> dict[str, Any]:
+        import torch
+
+        g = torch.Generator(device=device).manual_seed(seed)
+
+        def randn(*shape: int) -> Any:
+            return torch.randn(shape, generator=g, device=device).to(dtype=torch.float16)
+
+        return {"a_ptr": randn(s, s), "b_ptr": randn(s, s),
+                "c_ptr": torch.empty((s, s), dtype=torch.float16, device=device), "M": s, "N": s, "K": s}
+
+    def grid(c: Mapping[str, Constexpr]) -> tuple[int, int, int]:
+        bm, bn = int(c["BLOCK_M"]), int(c["BLOCK_N"])
+        return (-(-s // bm) * -(-s // bn), 1, 1)
+
+    def reference(x: dict[str, Any]) -> dict[str, Any]:
+        return {"c_ptr": x["a_ptr"].float() @ x["b_ptr"].float()}
+
+    return BenchSpec(
+        name="tile_gemm", fn=k.fn, signature=k.signature, constexprs={}, configs=k.configs(),
+        make_inputs=make_inputs, grid=grid, outputs={"c_ptr": None}, flops=2.0 * s ** 3, bytes_moved=2.0 * 3 * s * s,
+        archs=(arch,), reference=reference, needs_allocator=arch == 90,
+        description=f"tile_gemm: kbuild.tile (Gluon for sm_{arch}, {len(k.plans)} synthesised variants), fp16 {s}^3")
+
+
+__all__ = ["gemm", "gemm_kernel", "gemm_tile", "rmsnorm", "rmsnorm_kernel", "rmsnorm_tile", "softmax", "softmax_kernel", "softmax_tile"]

@@ -12,13 +12,20 @@ The operations: :func:`load` and :func:`store` (global ↔ register tiles), elem
 Python operators and :func:`exp`, :func:`sqrt`, :func:`rsqrt`, :func:`maximum`, casts (``.to("fp32")``),
 reductions (``.sum(axis)``, ``.max(axis)``, ``.min(axis)``), broadcasting by indexing with ``None``
 (``m[:, None]``), and :func:`rearrange` (an explicit layout conversion: where two constraints conflict).
+
+Matrix products add a third dimension, ``K``, that a program iterates: :func:`zeros` makes a register tile
+(an accumulator), ``for k in loop("K"):`` traces its body once as a loop over the ``BLOCK_K`` steps of ``K``,
+:func:`shared` copies the current step's tile of an ``"MK"`` or ``"KN"`` tensor into shared memory, and
+:func:`mma` accumulates a product of shared tiles into a register tile in place (CuTe's ``gemm(a, b, c)``
+convention: the accumulator is the loop-carried value). Their layouts (the mma's accumulator and operand
+layouts, the shared tiles' swizzles, the copy engine) are synthesised by :mod:`kbuild.tile.mma`.
 """
 
 from __future__ import annotations
 
 import contextvars
 import inspect
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,6 +35,8 @@ DTYPES = ("fp16", "bf16", "fp32")
 BYTES = {"fp16": 2, "bf16": 2, "fp32": 4}
 #: letters of tensor dimensions → the tile dimension (0: rows, 1: columns) they run along
 DIMS = {"M": 0, "N": 1}
+#: the dimension letters a global tensor may have (``K``: the dimension an mma program iterates over)
+TENSOR_DIMS = ("MN", "N", "M", "MK", "KN")
 
 
 class TileError(UsageError, ValueError):
@@ -45,8 +54,8 @@ class Tensor:
     def __post_init__(self) -> None:
         if self.dtype not in DTYPES:
             raise TileError(f"Tensor dtype {self.dtype!r} is not one of {', '.join(DTYPES)}")
-        if self.dims not in ("MN", "N", "M"):
-            raise TileError(f"Tensor dims {self.dims!r}: expected 'MN', 'M' or 'N'")
+        if self.dims not in TENSOR_DIMS:
+            raise TileError(f"Tensor dims {self.dims!r}: expected one of {', '.join(map(repr, TENSOR_DIMS))}")
 
 
 @dataclass(frozen=True)
@@ -58,13 +67,15 @@ class Scalar:
 
 @dataclass
 class Value:
-    """A register tile (or a scalar) of the traced program. ``shape`` names each dimension's extent: ``"M"``
-    (``BLOCK_M``), ``"N"`` (``BLOCK_N``) or ``1`` (broadcast)."""
+    """A register or shared tile of the traced program. ``shape`` names each dimension's extent: ``"M"``
+    (``BLOCK_M``), ``"N"`` (``BLOCK_N``), ``"K"`` (``BLOCK_K``) or ``1`` (broadcast); ``space`` is
+    ``"register"`` or ``"shared"``."""
 
     id: int
     shape: tuple[str | int, ...]
     dtype: str
     program: Program = field(repr=False)
+    space: str = "register"
 
     # -- arithmetic ----------------------------------------------------------------------------------
     def _bin(self, op: str, other: Any, swap: bool = False) -> Value:
@@ -145,8 +156,10 @@ class Program:
     def where(self) -> str:
         return f"{self.name} line {_caller_line()}"
 
-    def _new(self, shape: tuple[str | int, ...], dtype: str) -> Value:
-        v = Value(len(self.values), shape, dtype, self)
+    loop_depth: int = 0
+
+    def _new(self, shape: tuple[str | int, ...], dtype: str, space: str = "register") -> Value:
+        v = Value(len(self.values), shape, dtype, self, space)
         self.values.append(v)
         return v
 
@@ -158,6 +171,8 @@ class Program:
         if isinstance(x, Value):
             if x.program is not self:
                 raise TileError(f"{self.where()}: {what}: a value of another kernel")
+            if x.space != "register":
+                raise TileError(f"{self.where()}: {what}: a shared tile; only mma reads shared tiles")
             return x
         if isinstance(x, ScalarRef):
             return x
@@ -262,6 +277,9 @@ def load(src: GlobalRef, other: float = 0.0, layout: Any = None) -> Value:
     p = _program()
     if not isinstance(src, GlobalRef):
         raise TileError(f"{p.where()}: load takes a Tensor parameter, not {type(src).__name__}")
+    if "K" in src.param.dims:
+        raise TileError(f"{p.where()}: load({src.param.name}): a {src.param.dims!r} tensor is read by shared() "
+                        "inside loop('K')")
     shape = tuple(src.param.dims)
     out = p._new(shape, src.param.dtype)
     p._emit("load", (src.param,), out, other=float(other), layout=layout)
@@ -311,6 +329,75 @@ def extent(dim: str) -> ScalarRef:
     return ScalarRef("n_rows" if dim == "M" else "n_cols", "i32")
 
 
+def zeros(dims: str = "MN", dtype: str = "fp32") -> Value:
+    """A register tile of zeros over ``dims`` (an accumulator for :func:`mma`)."""
+    p = _program()
+    if dims not in ("MN",) or dtype not in DTYPES:
+        raise TileError(f"{p.where()}: zeros({dims!r}, {dtype!r}): expected dims 'MN' and one of {', '.join(DTYPES)}")
+    out = p._new(tuple(dims), dtype)
+    p._emit("zeros", (), out)
+    return out
+
+
+@dataclass
+class LoopIndex:
+    """The step of a :func:`loop` (its tile index along the dimension)."""
+
+    dim: str
+
+
+def loop(dim: str = "K") -> Iterator[LoopIndex]:
+    """``for k in loop("K"):``: the body runs over the ``BLOCK_K`` steps of ``K`` (traced once)."""
+    p = _program()
+    if dim != "K":
+        raise TileError(f"{p.where()}: loop({dim!r}): only the K dimension is iterated")
+    if p.loop_depth:
+        raise TileError(f"{p.where()}: loop({dim!r}) inside another loop")
+    p._emit("loop", (), None, dim=dim)
+    p.loop_depth += 1
+    try:
+        yield LoopIndex(dim)
+    finally:
+        p.loop_depth -= 1
+        p._emit("endloop", (), None, dim=dim)
+
+
+def shared(src: GlobalRef) -> Value:
+    """The current K step's tile of ``src`` (an ``"MK"`` or ``"KN"`` tensor) copied into shared memory; only
+    inside ``loop("K")``. The copy engine (TMA, cp.async) and the tile's swizzle are synthesised."""
+    p = _program()
+    if not isinstance(src, GlobalRef):
+        raise TileError(f"{p.where()}: shared takes a Tensor parameter, not {type(src).__name__}")
+    if "K" not in src.param.dims:
+        raise TileError(f"{p.where()}: shared({src.param.name}): a {src.param.dims!r} tensor has no K dimension")
+    if not p.loop_depth:
+        raise TileError(f"{p.where()}: shared({src.param.name}) outside loop('K'): which K step is meant?")
+    out = p._new(tuple(src.param.dims), src.param.dtype, "shared")
+    p._emit("shared", (src.param,), out)
+    return out
+
+
+def mma(a: Value, b: Value, acc: Value) -> None:
+    """``acc += a @ b`` in place: ``a`` an M×K and ``b`` a K×N tile (shared; fp16 or bf16), ``acc`` an M×N
+    fp32 register tile from :func:`zeros`."""
+    p = _program()
+    for name, v, want in (("a", a, ("M", "K")), ("b", b, ("K", "N")), ("acc", acc, ("M", "N"))):
+        if not isinstance(v, Value) or v.program is not p:
+            raise TileError(f"{p.where()}: mma: {name} is not a tile of this kernel")
+        if v.shape != want:
+            raise TileError(f"{p.where()}: mma: {name} has shape {v.shape}, expected {want}")
+    if a.space != "shared" or b.space != "shared":
+        raise TileError(f"{p.where()}: mma: operands must be shared tiles (shared(x) inside loop('K')), "
+                        f"got a in {a.space}, b in {b.space}")
+    if acc.space != "register" or acc.dtype != "fp32":
+        raise TileError(f"{p.where()}: mma: the accumulator must be an fp32 register tile (zeros('MN'))")
+    if a.dtype != b.dtype or a.dtype not in ("fp16", "bf16"):
+        raise TileError(f"{p.where()}: mma of {a.dtype} x {b.dtype}: expected two fp16 or two bf16 tiles")
+    if not p.loop_depth:
+        raise TileError(f"{p.where()}: mma outside loop('K')")
+    p._emit("mma", (a, b, acc), None)
+
+
 def trace(fn: Callable[..., Any]) -> Program:
     """Run ``fn`` once on proxies of its annotated parameters and return the recorded :class:`Program`."""
     try:
@@ -342,5 +429,6 @@ def trace(fn: Callable[..., Any]) -> Program:
     return program
 
 
-__all__ = ["BYTES", "DIMS", "DTYPES", "GlobalRef", "Op", "Param", "Program", "Scalar", "ScalarRef", "Tensor",
-           "TileError", "Value", "exp", "extent", "load", "maximum", "rearrange", "rsqrt", "sqrt", "store", "trace"]
+__all__ = ["BYTES", "DIMS", "DTYPES", "TENSOR_DIMS", "GlobalRef", "LoopIndex", "Op", "Param", "Program", "Scalar",
+           "ScalarRef", "Tensor", "TileError", "Value", "exp", "extent", "load", "loop", "maximum", "mma", "rearrange",
+           "rsqrt", "shared", "sqrt", "store", "trace", "zeros"]
