@@ -1,10 +1,15 @@
-"""GPU evidence for kbuild.tile (issue 20): synthesised Gluon softmax and RMSNorm vs hand-written Triton and torch.
+"""GPU evidence for kbuild.tile (issue 20): synthesised Gluon softmax, RMSNorm and fp16 GEMM vs hand-written
+Triton and torch (cuBLAS for the GEMM).
 
 Run on the H200 (no network; kbuild from the working tree, nothing to install)::
 
     PYTHONPATH=. python3 benchmarks/gpu_tile.py                 # writes $OUT/gpu_tile.json, prints a table
+    PYTHONPATH=. python3 benchmarks/gpu_tile.py --only gemm     # the GEMM alone (~1 min)
 
-About a minute: for softmax (65536×4096 fp16) and RMSNorm (32768×4096 fp16) it
+About two minutes: for softmax (65536×4096 fp16), RMSNorm (32768×4096 fp16) and the GEMM (fp16 4096³, fp32
+accumulation; the tile kernel's wgmma + TMA variants vs ``torch.matmul`` and the suite's Triton matmuls:
+:mod:`kbuild.bench.kernels.tma_matmul` (the same product, TMA + ``tl.dot``) and
+:mod:`kbuild.bench.kernels.matmul` ``matmul_4096`` (its product carries a LeakyReLU epilogue)) it
 
 1. builds the tile kernel (:mod:`kbuild.tile.kernels`: trace, layout synthesis, Gluon emission; the synthesis
    time is recorded) and compiles each kept layout variant for this GPU through kbuild's bench-spec path;
@@ -14,8 +19,9 @@ About a minute: for softmax (65536×4096 fp16) and RMSNorm (32768×4096 fp16) it
    error ≤ the spec's tolerance) and that two runs are bit-identical;
 4. times every correct tile variant, every Triton configuration and torch's own op (``torch.softmax``;
    ``torch.nn.functional.rms_norm``) interleaved (L2 flushed before each launch, ``--rounds`` × ``--reps``);
-5. prints per kernel: median ms and GB/s of each, and the best tile variant's speed relative to the best Triton
-   configuration and to torch (>1: the tile kernel is faster).
+5. prints per kernel: median ms and GB/s (TFLOP/s for the GEMM) of each, and the best tile variant's speed
+   relative to the best Triton configuration and to torch (>1: the tile kernel is faster; the issue's GEMM
+   target is ``tile_vs_torch`` >= 0.95 at 4096³).
 
 ``--dry-run`` (CPU): builds and compiles everything for sm_90 and prints the plan, no launch. Writes
 ``$OUT/gpu_tile.json`` (``--out DIR``; default ``$OUT`` or ``benchmarks/results``) with raw samples, errors,
@@ -37,14 +43,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from kbuild.bench.spec import BenchSpec, Config, compile_spec, load_spec
 
 PAIRS = [
-    ("softmax", "kbuild.tile.kernels:softmax", "kbuild.bench.kernels.softmax:softmax"),
-    ("rmsnorm", "kbuild.tile.kernels:rmsnorm", "kbuild.bench.kernels.rmsnorm:rmsnorm"),
+    ("softmax", "kbuild.tile.kernels:softmax", ["kbuild.bench.kernels.softmax:softmax"]),
+    ("rmsnorm", "kbuild.tile.kernels:rmsnorm", ["kbuild.bench.kernels.rmsnorm:rmsnorm"]),
+    ("gemm", "kbuild.tile.kernels:gemm", ["kbuild.bench.kernels.tma_matmul:tma_matmul",
+                                          "kbuild.bench.kernels.matmul:matmul_4096"]),
 ]
 
 
 def torch_op(name: str, inputs: dict[str, Any]) -> Any:
     import torch
 
+    if name == "gemm":
+        a, b = inputs["a_ptr"], inputs["b_ptr"]
+        return lambda: torch.matmul(a, b)
     x = inputs["x_ptr"]
     if name == "softmax":
         return lambda: torch.softmax(x, dim=-1)
@@ -65,7 +76,9 @@ def main() -> int:
     ap.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "benchmarks/results")))
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--reps", type=int, default=20)
-    ap.add_argument("--small", action="store_true", help="16x512 problems (a smoke test, not numbers)")
+    ap.add_argument("--only", choices=[name for name, _, _ in PAIRS], action="append",
+                    help="measure only this kernel (repeatable)")
+    ap.add_argument("--small", action="store_true", help="16x512 problems, 256^3 GEMM (a smoke test, not numbers)")
     ap.add_argument("--dry-run", action="store_true", help="CPU: build and compile for sm_90, launch nothing")
     args = ap.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
@@ -76,19 +89,27 @@ def main() -> int:
 
         arch = timing.require_gpu((90,))
         record["device"] = timing.device_report()
+        timing.set_scratch_allocator()  # device-side TMA descriptors (the GEMMs)
     rows = []
-    for name, tile_ref, triton_ref in PAIRS:
+    for name, tile_ref, triton_refs in PAIRS:
+        if args.only and name not in args.only:
+            continue
         t0 = time.perf_counter()
         tile = load_spec(tile_ref, small=args.small)
         build_s = time.perf_counter() - t0
-        triton_spec = load_spec(triton_ref, small=args.small)
+        peers = [load_spec(ref, small=args.small) for ref in triton_refs]
         entry: dict[str, Any] = {"build_seconds": round(build_s, 3), "gluon_source": None, "variants": {}}
         from kbuild.tile import kernels
 
         n = 512 if args.small else 4096
-        entry["gluon_source"] = (kernels.softmax_kernel(n) if name == "softmax" else kernels.rmsnorm_kernel(n)).source
+        g = 256 if args.small else 4096
+        if name == "gemm":
+            entry["gluon_source"] = kernels.gemm_kernel(g, g, g).source
+        else:
+            entry["gluon_source"] = (kernels.softmax_kernel(n) if name == "softmax" else kernels.rmsnorm_kernel(n)).source
         compiled = {f"tile[{c.label()}]": (tile, c, k, s) for c, k, s in compile_all(tile, arch)}
-        compiled |= {f"triton[{c.label()}]": (triton_spec, c, k, s) for c, k, s in compile_all(triton_spec, arch)}
+        for peer in peers:
+            compiled |= {f"triton:{peer.name}[{c.label()}]": (peer, c, k, s) for c, k, s in compile_all(peer, arch)}
         for label, (_, _, k, s) in compiled.items():
             entry["variants"][label] = {"compile_s": round(s, 2), "registers": getattr(k, "n_regs", None)}
         record["kernels"][name] = entry
@@ -100,56 +121,66 @@ def main() -> int:
         from kbuild.bench.peers import rel_err
         from kbuild.device import stats, timing
 
-        inputs = tile.make_inputs(0, timing.DEVICE)
-        ref = tile.reference(inputs)["y_ptr"] if tile.reference else None
+        own_inputs = {id(spec): spec.make_inputs(0, timing.DEVICE) for spec in (tile, *peers)}
+        refs = {id(spec): spec.reference(own_inputs[id(spec)]) if spec.reference else None for spec in (tile, *peers)}
         launchers: dict[str, Any] = {}
         for label, (spec, cfg, k, _) in compiled.items():
-            own = dict(inputs) if spec is tile else triton_spec.make_inputs(0, timing.DEVICE)
-            own["y_ptr"] = torch.empty_like(inputs["y_ptr"])
+            out_name = next(iter(spec.outputs))
+            own = dict(own_inputs[id(spec)])
+            own[out_name] = torch.empty_like(own[out_name])
+            spec_ref = refs[id(spec)]
+            ref = spec_ref[out_name] if spec_ref is not None else None
             grid = spec.grid(spec.all_constexprs(cfg))
             launch_args = spec.launch_args(own, cfg)
             v = entry["variants"][label]
             try:
                 k[grid](*launch_args)
                 torch.cuda.synchronize()
-                first = own["y_ptr"].clone()
+                first = own[out_name].clone()
                 k[grid](*launch_args)
                 torch.cuda.synchronize()
             except Exception as exc:  # out of resources at load time
                 v["error"] = f"{type(exc).__name__}: {exc}"[:300]
                 continue
-            v["rel_err"] = rel_err(own["y_ptr"], ref) if ref is not None else None
-            v["bit_identical_rerun"] = bool(torch.equal(first, own["y_ptr"]))
+            v["rel_err"] = rel_err(own[out_name], ref) if ref is not None else None
+            v["bit_identical_rerun"] = bool(torch.equal(first, own[out_name]))
             if v["rel_err"] is not None and v["rel_err"] > spec.reference_tol:
                 v["error"] = f"wrong result: relative error {v['rel_err']:.3g}"
                 continue
             launchers[label] = (lambda k=k, g=grid, a=launch_args: k[g](*a))
-        launchers["torch"] = torch_op(name, inputs)
-        entry["variants"]["torch"] = {"rel_err": rel_err(launchers["torch"](), ref) if ref is not None else None}
+        tile_inputs = own_inputs[id(tile)]
+        tile_refs = refs[id(tile)]
+        tile_ref_out = tile_refs[next(iter(tile.outputs))] if tile_refs is not None else None
+        launchers["torch"] = torch_op(name, tile_inputs)
+        entry["variants"]["torch"] = {"rel_err": rel_err(launchers["torch"](), tile_ref_out)
+                                      if tile_ref_out is not None else None}
         flush = timing.L2Flush()
         samples = timing.time_interleaved(list(launchers.values()), rounds=args.rounds, reps=args.reps, flush=flush)
-        for label, s in zip(launchers, samples):
-            med = stats.median(s)
-            entry["variants"][label].update({"median_ms": med, "gbps": tile.bytes_moved / med / 1e6, "samples_ms": s})
-        best = {kind: min((v["median_ms"], lab) for lab, v in entry["variants"].items()
-                          if lab.startswith(kind) and "median_ms" in v) for kind in ("tile", "triton", "torch")}
+        for label, runs in zip(launchers, samples):
+            med = stats.median(runs)
+            entry["variants"][label].update({"median_ms": med, "gbps": tile.bytes_moved / med / 1e6,
+                                             "tflops": tile.flops / med / 1e9, "samples_ms": runs})
+        best = {kind: min(((v["median_ms"], lab) for lab, v in entry["variants"].items()
+                           if lab.startswith(kind) and "median_ms" in v), default=(float("nan"), "-"))
+                for kind in ("tile", "triton", "torch")}
         entry["best"] = {k: {"label": lab, "median_ms": ms} for k, (ms, lab) in best.items()}
         entry["tile_vs_triton"] = best["triton"][0] / best["tile"][0]
         entry["tile_vs_torch"] = best["torch"][0] / best["tile"][0]
         for label, v in entry["variants"].items():
+            speed = v.get("tflops") if name == "gemm" else v.get("gbps")
             if "median_ms" in v:
-                rows.append((name, label, v["median_ms"], v["gbps"], v.get("rel_err"), v.get("bit_identical_rerun")))
+                rows.append((name, label, v["median_ms"], speed, v.get("rel_err"), v.get("bit_identical_rerun")))
             else:
                 rows.append((name, label, None, None, v.get("rel_err"), v.get("error")))
     path = args.out / "gpu_tile.json"
     path.write_text(json.dumps(record, indent=1, default=str))
     if rows:
-        print(f"{'kernel':8} {'variant':34} {'ms':>8} {'GB/s':>7} {'rel_err':>9}  rerun")
-        for name, label, ms, gbps, err, note in rows:
+        print(f"{'kernel':8} {'variant':72} {'ms':>8} {'GB/s|TF':>7} {'rel_err':>9}  rerun")
+        for name, label, ms, speed, err, note in rows:
             ms_s = f"{ms:8.4f}" if ms is not None else "       -"
-            gb_s = f"{gbps:7.0f}" if gbps is not None else "      -"
+            sp_s = f"{speed:7.0f}" if speed is not None else "      -"
             err_s = f"{err:9.2e}" if isinstance(err, float) else "        -"
-            print(f"{name:8} {label:34} {ms_s} {gb_s} {err_s}  {note}")
+            print(f"{name:8} {label:72} {ms_s} {sp_s} {err_s}  {note}")
         for name, entry in record["kernels"].items():
             if "tile_vs_triton" in entry:
                 print(f"{name}: best tile {entry['best']['tile']['label']} is {entry['tile_vs_triton']:.3f}x the best "

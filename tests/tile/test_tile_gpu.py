@@ -39,3 +39,40 @@ def test_every_variant_matches_torch(ref: str, small: bool) -> None:
     compile_spec(spec, cfg, 90)[spec.grid(spec.all_constexprs(cfg))](*spec.launch_args(inputs, cfg))
     torch.cuda.synchronize()
     assert bool((inputs["y_ptr"][-3:] == 7.0).all())
+
+
+@pytest.mark.parametrize("small", [True, False])
+def test_gemm_every_variant_matches_torch_and_ragged_edges_stay_inside(small: bool) -> None:
+    import torch
+
+    from kbuild.bench.peers import rel_err
+    from kbuild.device import timing
+
+    timing.set_scratch_allocator()  # device-side TMA descriptors
+    spec = load_spec("kbuild.tile.kernels:gemm", small=small)
+    inputs = spec.make_inputs(1, "cuda")
+    assert spec.reference is not None
+    want = spec.reference(inputs)["c_ptr"]
+    for cfg in spec.configs:
+        kernel = compile_spec(spec, cfg, 90)
+        inputs["c_ptr"].fill_(float("nan"))
+        args = spec.launch_args(inputs, cfg)
+        kernel[spec.grid(spec.all_constexprs(cfg))](*args)
+        first = inputs["c_ptr"].clone()
+        kernel[spec.grid(spec.all_constexprs(cfg))](*args)
+        torch.cuda.synchronize()
+        assert rel_err(inputs["c_ptr"], want) < 2e-3, cfg.label()
+        assert torch.equal(first, inputs["c_ptr"]), cfg.label()
+    # a problem no tile divides: TMA zero-fills the K and M edges and clips the stores
+    m, n, k = 300, 272, 208
+    g = torch.Generator(device="cuda").manual_seed(3)
+    a = torch.randn((m, k), generator=g, device="cuda").half()
+    b = torch.randn((k, n), generator=g, device="cuda").half()
+    c = torch.full((m + 1, n), 7.0, device="cuda", dtype=torch.float16)  # one spare row after C
+    cfg = spec.configs[0]
+    ragged = {"a_ptr": a, "b_ptr": b, "c_ptr": c, "M": m, "N": n, "K": k}
+    grid = (-(-m // int(cfg.constexprs["BLOCK_M"])) * -(-n // int(cfg.constexprs["BLOCK_N"])), 1, 1)
+    compile_spec(spec, cfg, 90)[grid](*spec.launch_args(ragged, cfg))
+    torch.cuda.synchronize()
+    assert rel_err(c[:m], a.float() @ b.float()) < 2e-3
+    assert bool((c[m:] == 7.0).all())
