@@ -1,5 +1,7 @@
 """``kbuild tile MODULE:FUNCTION --block M=1 --block N=4096``: synthesise a tile kernel's layouts, show the ranked
-variants, and write its Gluon source (a module a ``[[tool.kbuild.kernels]]`` entry can name like any kernel)."""
+variants, and write its Gluon source (a module a ``[[tool.kbuild.kernels]]`` entry can name like any kernel).
+An mma program (``loop("K")`` + ``mma``) takes ``--problem M,N,K`` and ``--arch 90|80`` instead of blocks: its
+variants are ranked tile configurations, each with the layouts its mma fixes."""
 
 from __future__ import annotations
 
@@ -24,6 +26,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                                                                "directory or the installed packages)")
     p.add_argument("--block", action="append", default=[], metavar="DIM=N",
                    help="tile extent, a power of two: M (rows per program, default 1) and N (columns; required)")
+    p.add_argument("--problem", metavar="M,N,K", help="mma programs: the problem the configurations are ranked for")
+    p.add_argument("--arch", type=int, default=90, choices=[80, 90], help="mma programs: target (default 90)")
     p.add_argument("--warps", default="4,8", metavar="W,W", help="warp counts to synthesise for (default 4,8)")
     p.add_argument("--variants", type=int, default=3, help="assignments kept in the kernel (default 3)")
     p.add_argument("--write", type=Path, metavar="FILE", help="write the Gluon source to FILE (a .py module)")
@@ -82,24 +86,70 @@ def _warps(text: str) -> list[int]:
     return warps
 
 
-def run(args: argparse.Namespace) -> int:
+def _problem(text: str | None) -> tuple[int, int, int]:
+    parts = (text or "").split(",")
+    if text is None:
+        raise UsageError("--problem M,N,K is required for an mma program (the sizes its tiles are ranked for)")
+    if len(parts) != 3 or not all(p.isdigit() and int(p) > 0 for p in parts):
+        raise UsageError(f"--problem {text!r}: expected three positive integers M,N,K")
+    m, n, k = (int(p) for p in parts)
+    return m, n, k
+
+
+def _write(path: Path | None, source: str) -> None:
     from kbuild.fsutil import write_atomic
+
+    if path is not None:
+        try:
+            write_atomic(path, source)
+        except OSError as exc:
+            raise UsageError(f"--write {path}: cannot write: {exc.strerror or exc}") from None
+
+
+def _run_mma(args: argparse.Namespace, fn: Any) -> int:
+    from kbuild.tile.gluon_mma import build_mma
+
+    kernel = build_mma(fn, _problem(args.problem), arch=args.arch, variants=args.variants)
+    rows: list[dict[str, Any]] = [{"variant": i, "num_warps": p.num_warps, "constexprs": p.constexprs, "cost": round(p.cost, 1),
+             "parts": {k: round(x, 1) for k, x in p.parts.items()}, "copy": p.copy,
+             "layouts": {"acc": p.acc.text(), "a": p.a_shared.text(), "b": p.b_shared.text()}}
+            for i, p in enumerate(kernel.plans)]
+    _write(args.write, kernel.source)
+    doc = {"function": args.function, "kernel": kernel.program.name, "arch": kernel.arch,
+           "problem": list(_problem(args.problem)), "signature": kernel.signature,
+           "synthesis_seconds": round(kernel.seconds, 3), "variants": rows,
+           "written": str(args.write) if args.write else None, "source": kernel.source if args.source else None}
+    if args.json:
+        emit_json(doc)
+        return 0
+    print_table(f"{kernel.program.name}: {len(rows)} variants for sm_{kernel.arch}, synthesised in "
+                f"{kernel.seconds:.2f} s", ["variant", "tile", "warps", "stages", "modelled cycles", "accumulator"],
+                [(r["variant"], "x".join(str(r["constexprs"][d]) for d in ("BLOCK_M", "BLOCK_N", "BLOCK_K")),
+                  r["num_warps"], r["constexprs"]["STAGES"], r["cost"], r["layouts"]["acc"]) for r in rows])
+    if args.source:
+        print(kernel.source)
+    if args.write is not None:
+        print(f"wrote {args.write}")
+    return 0
+
+
+def run(args: argparse.Namespace) -> int:
     from kbuild.tile.build import build
+    from kbuild.tile.lang import trace
 
     if args.variants < 1:
         raise UsageError(f"--variants {args.variants}: expected at least 1")
-    kernel = build(_load(args.function), _blocks(args.block), warps=_warps(args.warps), variants=args.variants)
+    fn = _load(args.function)
+    if any(op.kind == "mma" for op in trace(fn).ops):
+        return _run_mma(args, fn)
+    kernel = build(fn, _blocks(args.block), warps=_warps(args.warps), variants=args.variants)
     rows: list[dict[str, Any]] = []
     for i, v in enumerate(kernel.variants):
         chosen = v.synthesis.ranked[v.rank]
         rows.append({"variant": i, "num_warps": v.num_warps, "cost": round(chosen.cost, 1),
                      "parts": {k: round(x, 1) for k, x in chosen.parts.items()},
                      "layouts": [str(b) for b in chosen.layouts.values()]})
-    if args.write is not None:
-        try:
-            write_atomic(args.write, kernel.source)
-        except OSError as exc:
-            raise UsageError(f"--write {args.write}: cannot write: {exc.strerror or exc}") from None
+    _write(args.write, kernel.source)
     doc = {"function": args.function, "kernel": kernel.program.name, "blocks": kernel.blocks,
            "signature": kernel.signature, "synthesis_seconds": round(kernel.seconds, 3), "variants": rows,
            "written": str(args.write) if args.write else None, "source": kernel.source if args.source else None}

@@ -54,6 +54,9 @@ def build(fn: Callable[..., Any], blocks: dict[str, int], *, warps: Sequence[int
     if not warps or any(w not in (1, 2, 4, 8, 16, 32) for w in warps):
         raise TileError(f"{getattr(fn, '__name__', fn)}: warps {list(warps)} must be powers of two up to 32")
     program = trace(fn)
+    if any(op.kind in ("mma", "loop") for op in program.ops):
+        raise TileError(f"{program.name}: a K-loop (mma) program: build it with kbuild.tile.gluon_mma.build_mma "
+                        "(kbuild tile --problem M,N,K)")
     pool: list[tuple[float, Variant]] = []
     for w in warps:
         syn = synthesize(program, blocks, num_warps=w, keep=variants)

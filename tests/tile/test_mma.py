@@ -198,3 +198,12 @@ def test_ampere_fallback_compiles_for_sm80_with_mma_sync_and_cp_async(tmp_path: 
     assert "ldmatrix" in ptx
     ops = _sass_opcodes(compiled.asm["cubin"], compiled.metadata.name, tmp_path)
     assert ops["HMMA.16816.F32"] > 0 and "HGMMA.64x256x16.F32" not in ops
+
+
+def test_row_builder_points_mma_programs_to_build_mma() -> None:
+    from kbuild.tile.build import build
+
+    with pytest.raises(TileError, match=r"build it with kbuild\.tile\.gluon_mma\.build_mma"):
+        build(kernels.gemm_tile, {"M": 64, "N": 64})
+    with pytest.raises(MmaError, match="one loop"):
+        build_mma(kernels.softmax_tile, (64, 64, 64))

@@ -66,3 +66,40 @@ def test_written_module_compiles_as_a_declared_kernel(tmp_path: Path, monkeypatc
     assert compiled.metadata["symbol"] == "rmsnorm_tile" and compiled.metadata["num_warps"] == 4
     sys.modules.pop("tilepkg.k", None)
     sys.modules.pop("tilepkg", None)
+
+
+def test_mma_program_report_and_errors(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["tile", "kbuild.tile.kernels:gemm_tile", "--problem", "4096,4096,4096", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["arch"] == 90 and doc["problem"] == [4096, 4096, 4096] and doc["synthesis_seconds"] < 5
+    first = doc["variants"][0]
+    assert first["copy"] == "tma" and first["layouts"]["acc"].startswith("gl.NVMMADistributedLayout(version=[3, 0]")
+    assert "swizzle_byte_width=128" in first["layouts"]["a"]
+    for argv, fragment in [([], "--problem M,N,K is required for an mma program"),
+                           (["--problem", "64,x,64"], "--problem '64,x,64': expected three positive integers")]:
+        assert main(["tile", "kbuild.tile.kernels:gemm_tile", *argv]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith("error: ") and "\n" not in err and fragment in err, err
+
+
+def test_written_gemm_compiles_as_a_declared_kernel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    pkg = tmp_path / "gemmpkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    assert main(["tile", "kbuild.tile.kernels:gemm_tile", "--problem", "4096,4096,4096", "--variants", "1",
+                 "--write", str(pkg / "k.py")]) == 0
+    capsys.readouterr()
+    (tmp_path / "pyproject.toml").write_text(
+        "[tool.kbuild]\ntargets = ['sm_90']\n[[tool.kbuild.kernels]]\nname = \"gemm\"\n"
+        "source = \"gemmpkg.k:gemm_tile\"\nsignature = { a_ptr = \"*fp16:16\", b_ptr = \"*fp16:16\", "
+        "c_ptr = \"*fp16:16\", M = \"i32\", N = \"i32:16\", K = \"i32:16\" }\n"
+        "constexprs = { BLOCK_M = 128, BLOCK_N = 256, BLOCK_K = 64, STAGES = 4, GROUP_M = 8, VARIANT = 0 }\n"
+        "num_warps = 8\nnum_stages = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    settings = load_settings(tmp_path / "pyproject.toml", environ={})
+    (build,) = resolve(settings, settings.kernels, select_targets(settings, ["sm_90"]))
+    compiled = compile_kernel(settings, build.spec, build.target, fn=build.fn)
+    assert compiled.cubin[:4] == b"\x7fELF" and compiled.metadata["num_warps"] == 8
+    sys.modules.pop("gemmpkg.k", None)
+    sys.modules.pop("gemmpkg", None)
