@@ -112,10 +112,11 @@ def gemm_kernel(m: int, n: int, k: int, arch: int = 90, variants: int = 3) -> Mm
     return build_mma(gemm_tile, (m, n, k), arch=arch, variants=variants)
 
 
-def gemm(small: bool = False, arch: int = 90) -> BenchSpec:
-    """fp16 ``C = A @ B`` (fp32 accumulation) at 4096³ (256³ when ``small``), A M×K and B K×N row-major."""
+def gemm(small: bool = False, arch: int = 90, variants: int = 3) -> BenchSpec:
+    """fp16 ``C = A @ B`` (fp32 accumulation) at 4096³ (256³ when ``small``), A M×K and B K×N row-major; the
+    ``variants`` best-modelled configurations are its autotune list."""
     s = 256 if small else 4096
-    k = gemm_kernel(s, s, s, arch)
+    k = gemm_kernel(s, s, s, arch, variants)
 
     def make_inputs(seed: int, device: Any) -> dict[str, Any]:
         import torch
