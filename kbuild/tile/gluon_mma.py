@@ -5,6 +5,9 @@ plain pointers, and the launcher needs Triton's global-scratch allocator), keeps
 operands in flight in shared memory (one mbarrier per stage), runs ``warpgroup_mma`` asynchronously with one
 group outstanding, applies the elementwise epilogue to the accumulator in registers and stores the tile
 through shared memory with a TMA store. Tiles are visited in groups of ``GROUP_M`` rows of tiles (L2 reuse).
+Each program walks the output tiles ``program_id, program_id + num_programs, ...``: launched with a program
+per tile it runs one; a ``PERSISTENT`` variant is launched with a program per SM and lets each tile's TMA
+store overlap the next tile's main loop (waiting for it only before the epilogue tile is written again).
 
 For ``sm_80`` (the mma.sync fallback) the operands are copied by cp.async into swizzled shared tiles,
 loaded into ``DotOperandLayout`` registers and multiplied with ``mma_v2``; the epilogue stores from registers.
@@ -46,7 +49,7 @@ def kernel_params(program: Program) -> list[str]:
     """The emitted kernel's parameters: a pointer per tensor, the scalars, the extents and the constexprs."""
     names = [f"{p.name}_ptr" for p in program.params if p.kind == "tensor"]
     names += [p.name for p in program.params if p.kind == "scalar"]
-    return [*names, "M", "N", "K", "BLOCK_M", "BLOCK_N", "BLOCK_K", "STAGES", "GROUP_M", "VARIANT"]
+    return [*names, "M", "N", "K", "BLOCK_M", "BLOCK_N", "BLOCK_K", "STAGES", "GROUP_M", "PERSISTENT", "VARIANT"]
 
 
 def signature(program: Program) -> dict[str, str]:
@@ -66,16 +69,15 @@ def _copy_layout(rows: int, cols: int, elem: int, num_warps: int) -> Blocked:
     raise TileError(f"no cp.async copy layout for a {rows}x{cols} tile over {num_warps} warps")
 
 
-def _grouped_tile() -> list[str]:
+def _grouped_tile(tile: str = "gl.program_id(0)") -> list[str]:
     return [
-        "pid = gl.program_id(0)",
         "num_m = gl.cdiv(M, BLOCK_M)",
         "num_n = gl.cdiv(N, BLOCK_N)",
         "in_group = GROUP_M * num_n",
-        "first_m = (pid // in_group) * GROUP_M",
+        f"first_m = ({tile} // in_group) * GROUP_M",
         "group = gl.minimum(num_m - first_m, GROUP_M)",
-        "off_m = (first_m + (pid % in_group) % group) * BLOCK_M",
-        "off_n = ((pid % in_group) // group) * BLOCK_N",
+        f"off_m = (first_m + ({tile} % in_group) % group) * BLOCK_M",
+        f"off_n = (({tile} % in_group) // group) * BLOCK_N",
     ]
 
 
@@ -83,45 +85,67 @@ def _body_sm90(mp: MmaProgram) -> list[str]:
     a, b, c = mp.a.name, mp.b.name, mp.c.name
     acc = f"v{mp.acc.id}"
     ops_dtype = _GL_DTYPE[mp.dtype]
-    lines = [
+    c_dtype = _GL_DTYPE[mp.c.dtype]
+    loop = [
+        *_grouped_tile("tile"),
+        "for i in gl.static_range(STAGES - 1):  # prologue: the first STAGES - 1 K steps in flight",
+        "    slot = (it + i) % STAGES",
+        "    mbarrier.expect(bars.index(slot), step_bytes, pred=i < n_k)",
+        "    tma.async_copy_global_to_shared(a_desc, [off_m, i * BLOCK_K], bars.index(slot), a_s.index(slot), "
+        "pred=i < n_k)",
+        "    tma.async_copy_global_to_shared(b_desc, [i * BLOCK_K, off_n], bars.index(slot), b_s.index(slot), "
+        "pred=i < n_k)",
+        f"{acc} = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, ACC)",
+        "for k in range(n_k):",
+        "    s = (it + k) % STAGES",
+        "    mbarrier.wait(bars.index(s), ((it + k) // STAGES) & 1)",
+        f"    {acc} = warpgroup_mma(a_s.index(s), b_s.index(s), {acc}, is_async=True)",
+        "    # one group left in flight: the previous step's operands are free, refill them",
+        f"    {acc}, _, _ = warpgroup_mma_wait(num_outstanding=1, deps=({acc}, a_s.index(s), b_s.index(s)))",
+        "    nk = k + STAGES - 1",
+        "    ns = (it + nk) % STAGES",
+        "    mbarrier.expect(bars.index(ns), step_bytes, pred=nk < n_k)",
+        "    tma.async_copy_global_to_shared(a_desc, [off_m, nk * BLOCK_K], bars.index(ns), a_s.index(ns), "
+        "pred=nk < n_k)",
+        "    tma.async_copy_global_to_shared(b_desc, [nk * BLOCK_K, off_n], bars.index(ns), b_s.index(ns), "
+        "pred=nk < n_k)",
+        f"{acc} = warpgroup_mma_wait(num_outstanding=0, deps=({acc},))",
+        "it += n_k",
+        *(_epilogue(op) for op in mp.epilogue),
+        "if PERSISTENT:  # the previous tile's store has left c_s; this one overlaps the next main loop",
+        "    tma.store_wait(pendings=0)",
+        f"    c_s.store(v{mp.stored.id})",
+        "    fence_async_shared()",
+        "    tma.async_copy_shared_to_global(c_desc, [off_m, off_n], c_s)",
+        "else:",
+        f"    c_t = gl.allocate_shared_memory({c_dtype}, [BLOCK_M, BLOCK_N], SC)",
+        f"    c_t.store(v{mp.stored.id})",
+        "    fence_async_shared()",
+        "    tma.async_copy_shared_to_global(c_desc, [off_m, off_n], c_t)",
+        "    tma.store_wait(pendings=0)",
+    ]
+    return [
         f"a_desc = tma.make_tensor_descriptor({a}_ptr, [M, K], [K, 1], [BLOCK_M, BLOCK_K], SA)",
         f"b_desc = tma.make_tensor_descriptor({b}_ptr, [K, N], [N, 1], [BLOCK_K, BLOCK_N], SB)",
         f"c_desc = tma.make_tensor_descriptor({c}_ptr, [M, N], [N, 1], [BLOCK_M, BLOCK_N], SC)",
-        *_grouped_tile(),
         f"a_s = gl.allocate_shared_memory({ops_dtype}, [STAGES, BLOCK_M, BLOCK_K], SA)",
         f"b_s = gl.allocate_shared_memory({ops_dtype}, [STAGES, BLOCK_K, BLOCK_N], SB)",
         "bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())",
         "for i in gl.static_range(STAGES):",
         "    mbarrier.init(bars.index(i), count=1)",
+        "if PERSISTENT:",
+        f"    c_s = gl.allocate_shared_memory({c_dtype}, [BLOCK_M, BLOCK_N], SC)",
         "n_k = gl.cdiv(K, BLOCK_K)",
         "step_bytes: gl.constexpr = a_desc.block_type.nbytes + b_desc.block_type.nbytes",
-        "for i in gl.static_range(STAGES - 1):  # prologue: the first STAGES - 1 K steps in flight",
-        "    mbarrier.expect(bars.index(i), step_bytes, pred=i < n_k)",
-        "    tma.async_copy_global_to_shared(a_desc, [off_m, i * BLOCK_K], bars.index(i), a_s.index(i), pred=i < n_k)",
-        "    tma.async_copy_global_to_shared(b_desc, [i * BLOCK_K, off_n], bars.index(i), b_s.index(i), pred=i < n_k)",
-        f"{acc} = gl.zeros([BLOCK_M, BLOCK_N], gl.float32, ACC)",
-        "for k in range(n_k):",
-        "    s = k % STAGES",
-        "    mbarrier.wait(bars.index(s), (k // STAGES) & 1)",
-        f"    {acc} = warpgroup_mma(a_s.index(s), b_s.index(s), {acc}, is_async=True)",
-        "    # one group left in flight: the previous step's operands are free, refill them",
-        f"    {acc}, _, _ = warpgroup_mma_wait(num_outstanding=1, deps=({acc}, a_s.index(s), b_s.index(s)))",
-        "    nk = k + STAGES - 1",
-        "    ns = nk % STAGES",
-        "    mbarrier.expect(bars.index(ns), step_bytes, pred=nk < n_k)",
-        "    tma.async_copy_global_to_shared(a_desc, [off_m, nk * BLOCK_K], bars.index(ns), a_s.index(ns), pred=nk < n_k)",
-        "    tma.async_copy_global_to_shared(b_desc, [nk * BLOCK_K, off_n], bars.index(ns), b_s.index(ns), pred=nk < n_k)",
-        f"{acc} = warpgroup_mma_wait(num_outstanding=0, deps=({acc},))",
+        "it = 0  # K steps consumed by this program so far: the stage ring and its barrier phases run on",
+        "# a grid of one program per tile runs the loop once; a persistent grid (one per SM) walks the tiles",
+        "for tile in range(gl.program_id(0), gl.cdiv(M, BLOCK_M) * gl.cdiv(N, BLOCK_N), gl.num_programs(0)):",
+        *(f"    {line}" for line in loop),
+        "if PERSISTENT:",
+        "    tma.store_wait(pendings=0)",
         "for i in gl.static_range(STAGES):",
         "    mbarrier.invalidate(bars.index(i))",
-        *(_epilogue(op) for op in mp.epilogue),
-        f"c_s = gl.allocate_shared_memory({_GL_DTYPE[mp.c.dtype]}, [BLOCK_M, BLOCK_N], SC)",
-        f"c_s.store(v{mp.stored.id})",
-        "fence_async_shared()",
-        "tma.async_copy_shared_to_global(c_desc, [off_m, off_n], c_s)",
-        "tma.store_wait(pendings=0)",
     ]
-    return lines
 
 
 def _body_sm80(mp: MmaProgram) -> list[str]:
@@ -204,10 +228,10 @@ def emit(mp: MmaProgram, kept: Sequence[Plan]) -> str:
             f"({engine}); layouts synthesised.", ""]
     for i, p in enumerate(kept):
         head.append(f"variant {i}: {p.block_m}x{p.block_n}x{p.block_k}, num_warps={p.num_warps}, stages={p.stages}, "
-                    f"modelled {p.cost:.0f} cycles")
+                    f"{'persistent, ' if p.persistent else ''}modelled {p.cost:.0f} cycles")
     head += ['"""', "", "from triton.experimental import gluon", "from triton.experimental.gluon import language as gl",
              _IMPORTS[arch], "", "", "@gluon.jit"]
-    constexprs = {"BLOCK_M", "BLOCK_N", "BLOCK_K", "STAGES", "GROUP_M", "VARIANT"}
+    constexprs = {"BLOCK_M", "BLOCK_N", "BLOCK_K", "STAGES", "GROUP_M", "PERSISTENT", "VARIANT"}
     args = ", ".join(f"{n}: gl.constexpr" if n in constexprs else n for n in kernel_params(program))
     lines = [*head, f"def {program.name}({args}):"]
     for i, p in enumerate(kept):

@@ -19,6 +19,7 @@ from kbuild.bench.spec import BenchSpec, Constexpr
 from kbuild.tile.build import TileKernel, build
 from kbuild.tile.gluon_mma import MmaKernel, build_mma
 from kbuild.tile.lang import Scalar, Tensor, exp, extent, load, loop, mma, rsqrt, shared, store, zeros
+from kbuild.tile.mma import ARCH
 
 EPS = 1e-6
 
@@ -130,8 +131,8 @@ def gemm(small: bool = False, arch: int = 90, variants: int = 3) -> BenchSpec:
                 "c_ptr": torch.empty((s, s), dtype=torch.float16, device=device), "M": s, "N": s, "K": s}
 
     def grid(c: Mapping[str, Constexpr]) -> tuple[int, int, int]:
-        bm, bn = int(c["BLOCK_M"]), int(c["BLOCK_N"])
-        return (-(-s // bm) * -(-s // bn), 1, 1)
+        tiles = -(-s // int(c["BLOCK_M"])) * -(-s // int(c["BLOCK_N"]))
+        return (min(tiles, ARCH[arch]["sms"]) if c.get("PERSISTENT") else tiles, 1, 1)
 
     def reference(x: dict[str, Any]) -> dict[str, Any]:
         return {"c_ptr": x["a_ptr"].float() @ x["b_ptr"].float()}

@@ -223,29 +223,36 @@ class Plan:
     cost: float = 0.0
     parts: dict[str, float] = field(default_factory=dict, compare=False, hash=False)
     group_m: int = 8
+    persistent: bool = False
+    """One program per SM looping over output tiles (sm_90): the epilogue's TMA store of one tile overlaps the
+    next tile's main loop (its own shared tile, not reused operand buffers)."""
 
     @property
     def constexprs(self) -> dict[str, int]:
         return {"BLOCK_M": self.block_m, "BLOCK_N": self.block_n, "BLOCK_K": self.block_k, "STAGES": self.stages,
-                "GROUP_M": self.group_m}
+                "GROUP_M": self.group_m, "PERSISTENT": int(self.persistent)}
 
     def describe(self) -> str:
-        return (f"{self.block_m}x{self.block_n}x{self.block_k} w{self.num_warps} s{self.stages}: acc "
+        kind = " persistent" if self.persistent else ""
+        return (f"{self.block_m}x{self.block_n}x{self.block_k} w{self.num_warps} s{self.stages}{kind}: acc "
                 f"{self.acc.text()}, A {self.a_shared.text()}, B {self.b_shared.text()}, copy {self.copy}")
 
 
 def _smem_bytes(bm: int, bn: int, bk: int, stages: int, elem: int, arch: int) -> int:
+    """Shared memory of a plan as emitted: the operand ring, the barriers and (sm_90) the epilogue tile; the
+    operand ring is live across the tile loop, so Gluon's allocator places the epilogue tile beside it."""
     operands = stages * (bm * bk + bk * bn) * elem
-    epilogue = bm * bn * 2 if arch == 90 else 0  # Gluon reuses the dead operand buffers for it
-    return max(operands, epilogue) + stages * 8
+    epilogue = bm * bn * 2 if arch == 90 else 0
+    return operands + epilogue + stages * 8
 
 
 def plan_cost(arch: int, bm: int, bn: int, bk: int, warps: int, stages: int, read: int, problem: tuple[int, int, int],
-              elem: int) -> tuple[float, dict[str, float]] | None:
+              elem: int, persistent: bool = False) -> tuple[float, dict[str, float]] | None:
     """Modelled cycles of the whole problem (None: does not fit). Per K step of one tile: tensor-core cycles,
     shared-memory read cycles (the instructions' operand bytes, ``read`` per 16-wide step), L2 → SM cycles
     of the tiles copied in; the slowest bounds the step, plus a fixed overhead. A pipeline shorter than the memory latency stalls;
-    tiles run in waves over the SMs (a CTA per SM unless two fit)."""
+    tiles run in waves over the SMs (a CTA per SM unless two fit). A persistent program pays the memory latency
+    once and hides each tile's store behind the next tile's main loop."""
     hw = ARCH[arch]
     m, n, k = problem
     smem = _smem_bytes(bm, bn, bk, stages, elem, arch)
@@ -261,13 +268,16 @@ def plan_cost(arch: int, bm: int, bn: int, bk: int, warps: int, stages: int, rea
     step = max(mma, smem_read, l2) + STEP_OVERHEAD
     # a step's copies must land (latency + streaming them in) while the stages ahead of it compute
     stall = k_steps * max(0.0, hw["latency"] + l2 - (stages - 1) * step)
-    epilogue = bm * bn * 2 / hw["l2_bw"] + hw["latency"]
+    epilogue = bm * bn * 2 / hw["smem_bw"] if persistent else bm * bn * 2 / hw["l2_bw"] + hw["latency"]
     tile = k_steps * step + stall + epilogue
     spills = max(0, acc_regs + 40 - 255) * 64.0
     per_sm = max(1, min(hw["smem"] // smem, REG_FILE // (32 * warps * min(255, acc_regs + 40)), 2))
     tiles = math.ceil(m / bm) * math.ceil(n / bn)
     waves = math.ceil(tiles / (hw["sms"] * per_sm))
-    total = waves * tile * per_sm * (1 + spills / 1e4)
+    if persistent:
+        per_sm = 1
+        waves = math.ceil(tiles / hw["sms"])
+    total = waves * tile * per_sm * (1 + spills / 1e4) + (hw["latency"] if persistent else 0)
     # at the same modelled time, fewer tiles (bigger blocks) reuse more of each load
     return total, {"tile_cycles": tile, "waves": waves, "per_sm": per_sm, "step_mma": mma, "step_smem": smem_read,
                    "step_l2": l2, "stall": stall, "smem_bytes": smem, "acc_regs": acc_regs}
@@ -279,7 +289,9 @@ def plans(arch: int, problem: tuple[int, int, int], elem_bytes: int = 2, keep: i
     if arch not in ARCH:
         raise MmaError(f"mma: no tensor-core layouts for sm_{arch} (supported: {', '.join(f'sm_{a}' for a in ARCH)})")
     out: list[Plan] = []
-    for bm, bn, bk, w, stages in itertools.product((64, 128, 256), (64, 128, 256), (32, 64, 128), warps, (2, 3, 4, 5)):
+    space = itertools.product((64, 128, 256), (64, 128, 256), (32, 64, 128), warps, (2, 3, 4, 5),
+                              (False, True) if arch == 90 else (False,))
+    for bm, bn, bk, w, stages, persistent in space:
         if arch == 90:
             accs = wgmma_accumulators(bm, bn, w)
             if not accs:
@@ -292,7 +304,7 @@ def plans(arch: int, problem: tuple[int, int, int], elem_bytes: int = 2, keep: i
             acc = acc2
             wm, wn = acc.warps_per_cta
             read = (bm * 16 * wn + 16 * bn * wm) * elem_bytes  # every warp row reads A, every warp column B
-        scored = plan_cost(arch, bm, bn, bk, w, stages, read, problem, elem_bytes)
+        scored = plan_cost(arch, bm, bn, bk, w, stages, read, problem, elem_bytes, persistent)
         if scored is None:
             continue
         total, parts = scored
@@ -310,16 +322,17 @@ def plans(arch: int, problem: tuple[int, int, int], elem_bytes: int = 2, keep: i
             copy = "cp.async"
         parts["wavefronts"] = wavefronts(a_sh, bm, bk * elem_bytes) + wavefronts(b_sh, bk, bn * elem_bytes)
         total *= 1 + (parts["wavefronts"] - 2) / 8
-        out.append(Plan(arch, bm, bn, bk, w, stages, acc, a_sh, b_sh, c_sh, ops, copy, total, parts))
+        out.append(Plan(arch, bm, bn, bk, w, stages, acc, a_sh, b_sh, c_sh, ops, copy, total, parts,
+                        persistent=persistent))
     if not out:
         raise MmaError(f"mma: no tile configuration fits sm_{arch} for problem {problem}")
     # ties: larger tiles (more reuse of each load), then deeper pipelines (more latency hidden)
     out.sort(key=lambda p: (p.cost, p.parts["step_smem"], -p.block_m * p.block_n, -p.stages))
-    # one plan per tile shape and warp count (its best pipeline depth): the tuner's variants differ in kind
-    seen: set[tuple[int, int, int, int]] = set()
+    # one plan per tile shape, warp count and kind (its best pipeline depth): the tuner's variants differ in kind
+    seen: set[tuple[int, int, int, int, bool]] = set()
     distinct = []
     for p in out:
-        key = (p.block_m, p.block_n, p.block_k, p.num_warps)
+        key = (p.block_m, p.block_n, p.block_k, p.num_warps, p.persistent)
         if key not in seen:
             seen.add(key)
             distinct.append(p)

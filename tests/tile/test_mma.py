@@ -134,7 +134,7 @@ def test_plans_fit_the_machine_and_rank_large_tiles_first_at_4096() -> None:
     assert {best.block_m, best.block_n} == {128, 256} and best.num_warps == 8 and best.copy == "tma"
     assert all(p.parts["smem_bytes"] <= 232448 and p.parts["acc_regs"] <= 192 for p in ranked)
     assert [p.cost for p in ranked] == sorted(p.cost for p in ranked)
-    assert len({(p.block_m, p.block_n, p.block_k, p.num_warps) for p in ranked}) == len(ranked)
+    assert len({(p.block_m, p.block_n, p.block_k, p.num_warps, p.persistent) for p in ranked}) == len(ranked)
     small = plans(90, (256, 256, 4096), keep=1)[0]  # 4 tiles of 128x128 would leave 128 SMs idle
     assert small.block_m * small.block_n <= 64 * 128
     amp = plans(80, (4096, 4096, 4096), keep=1)[0]
@@ -173,17 +173,24 @@ def test_gemm_compiles_for_sm90_to_hgmma_and_tma(tmp_path: Path) -> None:
     from kbuild.bench.spec import compile_spec, load_spec
 
     spec = load_spec("kbuild.tile.kernels:gemm")
-    assert spec.needs_allocator and len(spec.configs) == 3
-    cfg = spec.configs[0]
-    compiled = compile_spec(spec, cfg, 90)
-    assert compiled.metadata.num_warps == cfg.num_warps == 8
-    ptx = compiled.asm["ptx"]
-    assert "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16" in ptx
-    ops = _sass_opcodes(compiled.asm["cubin"], compiled.metadata.name, tmp_path)
-    hgmma = {op: n for op, n in ops.items() if op.startswith("HGMMA")}
-    assert hgmma == {"HGMMA.64x256x16.F32": int(cfg.constexprs["BLOCK_K"]) // 16}
-    assert ops["UTMALDG.2D"] >= 2 and ops["UTMASTG.2D"] == 1  # TMA both ways
-    assert compiled.metadata.shared >= int(cfg.constexprs["STAGES"]) * (128 * 64 + 64 * 256) * 2
+    kernel = kernels.gemm_kernel(4096, 4096, 4096)
+    assert spec.needs_allocator and len(spec.configs) == len(kernel.plans) == 3
+    assert {int(c.constexprs["PERSISTENT"]) for c in spec.configs} == {0, 1}  # the tuner gets both kinds
+    for cfg, plan in zip(spec.configs, kernel.plans):
+        compiled = compile_spec(spec, cfg, 90)
+        assert compiled.metadata.num_warps == cfg.num_warps
+        # the model's shared-memory figure is what the compiler allocates, and it fits the H200
+        assert compiled.metadata.shared <= plan.parts["smem_bytes"] <= 232448
+        ops = _sass_opcodes(compiled.asm["cubin"], compiled.metadata.name, tmp_path)
+        hgmma = {op: n for op, n in ops.items() if op.startswith("HGMMA")}
+        n = plan.acc.instr_shape[1]
+        m_reps = plan.block_m // (16 * plan.acc.warps_per_cta[0])
+        assert hgmma == {f"HGMMA.64x{n}x16.F32": plan.block_k // 16 * m_reps}, cfg.label()
+        assert ops["UTMALDG.2D"] >= 2 and ops["UTMASTG.2D"] == 1  # TMA both ways
+    first = compile_spec(spec, spec.configs[0], 90)
+    assert "wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16" in first.asm["ptx"]
+    grid = spec.grid(spec.all_constexprs(spec.configs[0]))
+    assert grid == ((132, 1, 1) if spec.configs[0].constexprs["PERSISTENT"] else (512, 1, 1))
 
 
 def test_ampere_fallback_compiles_for_sm80_with_mma_sync_and_cp_async(tmp_path: Path) -> None:

@@ -94,7 +94,8 @@ def test_written_gemm_compiles_as_a_declared_kernel(tmp_path: Path, monkeypatch:
         "[tool.kbuild]\ntargets = ['sm_90']\n[[tool.kbuild.kernels]]\nname = \"gemm\"\n"
         "source = \"gemmpkg.k:gemm_tile\"\nsignature = { a_ptr = \"*fp16:16\", b_ptr = \"*fp16:16\", "
         "c_ptr = \"*fp16:16\", M = \"i32\", N = \"i32:16\", K = \"i32:16\" }\n"
-        "constexprs = { BLOCK_M = 128, BLOCK_N = 256, BLOCK_K = 64, STAGES = 4, GROUP_M = 8, VARIANT = 0 }\n"
+        "constexprs = { BLOCK_M = 128, BLOCK_N = 256, BLOCK_K = 64, STAGES = 3, GROUP_M = 8, PERSISTENT = 1, "
+        "VARIANT = 0 }\n"
         "num_warps = 8\nnum_stages = 1\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     settings = load_settings(tmp_path / "pyproject.toml", environ={})
