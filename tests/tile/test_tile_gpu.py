@@ -76,3 +76,13 @@ def test_gemm_every_variant_matches_torch_and_ragged_edges_stay_inside(small: bo
     torch.cuda.synchronize()
     assert rel_err(c[:m], a.float() @ b.float()) < 2e-3
     assert bool((c[m:] == 7.0).all())
+    # a persistent variant on 2 programs: each walks several tiles, carrying the stage ring's barrier phases
+    persistent = [cfg for cfg in spec.configs if cfg.constexprs.get("PERSISTENT")]
+    for cfg in persistent:
+        c.fill_(7.0)
+        compile_spec(spec, cfg, 90)[(2, 1, 1)](*spec.launch_args(ragged, cfg))
+        torch.cuda.synchronize()
+        assert rel_err(c[:m], a.float() @ b.float()) < 2e-3, cfg.label()
+        assert bool((c[m:] == 7.0).all())
+    if not small:
+        assert persistent  # the 4096^3 autotune list holds persistent variants
