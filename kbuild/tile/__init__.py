@@ -2,5 +2,8 @@
 
 Owns the CuTe layout algebra (:mod:`~kbuild.tile.layout`), its bridge to Triton's linear layouts
 (:mod:`~kbuild.tile.linear`), the tile front end (:mod:`~kbuild.tile.lang`), layout synthesis
-(:mod:`~kbuild.tile.synth`) and Gluon emission (:mod:`~kbuild.tile.gluon`). Importing it imports no Triton.
+(:mod:`~kbuild.tile.synth`) and Gluon emission (:mod:`~kbuild.tile.gluon`); for matrix products, the layouts an
+mma fixes, shared swizzles and tile configurations (:mod:`~kbuild.tile.mma`), their pipelined Gluon emission
+(:mod:`~kbuild.tile.gluon_mma`) and the int4 weight packing derived from the operand layout
+(:mod:`~kbuild.tile.quant`). Importing it imports no Triton.
 """
