@@ -30,6 +30,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--lease-seconds", type=float, default=None, metavar="S",
                    help="with --ray: time to live of a task's lease on its entry (default: [tool.kbuild.prewarm] "
                         "lease_seconds, 300)")
+    p.add_argument("--no-ship", dest="ship", action="store_false",
+                   help="with --ray: do not send the project and kbuild to the nodes through Ray's runtime_env "
+                        "(working_dir, py_modules); every node then needs them at the driver's paths")
     p.add_argument("--ray-resources", action="store_true",
                    help="print this machine's kbuild_sm_<cc> resources as JSON, for ray start --resources, and exit")
     p.set_defaults(func=run)
@@ -49,8 +52,9 @@ def run(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
     if args.ray is not None or settings.prewarm.engine == "ray":
         return run_ray(args, settings)
-    if args.backend != "gpu" or args.lease_seconds is not None:
-        raise UsageError("--backend and --lease-seconds go with --ray (or [tool.kbuild.prewarm] engine = \"ray\")")
+    if args.backend != "gpu" or args.lease_seconds is not None or not args.ship:
+        raise UsageError("--backend, --lease-seconds and --no-ship go with --ray (or [tool.kbuild.prewarm] engine = "
+                         "\"ray\")")
     total = len(select_kernels(settings, args.kernel)) * len(select_targets(settings, target_list(args)))
     with progress("prewarm", total, enabled=not args.json) as advance:
         builds = prewarm(settings, targets=target_list(args), kernels=args.kernel, remote=args.remote,
@@ -85,7 +89,7 @@ def run_ray(args: argparse.Namespace, settings: Any) -> int:
     per_target = {t.name: len(select_kernels(settings, kernels)) for t in select_targets(settings, targets)}
     with target_bars(per_target, enabled=not args.json) as update:
         result = prewarm_ray(settings, address=address, targets=targets, kernels=kernels, remote=args.remote,
-                             backend=args.backend, lease_seconds=args.lease_seconds,
+                             backend=args.backend, lease_seconds=args.lease_seconds, ship=args.ship,
                              on_update=lambda entries: update(counts_by_target(entries)))
     if args.json:
         emit_json(result)

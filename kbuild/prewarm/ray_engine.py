@@ -29,10 +29,25 @@ as the acceptance rule never ships a schedule only the model judged — under th
 ``"measure": "cost-model"`` in its tuner component. Builds never look that key up, so a model result can
 never ship. The model tunes the default configuration only (a level-1 space needs measurements).
 
-**Where things must be:** kbuild, Triton and the project at the same path on every node (the tasks import the
-kernels from ``settings.project_dir``), and the same toolchain: a node that computes another key for an entry
-than the driver did (another Triton, ptxas or kbuild) refuses it, naming both. Workers read and write the
-shared tiers only (never a local store), signed with ``KBUILD_STORE_SECRET`` as the driver's settings carry it.
+**What travels, what must be there:** when kbuild starts Ray itself (``kbuild prewarm --ray``, or
+:func:`prewarm_ray` with Ray not yet initialised), it ships the project and kbuild with Ray's own job-level
+``runtime_env`` (:func:`ship_env`): the project folder as ``working_dir`` (Ray's worker processes start in its
+copy, which Ray puts first on their ``PYTHONPATH``; Ray leaves out what the project's ``.gitignore`` names, and
+kbuild adds :data:`SHIP_EXCLUDES`) and kbuild's own package as ``py_modules`` (a copy of the ``kbuild`` tree
+with the subpackages a checkout keeps beside it, :data:`MAPPED_SUBPACKAGES`, put back inside). On a node the
+tasks look for the kernels in that copy (:func:`on_node`), wherever Ray unpacked it; keys never hold a path
+(the key covers Triton's source hash, which is of the text, not of the file's place), so a node whose copy lives
+elsewhere computes the driver's keys. What does not travel: Triton, ptxas and kbuild's dependencies (installed
+on every node), and a kernel imported from an installed package rather than the project. A node whose toolchain
+differs computes another key for an entry than the driver did, and refuses it, naming both. ``ship=False`` (or a
+Ray the caller initialised: its own ``runtime_env`` applies) keeps the old rule, the same paths on every node.
+Workers read and write the shared tiers only (never a local store), signed with ``KBUILD_STORE_SECRET`` as the
+driver's settings carry it.
+
+**What each task did:** every result carries ``node``, ``host``, ``gpu`` (the GPUs the task saw) and
+``gpu_ids`` (Ray's GPU ids given to it), ``started``/``finished`` (epoch seconds) and ``seconds``, and
+``compile`` (the same for the compile task that made or found its baseline); :func:`prewarm_ray`'s summary
+adds ``nodes``, what each node and GPU did (tasks, busy seconds, entries).
 """
 
 from __future__ import annotations
@@ -40,12 +55,15 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import shutil
 import socket
+import tempfile
 import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from kbuild.config import Settings
@@ -59,6 +77,12 @@ RESOURCE_PREFIX = "kbuild_sm_"
 MODEL_MEASURE = "cost-model"
 #: Seconds between two looks at a lease another prewarm holds.
 LEASE_POLL_SECONDS = 5.0
+#: kbuild's subpackages that a checkout keeps beside the ``kbuild`` folder (pyproject.toml's ``wheel.packages``
+#: maps them in, as an editable install does); the shipped copy puts them back inside.
+MAPPED_SUBPACKAGES = ("hooks", "cache", "templates")
+#: Left out of what is shipped, besides what the project's ``.gitignore`` names (Ray reads it).
+SHIP_EXCLUDES = [".git", "__pycache__", "*.pyc", ".venv", ".venv-*", ".mypy_cache", ".pytest_cache", ".ruff_cache",
+                 ".hypothesis", "*.egg-info"]
 
 
 def resource_name(cc: int) -> str:
@@ -112,22 +136,71 @@ def _leases(store: Any) -> Any:
 
 
 # ---------------------------------------------------------------------------------------------
+# Shipping the project and kbuild to the nodes (Ray's runtime_env).
+
+def stage_kbuild(dest: Path) -> Path:
+    """A copy of the imported kbuild package under ``dest/kbuild``, as a wheel lays it out: the ``kbuild`` folder
+    and, inside it, the subpackages a checkout keeps beside it (:data:`MAPPED_SUBPACKAGES`); no bytecode."""
+    import importlib.util
+
+    import kbuild
+
+    top = Path(kbuild.__file__).resolve().parent
+    out = dest / "kbuild"
+    skip = shutil.ignore_patterns("__pycache__", "*.pyc")
+    shutil.copytree(top, out, ignore=skip)
+    for name in MAPPED_SUBPACKAGES:
+        spec = importlib.util.find_spec(f"kbuild.{name}")
+        locations = list(spec.submodule_search_locations or []) if spec is not None else []
+        if not locations:
+            raise KBuildError(f"kbuild.{name} cannot be found; kbuild's installation is incomplete")
+        where = Path(locations[0]).resolve()
+        if where != (top / name).resolve():
+            if (out / name).is_symlink() or (out / name).is_file():
+                (out / name).unlink()
+            elif (out / name).exists():
+                shutil.rmtree(out / name)
+            shutil.copytree(where, out / name, ignore=skip)
+    return out
+
+
+def ship_env(settings: Settings, staging: Path) -> dict[str, Any]:
+    """Ray's job-level ``runtime_env`` that ships the project (``working_dir``: ``settings.project_dir``) and kbuild
+    (``py_modules``: :func:`stage_kbuild` under ``staging``, which must live until ``ray.init`` has uploaded it)."""
+    return {"working_dir": str(settings.project_dir), "py_modules": [str(stage_kbuild(staging))],
+            "excludes": list(SHIP_EXCLUDES)}
+
+
+def on_node(settings: Settings, shipped: bool) -> Settings:
+    """The driver's settings as a task on a node uses them: with the project shipped, its project folder is the
+    copy Ray unpacked, which is the task's working directory; otherwise unchanged (the same path everywhere)."""
+    if not shipped:
+        return settings
+    here = Path.cwd().resolve()
+    return settings if here == settings.project_dir else dataclasses.replace(settings, project_dir=here)
+
+
+# ---------------------------------------------------------------------------------------------
 # What the tasks do (plain functions: the Ray tasks wrap them, tests may call them directly).
 
 def _where() -> dict[str, Any]:
-    """This worker: host, Ray node id, pid and the GPUs it was given."""
+    """This worker: host, Ray node id, pid, the GPUs it sees (``gpu``) and Ray's ids of those it was given
+    (``gpu_ids``, empty for a task that asked for none)."""
     from kbuild.device.probe import local_gpus
 
-    node = None
+    node, gpu_ids = None, []
     try:
         import ray
 
         if ray.is_initialized():
-            node = ray.get_runtime_context().get_node_id()
+            ctx = ray.get_runtime_context()
+            node = ctx.get_node_id()
+            gpu_ids = [str(i) for i in ctx.get_accelerator_ids().get("GPU", [])]
     except Exception:
         node = None
     gpus = [f"{g.name} (sm_{g.cc})" for g in local_gpus()]
-    return {"host": socket.gethostname(), "node": node, "pid": os.getpid(), "gpu": ", ".join(gpus) or "none"}
+    return {"host": socket.gethostname(), "node": node, "pid": os.getpid(), "gpu": ", ".join(gpus) or "none",
+            "gpu_ids": gpu_ids}
 
 
 def _build(settings: Settings, kernel: str, target: str, backend: str) -> Any:
@@ -141,13 +214,30 @@ def _build(settings: Settings, kernel: str, target: str, backend: str) -> Any:
 
 def compile_baseline(settings: Settings, kernel: str, target: str) -> Any:
     """The baseline artefact of ``kernel`` × ``target``: from the shared tier, or compiled here and put there."""
+    return _compile(settings, kernel, target)[0]
+
+
+def _compile(settings: Settings, kernel: str, target: str) -> tuple[Any, bool]:
     from kbuild.hooks.pipeline import compile_baselines
 
     b = _build(settings, kernel, target, "gpu")
+    compiled = False
     with shared_store(settings) as store:
         for art in compile_baselines(settings, [b], store):
             store.put(art)
-    return b.artefact
+            compiled = True
+    return b.artefact, compiled
+
+
+def _compile_task(settings: Settings, kernel: str, target: str, *, shipped: bool = False) -> dict[str, Any]:
+    """The Ray compile task: the baseline (``artefact``) and what this task did (``task``: where, when, whether it
+    compiled or found the baseline)."""
+    where = _where()
+    started = time.time()
+    art, compiled = _compile(on_node(settings, shipped), kernel, target)
+    finished = time.time()
+    return {"artefact": art, "task": {**where, "state": "compiled" if compiled else "found", "started": started,
+                                      "finished": finished, "seconds": round(finished - started, 3)}}
 
 
 class _Renewer(threading.Thread):
@@ -188,7 +278,17 @@ def tune_entry(settings: Settings, kernel: str, target: str, baseline: Any, *, r
     if on_start is not None:
         on_start(where)
     started = time.time()
-    record: dict[str, Any] = {"kernel": kernel, "target": target, "key": expected_key, **where}
+    record: dict[str, Any] = {"kernel": kernel, "target": target, "key": expected_key, **where, "started": started}
+    out = _tune_entry(settings, kernel, target, baseline, record, run_id=run_id, expected_key=expected_key,
+                      backend=backend, lease_seconds=lease_seconds, tuner=tuner)
+    finished = time.time()
+    return {**out, "finished": finished, "seconds": round(finished - started, 3)}
+
+
+def _tune_entry(settings: Settings, kernel: str, target: str, baseline: Any, record: dict[str, Any], *, run_id: str,
+                expected_key: str, backend: str, lease_seconds: float,
+                tuner: Callable[..., Any] | None) -> dict[str, Any]:
+    where = {k: record.get(k) for k in ("host", "node", "pid", "gpu", "gpu_ids")}
     b = _build(settings, kernel, target, backend)
     if b.tuned_key is None or b.tuned_key.hex != expected_key:
         got = b.tuned_key.hex if b.tuned_key is not None else None
@@ -197,7 +297,7 @@ def tune_entry(settings: Settings, kernel: str, target: str, baseline: Any, *, r
     b.artefact = baseline
     with shared_store(settings) as store:
         if store.get(expected_key) is not None:
-            return {**record, "state": "found", "seconds": round(time.time() - started, 3)}
+            return {**record, "state": "found"}
         leases = _leases(store)
         claim = leases.acquire(expected_key, run_id, lease_seconds, owner=where)
         if not claim.ok:
@@ -209,18 +309,17 @@ def tune_entry(settings: Settings, kernel: str, target: str, baseline: Any, *, r
         renewer.start()
         try:
             if store.get(expected_key) is not None:  # stored between the look-up and the lease
-                return {**record, "state": "found", "seconds": round(time.time() - started, 3)}
+                return {**record, "state": "found"}
             run = tuner or (model_tuner if backend == "model" else _gpu_tuner)
             try:
                 art = run(settings, b)
             except Exception as exc:
                 log.warning("tuning %s for %s failed on %s: %s", kernel, target, where["host"], exc)
-                return {**record, "state": "failed", "error": f"{type(exc).__name__}: {exc}",
-                        "seconds": round(time.time() - started, 3)}
+                return {**record, "state": "failed", "error": f"{type(exc).__name__}: {exc}"}
             store.put(art)
             return {**record, "state": "tuned", "tuned": bool(art.meta.get("tuned")), "speedup": art.meta.get("speedup"),
                     "decision": art.meta.get("tune_decision"), "measure": art.meta.get("measure", "gpu"),
-                    "lease_lost": renewer.lost, "seconds": round(time.time() - started, 3)}
+                    "lease_lost": renewer.lost}
         finally:
             renewer.stop()
             try:
@@ -318,12 +417,14 @@ def prewarm_ray(settings: Settings, *, address: str | None = None, targets: Sequ
                 kernels: Sequence[str] | None = None, remote: str | None = None, backend: str = "gpu",
                 lease_seconds: float | None = None, max_retries: int = 3, tuner: Callable[..., Any] | None = None,
                 on_update: Callable[[Sequence[Entry]], None] | None = None,
-                run_id: str | None = None) -> dict[str, Any]:
+                run_id: str | None = None, ship: bool = True) -> dict[str, Any]:
     """Prewarm every kernel × target on the Ray cluster at ``address`` (None: ``settings.prewarm.address``, else
-    Ray's default); the summary (``entries``, ``failures``, per-target ``counts``). See the module docstring.
+    Ray's default); the summary (``entries``, ``failures``, per-target ``counts``, per-node ``nodes``, and
+    ``shipped``). See the module docstring.
 
     ``tuner`` replaces the backend's tuner in the tasks (tests, other measurement setups: it must pickle);
-    ``on_update`` hears the entries whenever one changes state."""
+    ``on_update`` hears the entries whenever one changes state; ``ship`` (when this call starts Ray) sends the
+    project and kbuild to the nodes through Ray's ``runtime_env`` (:func:`ship_env`)."""
     from kbuild.hooks.pipeline import select_kernels, select_targets, specs_and_keys
     from kbuild.hooks.prewarm import with_remote
 
@@ -353,11 +454,16 @@ def prewarm_ray(settings: Settings, *, address: str | None = None, targets: Sequ
                                               "host": "(driver)"}
             entries.append(e)
     started_ray = not ray.is_initialized()
+    shipped = started_ray and ship
     if started_ray:
-        _init(ray, address or settings.prewarm.address, backend, sorted({e.cc for e in entries}))
+        with tempfile.TemporaryDirectory(prefix="kbuild-ship-") as staging:  # ray.init uploads it
+            env = ship_env(settings, Path(staging)) if shipped else None
+            _init(ray, address or settings.prewarm.address, backend, sorted({e.cc for e in entries}), env)
+    elif ship:
+        log.info("Ray was initialised by the caller: its runtime_env applies, kbuild ships nothing")
     try:
         _run(ray, settings, entries, run_id=run_id, backend=backend, lease_seconds=lease_seconds,
-             max_retries=max_retries, tuner=tuner, on_update=on_update)
+             max_retries=max_retries, tuner=tuner, on_update=on_update, shipped=shipped)
     finally:
         if started_ray:
             ray.shutdown()
@@ -368,8 +474,36 @@ def prewarm_ray(settings: Settings, *, address: str | None = None, targets: Sequ
         "counts": {t: dataclasses.asdict(c) for t, c in counts_by_target(entries).items()},
         "entries": [{**e.result, "kernel": e.kernel, "target": e.target, "key": e.key, "state": e.state,
                      "attempts": e.attempts} for e in entries],
-        "failures": failures,
+        "failures": failures, "shipped": shipped, "nodes": by_node(entries),
     }
+
+
+def by_node(entries: Sequence[Entry]) -> list[dict[str, Any]]:
+    """What each node and GPU did: per (node, GPU ids) the tasks it ran (compile and tune, as the entries' last
+    attempts record them), their busy seconds and the entries it tuned or found, first start to last finish."""
+    out: dict[tuple[Any, ...], dict[str, Any]] = {}
+    for e in entries:
+        tasks = [("compile", e.result.get("compile"))] if e.result.get("compile") else []
+        if e.result.get("started") is not None:
+            tasks.append(("tune", e.result))
+        for kind, t in tasks:
+            assert t is not None
+            ids = tuple(t.get("gpu_ids") or ())
+            row = out.setdefault((t.get("node"), ids), {
+                "node": t.get("node"), "host": t.get("host"), "gpu": t.get("gpu"), "gpu_ids": list(ids),
+                "tasks": 0, "compile_tasks": 0, "tune_tasks": 0, "busy_seconds": 0.0, "first_start": None,
+                "last_finish": None, "entries": []})
+            row["tasks"] += 1
+            row[f"{kind}_tasks"] += 1
+            row["busy_seconds"] = round(row["busy_seconds"] + float(t.get("seconds") or 0.0), 3)
+            if t.get("started") is not None:
+                row["first_start"] = min(x for x in (row["first_start"], t["started"]) if x is not None)
+            if t.get("finished") is not None:
+                row["last_finish"] = max(x for x in (row["last_finish"], t["finished"]) if x is not None)
+            if kind == "tune":
+                row["entries"].append({"kernel": e.kernel, "target": e.target, "state": t.get("state"),
+                                       "seconds": t.get("seconds")})
+    return sorted(out.values(), key=lambda r: (str(r["host"]), str(r["node"]), r["gpu_ids"]))
 
 
 def _probe_leases(store: Any, run_id: str) -> None:
@@ -384,11 +518,14 @@ def _probe_leases(store: Any, run_id: str) -> None:
         leases.release(claim.held)
 
 
-def _init(ray: Any, address: str | None, backend: str, ccs: Sequence[int]) -> None:
+def _init(ray: Any, address: str | None, backend: str, ccs: Sequence[int],
+          runtime_env: dict[str, Any] | None = None) -> None:
     """Join the cluster at ``address``; without one, the cluster ``ray start`` made on this machine, else a new local
     one whose resources are this machine's GPUs (``kbuild_sm_<cc>`` each; the cost model: one per core and
-    target, labelled stand-ins for GPUs)."""
-    quiet = {"log_to_driver": False, "logging_level": logging.WARNING, "configure_logging": False}
+    target, labelled stand-ins for GPUs). ``runtime_env``: the job's (:func:`ship_env`), uploaded here."""
+    quiet: dict[str, Any] = {"log_to_driver": False, "logging_level": logging.WARNING, "configure_logging": False}
+    if runtime_env is not None:
+        quiet["runtime_env"] = runtime_env
     if address:
         ray.init(address=address, **quiet)
         return
@@ -403,8 +540,9 @@ def _init(ray: Any, address: str | None, backend: str, ccs: Sequence[int]) -> No
 
 
 def _run(ray: Any, settings: Settings, entries: list[Entry], *, run_id: str, backend: str, lease_seconds: float,
-         max_retries: int, tuner: Callable[..., Any] | None, on_update: Callable[[Sequence[Entry]], None] | None) -> None:
-    compile_remote = ray.remote(num_cpus=1, max_retries=max_retries)(compile_baseline)
+         max_retries: int, tuner: Callable[..., Any] | None, on_update: Callable[[Sequence[Entry]], None] | None,
+         shipped: bool = False) -> None:
+    compile_remote = ray.remote(num_cpus=1, max_retries=max_retries)(_compile_task)
     tune_remote = ray.remote(max_retries=max_retries)(_tune_task)
     board = _board(ray)
     resources = ray.cluster_resources()
@@ -425,13 +563,13 @@ def _run(ray: Any, settings: Settings, entries: list[Entry], *, run_id: str, bac
             return
         e.attempts += 1
         e.state = "queued"
-        base = compile_remote.remote(settings, e.kernel, e.target)
+        base = compile_remote.remote(settings, e.kernel, e.target, shipped=shipped)
         opts: dict[str, Any] = {"resources": {res: 1}, "num_cpus": 1}
         if backend == "gpu":
             opts["num_gpus"] = 1
         ref = tune_remote.options(**opts).remote(settings, e.kernel, e.target, base, run_id=run_id,
                                                  expected_key=e.key, backend=backend, lease_seconds=lease_seconds,
-                                                 tuner=tuner, board=board, index=i)
+                                                 tuner=tuner, board=board, index=i, shipped=shipped)
         pending[ref] = i
 
     for i, e in enumerate(entries):
@@ -473,17 +611,20 @@ def _run(ray: Any, settings: Settings, entries: list[Entry], *, run_id: str, bac
         notify()
 
 
-def _tune_task(settings: Settings, kernel: str, target: str, baseline: Any, *, run_id: str, expected_key: str,
-               backend: str, lease_seconds: float, tuner: Callable[..., Any] | None, board: Any,
-               index: int) -> dict[str, Any]:
-    """The Ray task around :func:`tune_entry`: reports its start to the driver's board."""
+def _tune_task(settings: Settings, kernel: str, target: str, compiled: dict[str, Any], *, run_id: str,
+               expected_key: str, backend: str, lease_seconds: float, tuner: Callable[..., Any] | None, board: Any,
+               index: int, shipped: bool = False) -> dict[str, Any]:
+    """The Ray task around :func:`tune_entry` (``compiled``: :func:`_compile_task`'s result): reports its start to
+    the driver's board; its record carries the compile task's as ``compile``."""
 
     def started(where: dict[str, Any]) -> None:
         if board is not None:
             board.started.remote(index, where)
 
-    return tune_entry(settings, kernel, target, baseline, run_id=run_id, expected_key=expected_key, backend=backend,
-                      lease_seconds=lease_seconds, tuner=tuner, on_start=started)
+    out = tune_entry(on_node(settings, shipped), kernel, target, compiled["artefact"], run_id=run_id,
+                     expected_key=expected_key, backend=backend, lease_seconds=lease_seconds, tuner=tuner,
+                     on_start=started)
+    return {**out, "compile": compiled["task"]}
 
 
 class _Board:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -19,22 +20,27 @@ class RecordingModelTuner:
     faults: tuple[tuple[str, str], ...] = ()
     seen: list[Any] = field(default_factory=list)
 
-    def _write(self, event: str, b: Any) -> None:
+    def _write(self, event: str, settings: Any, b: Any) -> None:
         import ray
+
+        import kbuild
 
         node = ray.get_runtime_context().get_node_id() if ray.is_initialized() else None
         with open(self.log, "a") as f:
             f.write(json.dumps({"event": event, "kernel": b.spec.name, "target": b.target.name, "node": node,
-                                "key": b.tuned_key.hex, "pid": os.getpid(), "time": time.time()}) + "\n")
+                                "key": b.tuned_key.hex, "pid": os.getpid(), "time": time.time(),
+                                # where this worker found kbuild, the project, and the kernel's module
+                                "kbuild": kbuild.__file__, "project": str(settings.project_dir),
+                                "module": getattr(sys.modules.get(getattr(b.fn, "__module__", "")), "__file__", None)}) + "\n")
 
     def __call__(self, settings: Any, b: Any) -> Any:
         from kbuild.prewarm.ray_engine import model_tuner
 
-        self._write("start", b)
+        self._write("start", settings, b)
         if (b.spec.name, b.target.name) in self.faults:
             raise RuntimeError("CUDA error: an illegal memory access was encountered (stand-in GPU fault)")
         art = model_tuner(settings, b)
-        self._write("finish", b)
+        self._write("finish", settings, b)
         return art
 
 

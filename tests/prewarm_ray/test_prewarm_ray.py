@@ -67,8 +67,10 @@ def test_a_node_killed_mid_tune_and_a_gpu_fault_still_store_every_entry_once(set
             killed.update(at=time.time(), key=busy[0]["key"])
 
     t0 = time.time()
+    # ship=False: these nodes share this checkout, and the second run's timing (an 8 s foreign lease) leaves no
+    # room for a new job's runtime_env setup; shipping is test_ship.py's.
     result = prewarm_ray(settings, address=ray_cluster.address, remote=remote, backend="model", lease_seconds=20,
-                         tuner=tuner, on_update=kill_a_worker_mid_tune)
+                         tuner=tuner, on_update=kill_a_worker_mid_tune, ship=False)
     seconds = time.time() - t0
     assert killed, ("the run ended before a worker could be killed mid-tune", json.dumps(result["entries"]))
     by_entry = {(e["kernel"], e["target"]): e for e in result["entries"]}
@@ -115,7 +117,7 @@ def test_a_node_killed_mid_tune_and_a_gpu_fault_still_store_every_entry_once(set
     states: set[str] = set()
     second = time.time()
     again = prewarm_ray(settings, address=ray_cluster.address, remote=remote, backend="model", lease_seconds=20,
-                        tuner=stand_in.RecordingModelTuner(log),
+                        tuner=stand_in.RecordingModelTuner(log), ship=False,
                         on_update=lambda entries: states.update(e.state for e in entries if e.key == key))
     assert "waiting" in states
     assert again["failures"] == []

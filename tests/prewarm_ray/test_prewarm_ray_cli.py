@@ -40,3 +40,21 @@ def test_model_results_live_under_their_own_key() -> None:
     tuned = KernelKey({"spec": "x", "tuner": {"version": 2, "budget": {"evaluations": 1}}})
     assert model_key(tuned).hex != tuned.hex and model_key(tuned).components["tuner"]["measure"] == "cost-model"
     assert resource_name(90) == "kbuild_sm_90"
+
+
+def test_no_ship_needs_ray(example_project: Path, capsys) -> None:
+    assert main(["prewarm", "--config", str(example_project / "pyproject.toml"), "--no-ship"]) == 2
+    assert "--no-ship go with --ray" in capsys.readouterr().err
+
+
+def test_the_shipped_kbuild_is_laid_out_as_a_wheel(tmp_path: Path) -> None:
+    import kbuild.cache
+    from kbuild.prewarm.ray_engine import MAPPED_SUBPACKAGES, stage_kbuild
+
+    staged = stage_kbuild(tmp_path)
+    assert staged == tmp_path / "kbuild" and (staged / "prewarm" / "ray_engine.py").is_file()
+    for name in MAPPED_SUBPACKAGES:  # inside, not beside it, as a checkout keeps them
+        assert (staged / name).is_dir() and not (staged / name).is_symlink()
+    assert (staged / "cache" / "lease.py").read_bytes() == (Path(kbuild.cache.__file__).parent / "lease.py").read_bytes()
+    assert (staged / "hooks" / "pipeline.py").is_file()
+    assert not list(staged.rglob("__pycache__")) and not list(staged.rglob("*.pyc"))
