@@ -29,6 +29,9 @@ files were already written into the backend's temporary directory and are copied
 from __future__ import annotations
 
 import contextlib
+import os
+import shlex
+import shutil
 import sys
 from collections.abc import Iterator, Sequence
 from contextvars import ContextVar
@@ -163,6 +166,61 @@ def emit_for_build(*, config: str | Path = "pyproject.toml", out_dir: str | Path
     return out / "kbuild_kernels.c", out, result.manifest
 
 
+def _kbuild_nvcc() -> str:
+    exe = Path(sys.executable).parent / "kbuild-nvcc"
+    return str(exe) if exe.is_file() else (shutil.which("kbuild-nvcc") or str(exe))
+
+
+def _real_nvcc() -> str | None:
+    """The nvcc torch would run (``$CUDA_HOME/bin/nvcc``), else the one from the package index."""
+    from kbuild.nvcc.toolkit import find_nvcc
+
+    try:
+        from torch.utils import cpp_extension
+
+        home = cpp_extension.CUDA_HOME
+    except ImportError:
+        home = None
+    if home and (Path(home) / "bin" / "nvcc").is_file():
+        return str(Path(home) / "bin" / "nvcc")
+    found = find_nvcc()
+    return str(found) if found is not None else None
+
+
+@contextlib.contextmanager
+def pytorch_nvcc(extensions: Sequence[Any], *, config: str | Path = "pyproject.toml") -> Iterator[None]:
+    """While torch's ``BuildExtension`` runs: ``PYTORCH_NVCC="kbuild-nvcc <nvcc>"`` (torch's ninja file then names
+    it as ``$nvcc``) and ``KBUILD_NVCC_PROJECT`` (the launcher's ``[tool.kbuild.cuda]``), for extensions with
+    ``.cu`` sources; both restored afterwards. A ``PYTORCH_NVCC`` the user set is left alone (say once)."""
+    from kbuild.config import env_value
+
+    has_cuda = any(str(src).endswith(".cu") for e in extensions for src in getattr(e, "sources", []))
+    if not has_cuda:
+        yield
+        return
+    if env_value("PYTORCH_NVCC") is not None:
+        _say("kbuild: PYTORCH_NVCC is set; CUDA sources compile with it, not through kbuild-nvcc")
+        yield
+        return
+    nvcc = _real_nvcc()
+    if nvcc is None:
+        _say("kbuild: no nvcc found (CUDA_HOME, or pip install 'kbuild[cuda]'); CUDA sources compile as torch decides")
+        yield
+        return
+    new = {"PYTORCH_NVCC": f"{shlex.quote(_kbuild_nvcc())} {shlex.quote(nvcc)}",
+           "KBUILD_NVCC_PROJECT": str(Path(config).resolve())}  # written for the children; read by kbuild.config
+    saved = {k: os.environ.get(k) for k in new}
+    os.environ.update(new)
+    try:
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
 def kbuild_build_ext(base: type | None = None, *, extensions: Sequence[str] | None = None,
                      config: str = "pyproject.toml", prefix: str = "kbuild_") -> type:
     """A ``build_ext`` command class derived from ``base`` that adds the kernels' launchers.
@@ -179,8 +237,9 @@ def kbuild_build_ext(base: type | None = None, *, extensions: Sequence[str] | No
         _kbuild_wrapped = True
 
         def run(self) -> None:
-            self._kbuild_add_kernels()
-            super().run()
+            with pytorch_nvcc(self.extensions, config=config):
+                self._kbuild_add_kernels()
+                super().run()
 
         def _kbuild_add_kernels(self) -> None:
             from kbuild.emit import cuda_include_dir
