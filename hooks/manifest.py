@@ -78,9 +78,53 @@ def _gains(value: Any) -> dict[str, float] | None:
     return out if out and len(out) == len(value) else None
 
 
-def build_manifest(builds: Iterable[Any], *, tune: str) -> dict[str, Any]:
+def build_manifest(builds: Iterable[Any], *, tune: str, cuda: Iterable[dict[str, Any]] = ()) -> dict[str, Any]:
+    """The manifest of ``builds`` (Triton kernels) and ``cuda`` (entries of CUDA C++ kernels, :func:`cuda_entries`:
+    listed under ``cuda_kernels``, left out when there are none so that Triton-only manifests keep their bytes)."""
     entries = sorted((manifest_entry(b) for b in builds), key=lambda e: (e["kernel"], e["target"]))
-    return {"format": MANIFEST_FORMAT, "kbuild_version": __version__, "tune": tune, "kernels": entries}
+    out = {"format": MANIFEST_FORMAT, "kbuild_version": __version__, "tune": tune, "kernels": entries}
+    cuda_list = sorted(cuda, key=lambda e: (e["kernel"], e["target"]))
+    if cuda_list:
+        out["cuda_kernels"] = cuda_list
+    return out
+
+
+def cuda_entry(record: dict[str, Any]) -> dict[str, Any]:
+    """The manifest entry of one CUDA C++ kernel × target from kbuild-nvcc's record (:mod:`kbuild.nvcc.tuned`): the
+    Triton entry's fields (``key`` is the tuned key, under which a tuning result is or would be stored;
+    ``baseline_cubin_sha256`` the cubin ptxas wrote), with ``ptxas`` the configuration level's point that ships
+    (``{"maxrregcount", "minnctapersm"}``, 0: as compiled) instead of a Triton ``config``."""
+    point = record.get("config") if record.get("state") == "tuned" else None
+    return {"kernel": record["kernel"], "target": record["target"], "arch": record.get("arch"), "key": record["key"],
+            "cubin_sha256": record["cubin_sha256"], "cubin_bytes": record.get("cubin_bytes"),
+            "baseline_cubin_sha256": record.get("baseline_cubin_sha256"), "symbol": record.get("symbol"),
+            "function": record.get("function"), "source": record.get("source"), "state": record.get("state"),
+            "speedup": record.get("speedup") if record.get("state") == "tuned" else None,
+            "ptxas": point if isinstance(point, dict) else {"maxrregcount": 0, "minnctapersm": 0}}
+
+
+def cuda_entries(directory: str | Path) -> list[dict[str, Any]]:
+    """The entries of the records kbuild-nvcc wrote into ``directory`` (``KBUILD_NVCC_RECORDS``), each checked; a
+    record that is not one is a :class:`UsageError` naming its file."""
+    from kbuild.nvcc.tuned import RECORD_FORMAT
+
+    out = []
+    for path in sorted(Path(directory).glob("*.json")):
+        rec = read_json_file(path)
+        if not isinstance(rec, dict) or rec.get("format") != RECORD_FORMAT:
+            raise UsageError(f"{path}: not a kbuild-nvcc record (format {RECORD_FORMAT!r})")
+        try:
+            entry = cuda_entry(rec)
+        except KeyError as exc:
+            raise UsageError(f"{path}: {exc.args[0]}: missing") from None
+        where = str(path)
+
+        def bad(key: str, message: str, where: str = where) -> None:
+            raise UsageError(f"{where}: {key}: {message}")
+
+        _check_entry(entry, "record", bad)
+        out.append(entry)
+    return out
 
 
 def manifest_bytes(manifest: dict[str, Any]) -> bytes:
@@ -187,6 +231,11 @@ def check_manifest(doc: Any, where: str) -> dict[str, Any]:
     for field in ("kbuild_version", "tune"):
         if doc.get(field) is not None and not isinstance(doc[field], str):
             bad(field, f"expected a string, got {_kind(doc[field])}")
+    cuda = doc.get("cuda_kernels")
+    if cuda is not None and not isinstance(cuda, list):
+        bad("cuda_kernels", f"expected a list, got {_kind(cuda)}")
+    for i, e in enumerate(cuda or []):
+        _check_entry(e, f"cuda_kernels[{i}]", bad)
     seen: dict[tuple[str, str], int] = {}
     for i, e in enumerate(doc["kernels"]):
         _check_entry(e, f"kernels[{i}]", bad)
@@ -284,6 +333,8 @@ __all__ = [
     "STATES",
     "build_manifest",
     "check_manifest",
+    "cuda_entries",
+    "cuda_entry",
     "manifest_bytes",
     "manifest_entry",
     "manifest_kernels",

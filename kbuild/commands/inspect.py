@@ -77,6 +77,12 @@ def _print_manifest(wheel: str, manifest: dict[str, Any]) -> None:
                  f"{e.get('cubin_bytes') or 0:,} B", e.get("state") or "", _ratio(speedup), config_cell(e),
                  _ratio(gains.get("level1")), _ratio(gains.get("level2")))
         rows.append(tuple(table_text(c) for c in cells))
+    for e in manifest.get("cuda_kernels") or []:  # CUDA C++ kernels through kbuild-nvcc (kbuild.nvcc.tuned)
+        point = e.get("ptxas") if isinstance(e.get("ptxas"), dict) else {}
+        flags = ",".join(f"{k}={v}" for k, v in point.items() if v) or "as compiled"
+        cells = (f"{e['kernel']} (CUDA)", e["target"], e.get("arch") or "", e["key"][:12], e["cubin_sha256"][:12],
+                 f"{e.get('cubin_bytes') or 0:,} B", e.get("state") or "", _ratio(e.get("speedup")), flags, "", "")
+        rows.append(tuple(table_text(c) for c in cells))
     title = (f"{wheel} — kbuild {manifest.get('kbuild_version') or '?'}, "
              f"tune = {manifest.get('tune') or '?'}")
     print_table(table_text(title), ["kernel", "target", "arch", "key", "cubin sha256", "size", "state", "speedup",

@@ -11,6 +11,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -18,6 +21,8 @@ from nvcc_helpers import KERNEL
 
 from kbuild.cache import Artefact, open_store
 from kbuild.config import settings_from_table
+from kbuild.errors import UsageError
+from kbuild.hooks.manifest import build_manifest, cuda_entries, manifest_bytes, read_manifest
 from kbuild.nvcc.tuned import KIND_TUNED, demangle, find_symbol, matches, point_label, ptxas_variant
 from kbuild.sass.elf import Cubin
 from kbuild.tune.measure.cubin import patch_text
@@ -112,6 +117,24 @@ def test_a_stored_tuned_cubin_replaces_ptxas_output_in_the_object(nvcc, launcher
     assert rec["state"] == "tuned" and rec["speedup"] == 1.25 and rec["cubin_sha256"] != rec["baseline_cubin_sha256"]
     assert json.loads((records / "scale.sm_80.json").read_text())["state"] == "baseline"
 
+    # the manifest lists them like Triton kernels; kbuild inspect shows them
+    manifest = build_manifest([], tune="auto", cuda=cuda_entries(records))
+    path = tmp_path / "kbuild.json"
+    path.write_bytes(manifest_bytes(manifest))
+    doc = read_manifest(path)
+    assert doc["kernels"] == [] and [(e["kernel"], e["target"], e["state"]) for e in doc["cuda_kernels"]] == [
+        ("scale", "sm_80", "baseline"), ("scale", "sm_90", "tuned")]
+    tuned = doc["cuda_kernels"][1]
+    assert tuned["speedup"] == 1.25 and tuned["key"] == rec["key"] and tuned["cubin_sha256"] == rec["cubin_sha256"]
+    shown = subprocess.run([sys.executable, "-m", "kbuild", "inspect", str(path)], capture_output=True, text=True,
+                           env={**os.environ, "COLUMNS": "250"}, check=False)
+    assert shown.returncode == 0, shown.stderr
+    table = shown.stdout + shown.stderr  # the table is for people (stderr when stdout is not a terminal)
+    assert "scale (CUDA)" in table and "tuned" in table and "1.25" in table
+    (records / "scale.sm_80.json").write_text('{"format": "kbuild-nvcc-record/1", "kernel": "scale"}')
+    with pytest.raises(UsageError, match=r"scale\.sm_80\.json: target: missing"):
+        cuda_entries(records)
+
     # sm_90 only: tuned, so the direct mode stores the object and answers the next compile, records included
     only90 = launcher(nvcc, *args("b.o", *ARCH90), cwd=src, env=env)
     assert only90.returncode == 0 and only90.count("tune", "tuned-hit") == 1
@@ -184,8 +207,6 @@ def test_the_tuner_runs_on_the_nvcc_cubin_with_the_cost_model(nvcc, launcher, tm
 
 
 def test_ptxas_variants_of_the_configuration_level(nvcc, launcher, tmp_path):
-    import subprocess
-
     from kbuild.errors import KBuildError
 
     src = project(tmp_path / "proj")
