@@ -8,6 +8,7 @@ where nvdisasm leaves the comma out between a register and a memory operand (``L
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import re
@@ -128,12 +129,34 @@ def disassemble(cubin: Cubin, kernel: str) -> list[Instruction]:
         path.unlink(missing_ok=True)
     for fn in doc[1]:
         if fn.get("function-name") == kernel:
-            ins = _records(fn)
+            ins = _records(fn) + _internal_subroutines(doc[1], fn, text.size)
             if len(ins) != text.size // 16:
                 raise KBuildError(f"{cubin.origin}: nvdisasm listed {len(ins)} instructions for {kernel} but "
                                   f".text.{kernel} holds {text.size // 16} words; cannot align them")
             return ins
     raise KBuildError(f"{cubin.origin}: nvdisasm printed no function named {kernel}")
+
+
+def _internal_subroutines(functions: list, kernel: dict, size: int) -> list[Instruction]:
+    """The instructions of the subroutines ptxas placed inside the kernel's own section (nvcc's
+    ``$__internal_0_$__cuda_sm20_div_u64`` after a 64-bit division: nvdisasm lists them as functions of their own
+    whose ``start`` lies within the kernel's ``length``), in address order, each marked as control flow so that
+    nothing moves in them or across them. Empty unless they continue the kernel's listing word for word."""
+    start, length = kernel.get("start"), kernel.get("length")
+    if not isinstance(start, int) or not isinstance(length, int) or length != size:
+        return []
+    inner = sorted((f for f in functions if f is not kernel and str(f.get("function-name", "")).startswith("$__internal")
+                    and isinstance(f.get("start"), int) and start < f["start"] < start + length),
+                   key=lambda f: f["start"])
+    out: list[Instruction] = []
+    at = start + 16 * len(kernel.get("sass-instructions") or [])
+    for f in inner:
+        if f["start"] != at:
+            return []
+        recs = [dataclasses.replace(i, control_flow=True) for i in _records(f)]
+        out.extend(recs)
+        at += 16 * len(recs)
+    return out
 
 
 def raw_arch_name(sm: int) -> str:
