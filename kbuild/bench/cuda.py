@@ -54,6 +54,9 @@ class CudaBenchSpec:
     bytes_moved: float
     shared: int = 0
     """Dynamic shared memory per block, in bytes."""
+    accumulate: tuple[str, ...] = ()
+    """Outputs the kernel adds into (``atomicAdd`` on a caller-zeroed buffer): zeroed before each launch instead of
+    poisoned with NaN. Usually with a :class:`~kbuild.bench.spec.Tolerance`, since atomics sum in any order."""
     archs: tuple[int, ...] = (80, 90)
     reference: Callable[[dict[str, Any]], dict[str, Any]] | None = None
     """Optional torch reference: inputs -> {output: expected tensor}."""
@@ -115,6 +118,9 @@ def validate_cuda_spec(spec: CudaBenchSpec) -> None:
                 raise fail(f"{what} must be a tuple of up to three integers or a function, got {value!r}") from None
             if min(d) < 1:
                 raise fail(f"{what} {d} has a dimension below 1")
+    for name in spec.accumulate:
+        if name not in spec.outputs:
+            raise fail(f"accumulate names {name!r}, which is not an output")
     if spec.shared < 0:
         raise fail(f"shared must be >= 0, got {spec.shared}")
     if spec.flops < 0 or spec.bytes_moved <= 0:

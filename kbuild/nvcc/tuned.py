@@ -111,13 +111,19 @@ def _strip_params(name: str) -> str:
     return name
 
 
+def _unreturned(name: str) -> str:
+    """Without the return type that template instances demangle with (``void f<1>(int)``: kernels return void)."""
+    name = name.strip()
+    return name[len("void "):] if name.startswith("void ") else name
+
+
 def _norm(name: str) -> str:
-    return "".join(name.replace(_ANON, "").split())
+    return "".join(_unreturned(name).replace(_ANON, "").split())
 
 
 def matches(declared: str, demangled: str) -> bool:
     """Whether ``declared`` (a ``function`` value) names the demangled symbol: the whole name, or the name without
-    its parameter list; ``(anonymous namespace)::`` and blanks ignored on both sides. ``"gelu"`` matches
+    its parameter list; ``(anonymous namespace)::``, a template instance's ``void`` return type and blanks ignored. ``"gelu"`` matches
     ``(anonymous namespace)::gelu(__half const*, __half*, long long)``; ``"f<64,64>"`` matches ``f<64, 64>(...)``."""
     want = _norm(declared)
     return want in (_norm(demangled), _norm(_strip_params(demangled)))
@@ -133,7 +139,7 @@ def find_symbol(cubin: bytes, declared: str, *, where: str, key: str) -> str:
     found = [k for k, d in names.items() if matches(declared, d)]
     if len(found) == 1:
         return found[0]
-    shown = ", ".join(sorted(_strip_params(d).replace(_ANON, "") for d in names.values())) or "none"
+    shown = ", ".join(sorted(_strip_params(_unreturned(d)).replace(_ANON, "") for d in names.values())) or "none"
     if not found:
         raise ConfigError(where, key, f"no __global__ function {declared!r} in the compiled cubin (its kernels: "
                                       f"{shown})")

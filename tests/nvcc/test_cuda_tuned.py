@@ -79,6 +79,7 @@ def test_demangled_names_match_with_or_without_namespace_and_parameters():
     tmpl = "(anonymous namespace)::matmul_f16_kernel<64, 64, 32, 2, 2>(__half const*, __half const*, __half*, int, int, int)"
     assert matches("matmul_f16_kernel<64,64,32,2,2>", tmpl)
     assert not matches("matmul_f16_kernel", tmpl)
+    assert matches("sum_f32_kernel<256>", "void (anonymous namespace)::sum_f32_kernel<256>(float const*, float*, long long)")
     assert point_label({"maxrregcount": 64, "minnctapersm": 0}) == "maxrregcount=64"
 
 
@@ -223,3 +224,25 @@ def test_ptxas_variants_of_the_configuration_level(nvcc, launcher, tmp_path):
     with pytest.raises(KBuildError, match="ptxas with --maxrregcount=32 failed"):
         ptxas_variant([ptxas, "-arch=sm_90", str(tmp_path / "missing.ptx"), "-o", "x.cubin"], {"maxrregcount": 32},
                       env={}, cwd=src)
+
+
+def test_a_kernel_with_an_internal_subroutine_is_read_whole_and_the_subroutine_pinned(nvcc, tmp_path):
+    """examples/cuda-cmake's reduction: ptxas puts nvcc's 64-bit division routine inside the kernel's section;
+    nvdisasm lists it as a function of its own. Every word is read, the routine's instructions never move."""
+    import subprocess
+
+    from kbuild.sass.disasm import disassemble
+    from kbuild.sass.schedule import Schedule
+
+    src = Path(__file__).resolve().parents[2] / "examples" / "cuda-cmake" / "src" / "reduce.cu"
+    out = tmp_path / "reduce.cubin"
+    subprocess.run([nvcc, "-cubin", "-O3", "-arch=sm_90", "-o", str(out), str(src)], check=True)
+    cubin = out.read_bytes()
+    symbol = find_symbol(cubin, "sum_f32_kernel<256>", where="p", key="k")
+    elf = Cubin(cubin, "reduce")
+    ins = disassemble(elf, symbol)
+    assert len(ins) == elf.text(symbol).size // 16
+    pinned_tail = [i.control_flow for i in ins[-10:]]
+    assert all(pinned_tail)
+    sched = Schedule.from_cubin(cubin, symbol)
+    assert sched.n == len(ins)

@@ -87,6 +87,11 @@ class CudaOracle(Oracle):
     def launch(self, kernel: Any, inputs: dict[str, Any]) -> None:
         kernel.run(inputs)
 
+    def _poison(self, inputs: dict[str, Any]) -> None:
+        super()._poison(inputs)
+        for name in self.spec.accumulate:  # type: ignore[attr-defined]
+            inputs[name].zero_()
+
 
 class CudaSession:
     """``load``/``check``/``time`` for a CUDA kernel: the same answers as :class:`~.session.Session`."""
