@@ -285,7 +285,8 @@ def resolve_space(settings: Settings, spec: KernelSettings, obj: Any) -> tuple[K
         raise KernelSourceError(settings.config_file, f"{base}.{exc.key}", exc.detail) from None
     resolved = dataclasses.replace(spec, constexprs=dict(default["constexprs"]), num_warps=default["num_warps"],
                                    num_stages=default["num_stages"], maxnreg=default["maxnreg"],
-                                   num_ctas=default["num_ctas"], configs=entries, autotune=False)
+                                   num_ctas=default["num_ctas"], ptx_options=default.get("ptx_options") or "",
+                                   configs=entries, autotune=False)
     return resolved, space
 
 
@@ -475,7 +476,8 @@ def config_spec(spec: KernelSettings, config: dict[str, Any]) -> KernelSettings:
 
     return dataclasses.replace(spec, constexprs=dict(config["constexprs"]), num_warps=config["num_warps"],
                                num_stages=config["num_stages"], maxnreg=config["maxnreg"],
-                               num_ctas=config["num_ctas"], space={}, configs=[], autotune=False)
+                               num_ctas=config["num_ctas"], ptx_options=config.get("ptx_options") or "", space={},
+                               configs=[], autotune=False)
 
 
 def compile_config(settings: Settings, b: KernelBuild, config: dict[str, Any]) -> Any:

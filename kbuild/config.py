@@ -140,10 +140,17 @@ class KernelSettings:
     """Thread blocks per cluster (Triton's ``num_ctas``, sm_90 and later; the C launchers support 1 only).
     Reaches the key through Triton's compiler options."""
 
+    ptx_options: str = ""
+    """Extra ptxas flags (Triton's ``ptx_options``), e.g. ``"-O2"`` or ``"--allow-expensive-optimizations=true"``;
+    ``""``: none. Only flags that change how ptxas optimises are allowed (:func:`kbuild.space.check_ptx_options`):
+    the target, the output, debug code, ``--maxrregcount`` (use ``maxnreg``) and ``--fmad`` (changes results) are
+    refused. Reaches the key through Triton's compiler options, only when set."""
+
     space: dict[str, list[Constexpr]] = field(default_factory=dict)
     """A grid of configurations to tune over, e.g. ``{ BLOCK_M = [64, 128], num_warps = [4, 8], maxnreg = [0,
     232] }``: the product of the lists. Keys: constexprs (with a default under ``constexprs``), ``num_warps``,
-    ``num_stages``, ``maxnreg`` (0: ptxas decides) and ``num_ctas``; each list must hold the default's value.
+    ``num_stages``, ``maxnreg`` (0: ptxas decides), ``num_ctas`` and ``ptx_options`` (``["", "-O2"]``); each list
+    must hold the default's value.
     The declared point ships untuned; the tuned key includes the space."""
 
     configs: list[dict[str, Constexpr]] = field(default_factory=list)
@@ -182,12 +189,14 @@ class KernelSettings:
         """The declared point, the configuration that ships untuned (:func:`kbuild.space.make_point`'s shape)."""
         from kbuild.space import make_point
 
-        return make_point(self.constexprs, self.num_warps, self.num_stages, self.maxnreg, self.num_ctas)
+        return make_point(self.constexprs, self.num_warps, self.num_stages, self.maxnreg, self.num_ctas,
+                          self.ptx_options or None)
 
     def search_space(self) -> list[dict[str, Any]]:
         """Every configuration of the declared space, the default first, each once, in the shape of
         :meth:`kbuild.bench.spec.Config.as_dict` with all five keys (``constexprs`` with every constexpr,
-        ``num_warps``, ``num_stages``, ``maxnreg`` (None: ptxas decides), ``num_ctas``); see :mod:`kbuild.space`.
+        ``num_warps``, ``num_stages``, ``maxnreg`` (None: ptxas decides), ``num_ctas``, and ``ptx_options`` when
+        set); see :mod:`kbuild.space`.
         A kernel without a space has one point. ``autotune`` needs the imported kernel: the pipeline resolves
         it into ``configs`` (:attr:`kbuild.hooks.pipeline.KernelBuild.space` is the resolved list); here it is
         a :class:`ValueError`."""
@@ -856,11 +865,14 @@ def _validate_kernel(k: KernelSettings, conv: _Converter, path: str) -> KernelSe
 def _validate_space(k: KernelSettings, conv: _Converter, path: str) -> KernelSettings:
     """The configuration space and the grid (:mod:`kbuild.space`, :mod:`kbuild.grid`), errors naming their key."""
     from kbuild import grid as gridmod
-    from kbuild.space import SpaceError, check_option
+    from kbuild.space import SpaceError, check_option, check_ptx_options
 
     try:
         maxnreg = check_option("maxnreg", k.maxnreg, "maxnreg") if k.maxnreg is not None else None
         check_option("num_ctas", k.num_ctas, "num_ctas")
+        ptx_options = check_ptx_options(k.ptx_options, "ptx_options") or ""
+        if ptx_options != k.ptx_options:
+            k = dataclasses.replace(k, ptx_options=ptx_options)
         if k.autotune and (k.space or k.configs):
             raise SpaceError("autotune", "autotune = true takes the configurations from the @triton.autotune "
                                          "object; leave out space and configs")

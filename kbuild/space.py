@@ -15,10 +15,12 @@ which is what ships untuned. It may add a space around it, in one of three ways:
 
 Keys are the kernel's constexprs (declared under ``constexprs``, which gives the default value) and
 ``num_warps`` (a power of two, 1 to 32), ``num_stages`` (1 to 8), ``maxnreg`` (0: ptxas decides, else 16 to
-255 registers) and ``num_ctas`` (a power of two, 1 to 16).
+255 registers), ``num_ctas`` (a power of two, 1 to 16) and ``ptx_options`` (extra ptxas flags, Triton's
+``ptx_options``: ``""`` none; see :func:`check_ptx_options` for the flags allowed).
 
 A point is a dict of the shape :meth:`kbuild.bench.spec.Config.as_dict` reads back
-(:meth:`~kbuild.bench.spec.Config.from_dict`), always with all five keys::
+(:meth:`~kbuild.bench.spec.Config.from_dict`), always with these five keys, and ``ptx_options`` (a
+normalised string) only when it is set, so that points, spaces and tuned keys without it read as before::
 
     {"constexprs": {...every constexpr...}, "num_warps": 4, "num_stages": 3, "maxnreg": None, "num_ctas": 1}
 
@@ -35,7 +37,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 #: Keys of a configuration that are Triton options, not constexprs.
-OPTION_KEYS = ("num_warps", "num_stages", "maxnreg", "num_ctas")
+OPTION_KEYS = ("num_warps", "num_stages", "maxnreg", "num_ctas", "ptx_options")
 #: Most points a space may expand to (a grid of a few lists multiplies fast).
 MAX_POINTS = 4096
 
@@ -49,8 +51,107 @@ class SpaceError(ValueError):
         super().__init__(f"{key}: {message}")
 
 
+#: ptxas flags a configuration may pass (Triton's ``ptx_options``), by every spelling ptxas accepts, to the kind of
+#: value they take: None (no value), ``"int:LO:HI"``, ``"bool"`` or a tuple of words. All of them change how
+#: ptxas optimises or what it warns about, never the target, the output file or the results.
+_PTX_ALLOWED: dict[str, Any] = {
+    **dict.fromkeys(("--opt-level", "-O"), "int:0:3"),
+    **dict.fromkeys(("--allow-expensive-optimizations", "-allow-expensive-optimizations"), "bool"),
+    **dict.fromkeys(("--register-usage-level", "-regUsageLevel"), "int:0:10"),
+    **dict.fromkeys(("--minnctapersm", "-minnctapersm"), "int:1:32"),
+    **dict.fromkeys(("--def-load-cache", "-dlcm"), ("ca", "cg", "cs", "lu", "cv")),
+    **dict.fromkeys(("--def-store-cache", "-dscm"), ("wb", "cg", "cs", "wt")),
+    **dict.fromkeys(("--disable-optimizer-constants", "-disable-optimizer-consts", "--dont-merge-basicblocks",
+                     "-no-bb-merge", "--return-at-end", "-ret-end", "--warn-on-spills", "-warn-spills",
+                     "--warn-on-local-memory-usage", "-warn-lmem-usage", "--warn-on-double-precision-use",
+                     "-warn-double-usage", "--disable-warnings", "-w", "--verbose", "-v"), None),
+}
+#: ptxas flags refused, with the reason the error gives.
+_PTX_REFUSED: dict[str, str] = {
+    **dict.fromkeys(("--gpu-name", "-arch", "--machine", "-m"), "kbuild sets the target architecture per target"),
+    **dict.fromkeys(("--output-file", "-o", "--compile-only", "-c", "--entry", "-e", "--input-as-string", "-ias",
+                     "--options-file", "-optf", "--preserve-relocs", "-preserve-relocs", "--extensible-whole-program",
+                     "-ewp", "--compile-as-tools-patch", "-astoolspatch", "--position-independent-code", "-pic",
+                     "--help", "-h", "--version", "-V"),
+                    "it changes what ptxas reads or writes (kbuild needs one relocatable cubin of the whole kernel)"),
+    **dict.fromkeys(("--device-debug", "-g", "--generate-line-info", "-lineinfo", "--suppress-debug-info",
+                     "-suppress-debug-info", "--sp-bounds-check", "-sp-bounds-check", "--device-stack-protector",
+                     "-device-stack-protector", "--g-tensor-memory-access-check", "-g-tmem-access-check"),
+                    "debug code and line tables are not shipped (they turn optimisation off or embed source paths, "
+                    "and kbuild compiles with line info off)"),
+    **dict.fromkeys(("--maxrregcount", "-maxrregcount", "--device-function-maxrregcount", "-func-maxrregcount"),
+                    "use maxnreg (the configuration's register limit) instead"),
+    **dict.fromkeys(("--maxntid", "-maxntid", "--override-directive-values", "-override-directive-values"),
+                    "it overrides the launch bounds Triton derives from num_warps; use num_warps or maxnreg"),
+    **dict.fromkeys(("--fmad", "-fmad"),
+                    "FMA contraction changes results; it is Triton's enable_fp_fusion, which kbuild leaves at its "
+                    "default"),
+    **dict.fromkeys(("--optimize-float-atomics", "-opt-fp-atomics"), "it changes floating-point atomic results"),
+}
+
+
+def check_ptx_options(value: Any, key: str) -> str | None:
+    """The checked, normalised ``ptx_options`` (flags separated by one space; None for none).
+
+    Triton splits the string on single spaces and passes the words to ptxas after its own flags
+    (``compiler.py`` ``make_cubin``), so the words may hold no quotes. Each flag must be one of
+    :data:`_PTX_ALLOWED` (ptxas options that change optimisation or warnings only); a flag that changes the
+    target, the output, the numerics or the launch bounds, or adds debug code, is refused with its reason
+    (:data:`_PTX_REFUSED`). :class:`SpaceError` naming ``key`` otherwise."""
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise SpaceError(key, f"expected a string of ptxas flags (\"\": none), got {value!r}")
+    words = value.split()
+    out: list[str] = []
+    i = 0
+    while i < len(words):
+        word = words[i]
+        if not word.startswith("-") or not all(c.isalnum() or c in "-_=.," for c in word):
+            raise SpaceError(key, f"{word!r} is not a ptxas flag (flags start with '-'; no quotes or paths)")
+        name, eq, attached = word.partition("=")
+        if not eq and name.startswith("-O") and not name.startswith("--") and len(name) > 2:
+            name, attached, eq = "-O", name[2:], "="
+        if name in _PTX_REFUSED:
+            raise SpaceError(key, f"ptxas flag {name!r} is refused: {_PTX_REFUSED[name]}")
+        if name not in _PTX_ALLOWED:
+            raise SpaceError(key, f"ptxas flag {name!r} is not one kbuild passes; allowed: "
+                                  + ", ".join([*sorted(f for f in _PTX_ALLOWED if f.startswith("--")), "-O<n>"]))
+        kind = _PTX_ALLOWED[name]
+        if kind is None:
+            if eq:
+                raise SpaceError(key, f"ptxas flag {name!r} takes no value, got {word!r}")
+            out.append(name)
+            i += 1
+            continue
+        if not eq:
+            if i + 1 >= len(words):
+                raise SpaceError(key, f"ptxas flag {name!r} needs a value")
+            attached, i = words[i + 1], i + 1
+        _check_ptx_value(name, kind, attached, key)
+        out.append(f"-O{attached}" if name == "-O" else f"{name}={attached}")
+        i += 1
+    return " ".join(out) or None
+
+
+def _check_ptx_value(name: str, kind: Any, value: str, key: str) -> None:
+    if kind == "bool":
+        ok = value in ("true", "false")
+        want = "true or false"
+    elif isinstance(kind, str):
+        lo, hi = (int(x) for x in kind.split(":")[1:])
+        ok = value.isdigit() and lo <= int(value) <= hi
+        want = f"an integer from {lo} to {hi}"
+    else:
+        ok = value in kind
+        want = "one of " + ", ".join(kind)
+    if not ok:
+        raise SpaceError(key, f"ptxas flag {name!r} takes {want}, got {value!r}")
+
+
 def check_option(name: str, value: Any, key: str) -> int | None:
-    """The checked value of one option (``maxnreg`` 0 becomes None); :class:`SpaceError` naming ``key``."""
+    """The checked value of one integer option (``maxnreg`` 0 becomes None); :class:`SpaceError` naming ``key``.
+    ``ptx_options`` (a string) is :func:`check_ptx_options`."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise SpaceError(key, f"expected an integer, got {value!r}")
     if name == "num_warps" and (not 1 <= value <= 32 or value & (value - 1)):
@@ -67,16 +168,23 @@ def check_option(name: str, value: Any, key: str) -> int | None:
     return value
 
 
+def _check(name: str, value: Any, key: str) -> Any:
+    return check_ptx_options(value, key) if name == "ptx_options" else check_option(name, value, key)
+
+
 def make_point(constexprs: Mapping[str, Any], num_warps: int, num_stages: int, maxnreg: int | None = None,
-               num_ctas: int = 1) -> dict[str, Any]:
-    """A point in its one shape (``maxnreg`` 0 means None)."""
-    return {"constexprs": dict(constexprs), "num_warps": int(num_warps), "num_stages": int(num_stages),
-            "maxnreg": int(maxnreg) if maxnreg else None, "num_ctas": int(num_ctas)}
+               num_ctas: int = 1, ptx_options: str | None = None) -> dict[str, Any]:
+    """A point in its one shape (``maxnreg`` 0 means None; ``ptx_options`` only when set, already checked)."""
+    point = {"constexprs": dict(constexprs), "num_warps": int(num_warps), "num_stages": int(num_stages),
+             "maxnreg": int(maxnreg) if maxnreg else None, "num_ctas": int(num_ctas)}
+    if ptx_options:
+        point["ptx_options"] = ptx_options
+    return point
 
 
 def normalize_point(point: Mapping[str, Any], *, where: str = "config") -> dict[str, Any]:
     """A point given as a dict (the tuner's, a ``Config.as_dict()`` that left maxnreg/num_ctas out), checked and
-    with all five keys; :class:`SpaceError` naming ``where`` otherwise."""
+    with all five keys (and ``ptx_options`` when set); :class:`SpaceError` naming ``where`` otherwise."""
     if not isinstance(point, Mapping):
         raise SpaceError(where, f"expected a table, got {type(point).__name__}")
     unknown = sorted(set(point) - {"constexprs", *OPTION_KEYS})
@@ -85,10 +193,11 @@ def normalize_point(point: Mapping[str, Any], *, where: str = "config") -> dict[
     cx = point.get("constexprs", {})
     if not isinstance(cx, Mapping) or not all(isinstance(k, str) for k in cx):
         raise SpaceError(f"{where}.constexprs", "expected a table of constexpr values")
-    defaults = {"num_warps": 4, "num_stages": 3, "maxnreg": 0, "num_ctas": 1}
-    opts = {n: check_option(n, point.get(n) if point.get(n) is not None else defaults[n], f"{where}.{n}")
+    defaults = {"num_warps": 4, "num_stages": 3, "maxnreg": 0, "num_ctas": 1, "ptx_options": None}
+    opts = {n: _check(n, point.get(n) if point.get(n) is not None else defaults[n], f"{where}.{n}")
             for n in OPTION_KEYS}
-    return make_point(cx, opts["num_warps"] or 4, opts["num_stages"] or 3, opts["maxnreg"], opts["num_ctas"] or 1)
+    return make_point(cx, opts["num_warps"] or 4, opts["num_stages"] or 3, opts["maxnreg"], opts["num_ctas"] or 1,
+                      opts["ptx_options"])
 
 
 def point_id(point: Mapping[str, Any]) -> str:
@@ -97,25 +206,26 @@ def point_id(point: Mapping[str, Any]) -> str:
 
 
 def label(point: Mapping[str, Any]) -> str:
-    """``BLOCK_M=64,BLOCK_N=128,w4,s3`` (+ ``r232``, ``c2``): :meth:`kbuild.bench.spec.Config.label`'s spelling,
+    """``BLOCK_M=64,BLOCK_N=128,w4,s3`` (+ ``r232``, ``c2``, ``ptx[-O2]``): :meth:`kbuild.bench.spec.Config.label`'s spelling,
     constexprs sorted."""
     cx = point.get("constexprs") or {}
     parts = [f"{k}={cx[k]}" for k in sorted(cx)]
-    maxnreg, ctas = point.get("maxnreg"), point.get("num_ctas", 1)
+    maxnreg, ctas, ptx = point.get("maxnreg"), point.get("num_ctas", 1), point.get("ptx_options")
     extra = ([f"r{maxnreg}"] if maxnreg else []) + ([f"c{ctas}"] if ctas not in (None, 1) else [])
+    extra += [f"ptx[{ptx}]"] if ptx else []
     return ",".join([*parts, f"w{point.get('num_warps')}", f"s{point.get('num_stages')}", *extra])
 
 
 def _apply(default: dict[str, Any], values: Mapping[str, Any], key_of: Any) -> dict[str, Any]:
     """``default`` with ``values`` (constexpr names and option names mixed) put in; checked."""
     cx = dict(default["constexprs"])
-    opts = {n: default[n] for n in OPTION_KEYS}
+    opts: dict[str, Any] = {n: default.get(n) for n in OPTION_KEYS}
     for name, value in values.items():
         if name in OPTION_KEYS:
-            opts[name] = check_option(name, value, key_of(name))
+            opts[name] = _check(name, value, key_of(name))
         else:
             cx[name] = value
-    return make_point(cx, opts["num_warps"], opts["num_stages"], opts["maxnreg"], opts["num_ctas"])
+    return make_point(cx, opts["num_warps"], opts["num_stages"], opts["maxnreg"], opts["num_ctas"], opts["ptx_options"])
 
 
 def _check_names(names: Iterable[str], constexprs: Mapping[str, Any], runtime: Iterable[str], key_of: Any,
@@ -167,10 +277,11 @@ def expand(default: dict[str, Any], *, space: Mapping[str, Sequence[Any]] | None
             if not isinstance(values, (list, tuple)) or not values:
                 raise SpaceError(f"space.{name}", "expected a non-empty list of values")
             checked = [(_apply(default, {name: v}, lambda n, i=i: f"space.{n}[{i}]")) for i, v in enumerate(values)]
-            current = default[name] if name in OPTION_KEYS else default["constexprs"][name]
-            got = [p[name] if name in OPTION_KEYS else p["constexprs"][name] for p in checked]
+            current = default.get(name) if name in OPTION_KEYS else default["constexprs"][name]
+            got = [p.get(name) if name in OPTION_KEYS else p["constexprs"][name] for p in checked]
             if not any(_same(current, g) for g in got):
-                shown = 0 if name == "maxnreg" and current is None else current
+                shown = 0 if name == "maxnreg" and current is None else "" if name == "ptx_options" and current is None \
+                    else current
                 where = name if name in OPTION_KEYS else f"constexprs.{name}"
                 raise SpaceError(f"space.{name}", f"the default {shown!r} ({where}) is not in the list {list(values)!r}; "
                                                   "the default configuration must be one of the space's points")
@@ -232,5 +343,5 @@ def autotune_default(declared: dict[str, Any], entries: Sequence[Mapping[str, An
     return _apply(declared, entries[0], lambda n: f"autotune.configs[0].{n}")
 
 
-__all__ = ["MAX_POINTS", "OPTION_KEYS", "SpaceError", "autotune_configs", "autotune_default", "check_option", "expand",
+__all__ = ["MAX_POINTS", "OPTION_KEYS", "SpaceError", "autotune_configs", "autotune_default", "check_option", "check_ptx_options", "expand",
            "label", "make_point", "normalize_point", "point_id"]

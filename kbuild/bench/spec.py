@@ -65,18 +65,21 @@ class Config:
     """One point of a spec's configuration space: the constexprs that vary, and Triton's launch options.
 
     ``maxnreg`` (``None``: ptxas decides) caps registers per thread; ``num_ctas`` is the cluster size
-    (Hopper). Both are left out of :meth:`label` and :meth:`as_dict` at their defaults, so records of
-    configurations without them read as before."""
+    (Hopper); ``ptx_options`` extra ptxas flags (``None``: none; checked by
+    :func:`kbuild.space.check_ptx_options`). All three are left out of :meth:`label` and :meth:`as_dict` at
+    their defaults, so records of configurations without them read as before."""
 
     constexprs: Mapping[str, Constexpr] = field(default_factory=dict)
     num_warps: int = 4
     num_stages: int = 3
     maxnreg: int | None = None
     num_ctas: int = 1
+    ptx_options: str | None = None
 
     def label(self) -> str:
         parts = [f"{k}={v}" for k, v in self.constexprs.items()]
         extra = ([f"r{self.maxnreg}"] if self.maxnreg else []) + ([f"c{self.num_ctas}"] if self.num_ctas != 1 else [])
+        extra += [f"ptx[{self.ptx_options}]"] if self.ptx_options else []
         return ",".join([*parts, f"w{self.num_warps}", f"s{self.num_stages}", *extra])
 
     def options(self) -> dict[str, Any]:
@@ -86,6 +89,8 @@ class Config:
             opts["maxnreg"] = self.maxnreg
         if self.num_ctas != 1:
             opts["num_ctas"] = self.num_ctas
+        if self.ptx_options:
+            opts["ptx_options"] = self.ptx_options
         return opts
 
     def as_dict(self) -> dict[str, Any]:
@@ -95,13 +100,15 @@ class Config:
             d["maxnreg"] = self.maxnreg
         if self.num_ctas != 1:
             d["num_ctas"] = self.num_ctas
+        if self.ptx_options:
+            d["ptx_options"] = self.ptx_options
         return d
 
     @classmethod
     def from_dict(cls, d: Mapping[str, Any]) -> Config:
         """The inverse of :meth:`as_dict`."""
         return cls(dict(d.get("constexprs", {})), int(d.get("num_warps", 4)), int(d.get("num_stages", 3)),
-                   d.get("maxnreg") or None, int(d.get("num_ctas", 1)))
+                   d.get("maxnreg") or None, int(d.get("num_ctas", 1)), d.get("ptx_options") or None)
 
 
 Grid = tuple[int, int, int]
@@ -260,6 +267,15 @@ def validate_spec(spec: BenchSpec) -> None:
             raise fail(f"configs[{i}]: maxnreg must be between 24 and 255 (or None), got {cfg.maxnreg}")
         if cfg.num_ctas not in (1, 2, 4, 8, 16):
             raise fail(f"configs[{i}]: num_ctas must be 1, 2, 4, 8 or 16, got {cfg.num_ctas}")
+        if cfg.ptx_options is not None:
+            from kbuild.space import SpaceError, check_ptx_options
+
+            try:
+                if check_ptx_options(cfg.ptx_options, "ptx_options") != cfg.ptx_options:
+                    raise fail(f"configs[{i}]: ptx_options {cfg.ptx_options!r} is not in its normalised spelling "
+                               f"{check_ptx_options(cfg.ptx_options, 'ptx_options')!r}")
+            except SpaceError as exc:
+                raise fail(f"configs[{i}]: {exc}") from None
     if spec.flops < 0 or spec.bytes_moved <= 0:
         raise fail("flops must be ≥ 0 and bytes_moved > 0")
     if not spec.archs:

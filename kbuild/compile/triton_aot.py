@@ -480,6 +480,8 @@ def compiler_options(target: Target, spec: KernelSettings) -> dict[str, Any]:
         given["maxnreg"] = spec.maxnreg
     if getattr(spec, "num_ctas", 1) != 1:
         given["num_ctas"] = spec.num_ctas
+    if getattr(spec, "ptx_options", ""):  # likewise: unset keeps Triton's default (PTXAS_OPTIONS) and the key
+        given["ptx_options"] = spec.ptx_options
     options = backend.parse_options(given)
     return dataclasses.asdict(options)
 

@@ -22,7 +22,9 @@ needs to launch the shipped cubin without compiling anything:
   cache (``json.dumps(metadata, default=vars)``: name, shared, options, target, scratch sizes, ...);
   absent when the artefact did not record it (then only the post-compile substitution applies);
 * ``config``: the launch configuration the cubin was compiled for, in ``triton.Config`` terms
-  (``kwargs`` = the constexprs, ``num_warps``, ``num_stages``, ``num_ctas``, ``maxnreg``);
+  (``kwargs`` = the constexprs, ``num_warps``, ``num_stages``, ``num_ctas``, ``maxnreg``, and ``ptx_options``
+  only when the cubin was compiled with extra ptxas flags: no ``triton.Config`` carries them, so such an entry
+  answers only a call whose options hold the same flags, never an autotuner);
 * ``autotune`` (optional): ``{"key": [...]}``, the ``@triton.autotune`` key (the values of the
   autotuner's ``key`` arguments, then ``str(arg.dtype)`` of each argument with a dtype, in argument
   order, as ``Autotuner.run`` builds it) for which this entry's config is the shipped choice.
@@ -67,9 +69,12 @@ class IndexFormatError(UsageError):
 def entry_config(constexprs: Mapping[str, Any], options: Mapping[str, Any]) -> dict[str, Any]:
     """The ``config`` field: a compiled kernel's launch configuration in ``triton.Config`` terms."""
     maxnreg = options.get("maxnreg")
-    return {"kwargs": dict(constexprs), "num_warps": int(options.get("num_warps", 4)),
-            "num_stages": int(options.get("num_stages", 3)), "num_ctas": int(options.get("num_ctas", 1)),
-            "maxnreg": int(maxnreg) if maxnreg is not None else None}
+    out = {"kwargs": dict(constexprs), "num_warps": int(options.get("num_warps", 4)),
+           "num_stages": int(options.get("num_stages", 3)), "num_ctas": int(options.get("num_ctas", 1)),
+           "maxnreg": int(maxnreg) if maxnreg is not None else None}
+    if options.get("ptx_options"):
+        out["ptx_options"] = str(options["ptx_options"])
+    return out
 
 
 def index_entry(build: Any, *, autotune_key: Sequence[Any] | None = None, artefact: Any = None, key: Any = None,

@@ -41,7 +41,8 @@ the call's tuning key is not in ``self.cache``; there is no hook before that. :f
 therefore wraps ``Autotuner.run`` (class attribute, restored by :func:`uninstall`): before Triton's
 own ``run``, an autotuner over a shipped function gets ``cache[key] = config`` for each index entry
 with an ``autotune`` key for this GPU and Triton version, where ``config`` is the autotuner's own
-``triton.Config`` equal to the entry's (kwargs, warps, stages, CTAs, maxnreg); an existing
+``triton.Config`` equal to the entry's (kwargs, warps, stages, CTAs, maxnreg, ptx_options: a ``triton.Config``
+has none, so an entry compiled with extra ptxas flags is never an autotuner's answer); an existing
 ``cache`` entry is never overwritten. Triton's ``run`` then finds the key, benchmarks nothing, and
 launches that config, which the ``compile`` wrapper answers. A key not shipped (other shapes,
 dtypes, GPU, or keyword order: Triton's key follows the call's argument order) is autotuned by Triton.
@@ -297,7 +298,8 @@ def config_matches(config: Any, shipped: Mapping[str, Any]) -> bool:
     if any(name not in kwargs or _norm(value) != _norm(kwargs[name]) for name, value in config.kwargs.items()):
         return False
     return (config.num_warps == shipped.get("num_warps") and config.num_stages == shipped.get("num_stages")
-            and config.num_ctas == shipped.get("num_ctas", 1) and config.maxnreg == shipped.get("maxnreg"))
+            and config.num_ctas == shipped.get("num_ctas", 1) and config.maxnreg == shipped.get("maxnreg")
+            and (getattr(config, "ptx_options", None) or None) == (shipped.get("ptx_options") or None))
 
 
 def answer_autotuner(tuner: Any, *, arch: int | None = None) -> int:

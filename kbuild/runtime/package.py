@@ -143,7 +143,8 @@ def _among(autotuner: Any, config: dict[str, Any]) -> bool:
     from kbuild.runtime.loader import config_matches
 
     shipped = entry_config(config["constexprs"], {"num_warps": config["num_warps"], "num_stages": config["num_stages"],
-                                                  "num_ctas": config.get("num_ctas", 1), "maxnreg": config.get("maxnreg")})
+                                                  "num_ctas": config.get("num_ctas", 1), "maxnreg": config.get("maxnreg"),
+                                                  "ptx_options": config.get("ptx_options")})
     return any(config_matches(c, shipped) for c in autotuner.configs)
 
 
@@ -166,7 +167,8 @@ def config_key(b: Any, config: dict[str, Any]) -> Any:
 
 def _describe(config: dict[str, Any]) -> str:
     parts = [f"{k}={v}" for k, v in sorted((config.get("constexprs") or {}).items())]
-    parts += [f"{k}={config[k]}" for k in ("num_warps", "num_stages", "maxnreg", "num_ctas") if config.get(k) is not None]
+    parts += [f"{k}={config[k]}" for k in ("num_warps", "num_stages", "maxnreg", "num_ctas", "ptx_options")
+              if config.get(k) is not None]
     return "{" + ", ".join(parts) + "}"
 
 

@@ -15,8 +15,8 @@ from typing import Any
 
 from kbuild.bench.spec import Config
 
-#: Launch options that are dimensions beside the constexprs (``maxnreg`` 0 stands for None).
-OPTIONS = ("num_warps", "num_stages", "maxnreg", "num_ctas")
+#: Launch options that are dimensions beside the constexprs (``maxnreg`` 0 and ``ptx_options`` "" stand for None).
+OPTIONS = ("num_warps", "num_stages", "maxnreg", "num_ctas", "ptx_options")
 
 Value = bool | int | float | str
 
@@ -24,7 +24,7 @@ Value = bool | int | float | str
 def params_of(config: Config) -> dict[str, Value]:
     """Every dimension's value of ``config``, constexprs first."""
     return {**config.constexprs, "num_warps": config.num_warps, "num_stages": config.num_stages,
-            "maxnreg": config.maxnreg or 0, "num_ctas": config.num_ctas}
+            "maxnreg": config.maxnreg or 0, "num_ctas": config.num_ctas, "ptx_options": config.ptx_options or ""}
 
 
 def _key(params: Mapping[str, Value]) -> tuple[tuple[str, Value], ...]:
