@@ -257,3 +257,23 @@ def test_kbuild_compile_refuses_a_bad_flag_with_exit_2(tmp_path: Path) -> None:
     assert f"{config}: [tool.kbuild.kernels][0].ptx_options: ptxas flag '--gpu-name' is refused" in proc.stderr
     assert proc.stdout == ""  # nothing reported, nothing compiled
     assert not (tmp_path / "store").exists()
+
+
+#: One spelling per allowed flag, with a value where it takes one.
+EVERY_ALLOWED = ["-O1", "--allow-expensive-optimizations=true", "--register-usage-level=0", "--minnctapersm=2",
+                 "-dlcm=cg", "--def-store-cache=wt", "--disable-optimizer-constants", "--dont-merge-basicblocks",
+                 "--return-at-end", "--warn-on-spills", "--warn-on-local-memory-usage",
+                 "--warn-on-double-precision-use", "-w", "-v"]
+
+
+def test_every_allowed_flag_is_accepted_by_tritons_ptxas() -> None:
+    """The allow-list is checked against the ptxas Triton bundles: each flag compiles, and the ones that steer
+    code generation change the softmax cubin (``-O3`` is ptxas's default: same bytes)."""
+    assert all(check_ptx_options(f, "k") == f for f in EVERY_ALLOWED)  # already in normal spelling
+    spec = load_spec("kbuild.bench.kernels.softmax:softmax", small=True)
+    base = spec.configs[0]
+    cubins = {f: compile_spec(spec, dataclasses.replace(base, ptx_options=check_ptx_options(f, "k")), 90).asm["cubin"]
+              for f in ["", "-O3", *EVERY_ALLOWED]}
+    assert cubins["-O3"] == cubins[""]
+    for flag in ("-O1", "--register-usage-level=0", "--minnctapersm=2", "-dlcm=cg", "--def-store-cache=wt"):
+        assert cubins[flag] != cubins[""], flag
