@@ -614,7 +614,11 @@ class _Converter:
                                        "for the project directory")
             if "\0" in value:
                 raise self.error(path, "the path contains a NUL character")
-            return Path(value).expanduser()
+            try:
+                return Path(value).expanduser()
+            except RuntimeError:  # "~name" for a user this machine does not have
+                raise self.error(path, f"cannot expand {value.split('/', 1)[0]!r} in {value!r}: "
+                                       "no such user's home directory here") from None
         raise TypeError(f"settings model uses an unsupported type {tp!r}")  # pragma: no cover
 
     def dataclass(self, cls: Any, table: dict[str, Any], path: str) -> Any:

@@ -245,6 +245,17 @@ def test_a_bad_environment_value_is_blamed_on_the_variable_not_the_file(tmp_path
     assert (err.where, err.key) == (str(path), "targets")
 
 
+@pytest.mark.hostile(fault="home directory of an unknown user", outcome="clean error")
+def test_tilde_of_an_unknown_user_is_a_config_error_not_a_crash(tmp_path: Path):
+    # Found by CI's hypothesis run: KBUILD_CUOBJDUMP='~0' made pathlib raise RuntimeError.
+    path = write_pyproject(tmp_path, '[tool.kbuild]\nstore = "~kbuild-no-such-user/store"\n')
+    err = config_error(path)
+    assert (err.where, err.key) == (str(path), "store")
+    assert "~kbuild-no-such-user" in str(err)
+    err = config_error(write_pyproject(tmp_path, "[tool.kbuild]\n"), {"KBUILD_CUOBJDUMP": "~0"})
+    assert (err.where, err.key) == ("environment variable KBUILD_CUOBJDUMP", "KBUILD_CUOBJDUMP")
+
+
 @pytest.mark.hostile(fault="bad store path", outcome="clean error")
 @pytest.mark.parametrize("value", [pytest.param('""', id="empty"), pytest.param('"  "', id="blank"),
                                    pytest.param('"a\\u0000b"', id="nul")])
