@@ -1,7 +1,8 @@
 """``kbuild tile MODULE:FUNCTION --block M=1 --block N=4096``: synthesise a tile kernel's layouts, show the ranked
 variants, and write its Gluon source (a module a ``[[tool.kbuild.kernels]]`` entry can name like any kernel).
 An mma program (``loop("K")`` + ``mma``) takes ``--problem M,N,K`` and ``--arch 90|80`` instead of blocks: its
-variants are ranked tile configurations, each with the layouts its mma fixes."""
+variants are ranked tile configurations, each with the layouts its mma fixes; an int4 one (``dequant``, e.g.
+``int4_gemm_tile``) also reports the packed weight layout the synthesiser derived (sm_90)."""
 
 from __future__ import annotations
 
@@ -133,6 +134,40 @@ def _run_mma(args: argparse.Namespace, fn: Any) -> int:
     return 0
 
 
+def _run_int4(args: argparse.Namespace, fn: Any) -> int:
+    from kbuild.tile.gluon_quant import build_int4
+
+    if args.arch != 90:
+        raise UsageError(f"--arch {args.arch}: the int4 mma kernel is emitted for sm_90 only")
+    kernel = build_int4(fn, _problem(args.problem), arch=args.arch, variants=args.variants)
+    lay = kernel.packing
+    rows: list[dict[str, Any]] = [{"variant": i, "num_warps": p.num_warps, "constexprs": p.constexprs,
+                                   "cost": round(p.cost, 1), "parts": {k: round(x, 1) for k, x in p.parts.items()},
+                                   "layouts": {"acc": p.acc.text(), "w_shared": p.w_shared.text(),
+                                               "register_chain": p.chain.gluon("v")}}
+                                  for i, p in enumerate(kernel.plans)]
+    _write(args.write, kernel.source)
+    doc = {"function": args.function, "kernel": kernel.program.name, "arch": kernel.arch,
+           "problem": list(_problem(args.problem)), "signature": kernel.signature,
+           "packing": {"tile": list(lay.tile), "operand": lay.operand, "nibble_order": list(lay.nibble_order),
+                       "bytes_per_thread": lay.bytes_per_thread, "group": lay.group},
+           "synthesis_seconds": round(kernel.seconds, 3), "variants": rows,
+           "written": str(args.write) if args.write else None, "source": kernel.source if args.source else None}
+    if args.json:
+        emit_json(doc)
+        return 0
+    print_table(f"{kernel.program.name}: {len(rows)} variants for sm_{kernel.arch}, synthesised in "
+                f"{kernel.seconds:.2f} s; weights packed in {lay.tile[0]}x{lay.tile[1]} tiles of Wᵀ, nibbles "
+                f"{list(lay.nibble_order)}", ["variant", "N x tokens x K", "warps", "stages", "modelled cycles"],
+                [(r["variant"], "x".join(str(r["constexprs"][d]) for d in ("BLOCK_N", "BLOCK_T", "BLOCK_K")),
+                  r["num_warps"], r["constexprs"]["STAGES"], r["cost"]) for r in rows])
+    if args.source:
+        print(kernel.source)
+    if args.write is not None:
+        print(f"wrote {args.write}")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
     from kbuild.tile.build import build
     from kbuild.tile.lang import trace
@@ -140,7 +175,10 @@ def run(args: argparse.Namespace) -> int:
     if args.variants < 1:
         raise UsageError(f"--variants {args.variants}: expected at least 1")
     fn = _load(args.function)
-    if any(op.kind == "mma" for op in trace(fn).ops):
+    kinds = {op.kind for op in trace(fn).ops}
+    if "dequant" in kinds:
+        return _run_int4(args, fn)
+    if "mma" in kinds:
         return _run_mma(args, fn)
     kernel = build(fn, _blocks(args.block), warps=_warps(args.warps), variants=args.variants)
     rows: list[dict[str, Any]] = []

@@ -269,6 +269,9 @@ def build_mma(fn: Callable[..., Any], problem: tuple[int, int, int], *, arch: in
     ``variants`` of them and emit one Gluon kernel."""
     started = time.perf_counter()
     program = trace(fn)
+    if any(op.kind == "dequant" for op in program.ops):
+        raise TileError(f"{program.name}: an int4 (dequant) program: build it with "
+                        "kbuild.tile.gluon_quant.build_int4")
     mp = analyse(program)
     kept = plans(arch, problem, BYTES[mp.dtype], keep=variants)
     source = emit(mp, kept)

@@ -1,13 +1,16 @@
 # mypy: disable-error-code="valid-type"
 # (tile kernels annotate parameters with Tensor(...)/Scalar(...) values, which kbuild.tile.lang.trace reads)
-"""Kernels written in the tile language, with bench specs and torch references: softmax, RMSNorm, fp16 GEMM.
+"""Kernels written in the tile language, with bench specs and torch references: softmax, RMSNorm, fp16 GEMM and
+the int4 × fp16 GEMM with group-wise scales.
 
-Each is a few lines with no layout in it; :func:`kbuild.tile.build.build` (row-wise kernels) and
-:func:`kbuild.tile.gluon_mma.build_mma` (the GEMM) synthesise the layouts. The softmax and RMSNorm specs
+Each is a few lines with no layout in it; :func:`kbuild.tile.build.build` (row-wise kernels),
+:func:`kbuild.tile.gluon_mma.build_mma` (the GEMM) and :func:`kbuild.tile.gluon_quant.build_int4` (the int4
+GEMM, whose weights' in-memory order is synthesised too) synthesise the layouts. The softmax and RMSNorm specs
 mirror :mod:`kbuild.bench.kernels.softmax` and :mod:`kbuild.bench.kernels.rmsnorm` (same shapes, inputs and
 references), so the tile kernels compare one to one with the hand-written Triton ones:
 ``kbuild bench --spec kbuild.tile.kernels:softmax``; the GEMM's inputs are those of
-:mod:`kbuild.bench.kernels.tma_matmul` (``C = A @ B`` at 4096³).
+:mod:`kbuild.bench.kernels.tma_matmul` (``C = A @ B`` at 4096³); the int4 GEMM's are those of the plain Triton
+baseline :mod:`kbuild.bench.kernels.int4_matmul` (same seed, same values), packed by the synthesised layout.
 """
 
 from __future__ import annotations
@@ -18,7 +21,21 @@ from typing import Any
 from kbuild.bench.spec import BenchSpec, Constexpr
 from kbuild.tile.build import TileKernel, build
 from kbuild.tile.gluon_mma import MmaKernel, build_mma
-from kbuild.tile.lang import Scalar, Tensor, exp, extent, load, loop, mma, rsqrt, shared, store, zeros
+from kbuild.tile.gluon_quant import QuantKernel, build_int4
+from kbuild.tile.lang import (
+    Scalar,
+    Tensor,
+    dequant,
+    exp,
+    extent,
+    load,
+    loop,
+    mma,
+    rsqrt,
+    shared,
+    store,
+    zeros,
+)
 from kbuild.tile.mma import ARCH
 
 EPS = 1e-6
@@ -42,6 +59,14 @@ def gemm_tile(a: Tensor("fp16", "MK"), b: Tensor("fp16", "KN"), c: Tensor("fp16"
     for _ in loop("K"):
         mma(shared(a), shared(b), acc)
     store(c, acc)
+
+
+def int4_gemm_tile(x: Tensor("fp16", "MK"), w: Tensor("int4", "KN"), s: Tensor("fp16", "GN"),
+                   y: Tensor("fp16", "MN")) -> None:
+    acc = zeros("MN")
+    for _ in loop("K"):
+        mma(shared(x), dequant(w, s, group=128), acc)
+    store(y, acc)
 
 
 def _pow2(n: int) -> int:
@@ -144,4 +169,41 @@ def gemm(small: bool = False, arch: int = 90, variants: int = 3) -> BenchSpec:
         description=f"tile_gemm: kbuild.tile (Gluon for sm_{arch}, {len(k.plans)} synthesised variants), fp16 {s}^3")
 
 
-__all__ = ["gemm", "gemm_kernel", "gemm_tile", "rmsnorm", "rmsnorm_kernel", "rmsnorm_tile", "softmax", "softmax_kernel", "softmax_tile"]
+def int4_gemm_kernel(m: int, n: int, k: int, arch: int = 90, variants: int = 3) -> QuantKernel:
+    return build_int4(int4_gemm_tile, (m, n, k), arch=arch, variants=variants)
+
+
+def int4_gemm(small: bool = False, m: int = 16, n: int = 4096, k: int = 4096, variants: int = 3) -> BenchSpec:
+    """``Y = X · W`` with ``W = (q - 8) · s`` (int4 ``q``, fp16 scales per 128 rows of K) at M × N × K
+    (16 × 128 × 256 when ``small``); the inputs are :func:`kbuild.bench.kernels.int4_matmul.problem`'s, the
+    weights packed by the synthesised layout (:meth:`~kbuild.tile.quant.WeightLayout.pack_torch`)."""
+    from kbuild.bench.kernels import int4_matmul as plain
+
+    if small:
+        m, n, k = 16, 128, 256
+    kernel = int4_gemm_kernel(m, n, k, variants=variants)
+    packing = kernel.packing
+
+    def make_inputs(seed: int, device: Any) -> dict[str, Any]:
+        import torch
+
+        p = plain.problem(seed, device, m, n, k)
+        return {"x_ptr": p["x"], "w_ptr": packing.pack_torch(p["q"]), "s_ptr": p["s"],
+                "y_ptr": torch.empty((m, n), dtype=torch.float16, device=device), "M": m, "N": n, "K": k}
+
+    def grid(c: Mapping[str, Constexpr]) -> tuple[int, int, int]:
+        return kernel.grid(m, n, c)
+
+    def reference(x: dict[str, Any]) -> dict[str, Any]:
+        return {"y_ptr": plain.reference(x["x_ptr"], packing.unpack_torch(x["w_ptr"], k, n), x["s_ptr"])}
+
+    return BenchSpec(
+        name=f"tile_int4_gemm_{m}x{n}x{k}", fn=kernel.fn, signature=kernel.signature, constexprs={},
+        configs=kernel.configs(), make_inputs=make_inputs, grid=grid, outputs={"y_ptr": None},
+        flops=2.0 * m * n * k, bytes_moved=n * k / 2 + (k // plain.GROUP) * n * 2 + 2.0 * m * (k + n),
+        archs=(90,), reference=reference, reference_tol=2e-3, needs_allocator=True,
+        description=f"tile_int4_gemm: kbuild.tile (Gluon for sm_90, {len(kernel.plans)} synthesised variants), "
+                    f"int4 x fp16 {m}x{n}x{k}, group {plain.GROUP}")
+
+
+__all__ = ["gemm", "gemm_kernel", "gemm_tile", "int4_gemm", "int4_gemm_kernel", "int4_gemm_tile", "rmsnorm", "rmsnorm_kernel", "rmsnorm_tile", "softmax", "softmax_kernel", "softmax_tile"]

@@ -19,6 +19,12 @@ Matrix products add a third dimension, ``K``, that a program iterates: :func:`ze
 :func:`mma` accumulates a product of shared tiles into a register tile in place (CuTe's ``gemm(a, b, c)``
 convention: the accumulator is the loop-carried value). Their layouts (the mma's accumulator and operand
 layouts, the shared tiles' swizzles, the copy engine) are synthesised by :mod:`kbuild.tile.mma`.
+
+Quantised weights: a ``Tensor("int4", "KN")`` (values 0..15, zero point 8) with its scales, a
+``Tensor("fp16", "GN")`` (one row per ``group`` rows of ``K``), is read only by :func:`dequant` inside the K
+loop; it gives the step's ``(q - 8) · scale`` as an fp16 register tile that :func:`mma` takes as an operand.
+The weights' in-memory order is not written either: :mod:`kbuild.tile.quant` derives it from the operand
+layout the mma fixes, and packs a plain int4 matrix into it on the host.
 """
 
 from __future__ import annotations
@@ -32,11 +38,14 @@ from typing import Any
 from kbuild.errors import UsageError
 
 DTYPES = ("fp16", "bf16", "fp32")
+#: element types a global tensor may have: the register types and packed 4-bit weights (read by :func:`dequant`)
+TENSOR_DTYPES = (*DTYPES, "int4")
 BYTES = {"fp16": 2, "bf16": 2, "fp32": 4}
 #: letters of tensor dimensions → the tile dimension (0: rows, 1: columns) they run along
 DIMS = {"M": 0, "N": 1}
-#: the dimension letters a global tensor may have (``K``: the dimension an mma program iterates over)
-TENSOR_DIMS = ("MN", "N", "M", "MK", "KN")
+#: the dimension letters a global tensor may have (``K``: the dimension an mma program iterates over; ``G``:
+#: groups of ``K``, the rows of a quantised weight's scales)
+TENSOR_DIMS = ("MN", "N", "M", "MK", "KN", "GN")
 
 
 class TileError(UsageError, ValueError):
@@ -52,10 +61,14 @@ class Tensor:
     dims: str = "MN"
 
     def __post_init__(self) -> None:
-        if self.dtype not in DTYPES:
-            raise TileError(f"Tensor dtype {self.dtype!r} is not one of {', '.join(DTYPES)}")
+        if self.dtype not in TENSOR_DTYPES:
+            raise TileError(f"Tensor dtype {self.dtype!r} is not one of {', '.join(TENSOR_DTYPES)}")
         if self.dims not in TENSOR_DIMS:
             raise TileError(f"Tensor dims {self.dims!r}: expected one of {', '.join(map(repr, TENSOR_DIMS))}")
+        if self.dtype == "int4" and self.dims != "KN":
+            raise TileError(f"Tensor('int4', {self.dims!r}): int4 weights are a 'KN' tensor (read by dequant)")
+        if self.dims == "GN" and self.dtype not in ("fp16", "bf16"):
+            raise TileError(f"Tensor({self.dtype!r}, 'GN'): scales of quantised weights are fp16 or bf16")
 
 
 @dataclass(frozen=True)
@@ -277,8 +290,9 @@ def load(src: GlobalRef, other: float = 0.0, layout: Any = None) -> Value:
     p = _program()
     if not isinstance(src, GlobalRef):
         raise TileError(f"{p.where()}: load takes a Tensor parameter, not {type(src).__name__}")
-    if "K" in src.param.dims:
-        raise TileError(f"{p.where()}: load({src.param.name}): a {src.param.dims!r} tensor is read by shared() "
+    if "K" in src.param.dims or "G" in src.param.dims:
+        reader = "dequant()" if src.param.dtype == "int4" or "G" in src.param.dims else "shared()"
+        raise TileError(f"{p.where()}: load({src.param.name}): a {src.param.dims!r} tensor is read by {reader} "
                         "inside loop('K')")
     shape = tuple(src.param.dims)
     out = p._new(shape, src.param.dtype)
@@ -370,6 +384,9 @@ def shared(src: GlobalRef) -> Value:
         raise TileError(f"{p.where()}: shared takes a Tensor parameter, not {type(src).__name__}")
     if "K" not in src.param.dims:
         raise TileError(f"{p.where()}: shared({src.param.name}): a {src.param.dims!r} tensor has no K dimension")
+    if src.param.dtype == "int4":
+        raise TileError(f"{p.where()}: shared({src.param.name}): int4 weights are read by dequant(), whose copy "
+                        "and packing are synthesised")
     if not p.loop_depth:
         raise TileError(f"{p.where()}: shared({src.param.name}) outside loop('K'): which K step is meant?")
     out = p._new(tuple(src.param.dims), src.param.dtype, "shared")
@@ -377,18 +394,39 @@ def shared(src: GlobalRef) -> Value:
     return out
 
 
+def dequant(w: GlobalRef, scales: GlobalRef, group: int = 128) -> Value:
+    """The current K step's tile of the int4 weights ``w`` (a ``"KN"`` tensor, values 0..15) as fp16
+    ``(q - 8) · scale``, where ``scales`` (a ``"GN"`` tensor) holds one row per ``group`` rows of ``K``: a K×N
+    register tile for :func:`mma`; only inside ``loop("K")``. How the weights are laid out in memory, copied
+    and unpacked is synthesised (:mod:`kbuild.tile.quant`)."""
+    p = _program()
+    if not isinstance(w, GlobalRef) or w.param.dtype != "int4":
+        raise TileError(f"{p.where()}: dequant takes an int4 Tensor parameter ('KN') as its weights")
+    if not isinstance(scales, GlobalRef) or scales.param.dims != "GN":
+        raise TileError(f"{p.where()}: dequant({w.param.name}, ...): the scales must be a 'GN' Tensor parameter "
+                        "(one row per group of K)")
+    if isinstance(group, bool) or not isinstance(group, int) or group < 16 or group & (group - 1):
+        raise TileError(f"{p.where()}: dequant(group={group!r}): expected a power of two of at least 16")
+    if not p.loop_depth:
+        raise TileError(f"{p.where()}: dequant({w.param.name}) outside loop('K'): which K step is meant?")
+    out = p._new(("K", "N"), scales.param.dtype)
+    p._emit("dequant", (w.param, scales.param), out, group=group)
+    return out
+
+
 def mma(a: Value, b: Value, acc: Value) -> None:
-    """``acc += a @ b`` in place: ``a`` an M×K and ``b`` a K×N tile (shared; fp16 or bf16), ``acc`` an M×N
-    fp32 register tile from :func:`zeros`."""
+    """``acc += a @ b`` in place: ``a`` an M×K and ``b`` a K×N tile (fp16 or bf16: shared tiles, or the
+    register tile of :func:`dequant`), ``acc`` an M×N fp32 register tile from :func:`zeros`."""
     p = _program()
     for name, v, want in (("a", a, ("M", "K")), ("b", b, ("K", "N")), ("acc", acc, ("M", "N"))):
         if not isinstance(v, Value) or v.program is not p:
             raise TileError(f"{p.where()}: mma: {name} is not a tile of this kernel")
         if v.shape != want:
             raise TileError(f"{p.where()}: mma: {name} has shape {v.shape}, expected {want}")
-    if a.space != "shared" or b.space != "shared":
-        raise TileError(f"{p.where()}: mma: operands must be shared tiles (shared(x) inside loop('K')), "
-                        f"got a in {a.space}, b in {b.space}")
+    dequantised = {op.result.id for op in p.ops if op.kind == "dequant" and op.result is not None}
+    if any(v.space != "shared" and v.id not in dequantised for v in (a, b)):
+        raise TileError(f"{p.where()}: mma: operands must be shared tiles (shared(x) inside loop('K')) or "
+                        f"dequant() tiles, got a in {a.space}, b in {b.space}")
     if acc.space != "register" or acc.dtype != "fp32":
         raise TileError(f"{p.where()}: mma: the accumulator must be an fp32 register tile (zeros('MN'))")
     if a.dtype != b.dtype or a.dtype not in ("fp16", "bf16"):
@@ -429,6 +467,6 @@ def trace(fn: Callable[..., Any]) -> Program:
     return program
 
 
-__all__ = ["BYTES", "DIMS", "DTYPES", "TENSOR_DIMS", "GlobalRef", "LoopIndex", "Op", "Param", "Program", "Scalar",
-           "ScalarRef", "Tensor", "TileError", "Value", "exp", "extent", "load", "loop", "maximum", "mma", "rearrange",
-           "rsqrt", "shared", "sqrt", "store", "trace", "zeros"]
+__all__ = ["BYTES", "DIMS", "DTYPES", "TENSOR_DIMS", "TENSOR_DTYPES", "GlobalRef", "LoopIndex", "Op", "Param",
+           "Program", "Scalar", "ScalarRef", "Tensor", "TileError", "Value", "dequant", "exp", "extent", "load", "loop",
+           "maximum", "mma", "rearrange", "rsqrt", "shared", "sqrt", "store", "trace", "zeros"]

@@ -33,10 +33,11 @@ from dataclasses import dataclass, field
 from kbuild.tile.lang import Op, Param, Program, TileError, Value
 
 #: what one SM offers (H100/H200 for sm_90, A100 for sm_80): shared memory per block, SMs, dense fp16
-#: tensor-core flops per cycle, shared-memory and L2 bytes per cycle
+#: tensor-core flops per cycle, shared-memory and L2 bytes per cycle, memory latency in cycles; and the whole
+#: GPU's DRAM bytes per SM cycle (H200: 4.8 TB/s at 1.98 GHz; A100: 2.0 TB/s at 1.41 GHz)
 ARCH = {
-    90: {"smem": 232448, "sms": 132, "flops": 4096, "smem_bw": 128, "l2_bw": 64, "latency": 1200},
-    80: {"smem": 166912, "sms": 108, "flops": 2048, "smem_bw": 128, "l2_bw": 64, "latency": 800},
+    90: {"smem": 232448, "sms": 132, "flops": 4096, "smem_bw": 128, "l2_bw": 64, "latency": 1200, "dram_bw": 2400},
+    80: {"smem": 166912, "sms": 108, "flops": 2048, "smem_bw": 128, "l2_bw": 64, "latency": 800, "dram_bw": 1400},
 }
 BANKS = 32
 #: cycles each K step costs beyond its slowest unit (barrier wait, instruction issue, loop)

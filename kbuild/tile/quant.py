@@ -24,19 +24,32 @@ instruction expects. Here the shuffle is *derived* from the operand's layout rat
    ``[K / group, N]`` row-major layout; :attr:`WeightLayout.scales_per_thread` says how many each thread loads.
 
 :func:`derive` returns a :class:`WeightLayout` with :meth:`~WeightLayout.pack` (the offline shuffle, pure
-Python or torch) and :meth:`~WeightLayout.unpack` (what a kernel's threads read back, simulated: the tests
-check the round trip). What is *not* built yet: the Gluon emission of the int4 GEMM itself (the loads,
-dequantisation and mma using this layout) and its benchmark against Marlin.
+Python or torch), :meth:`~WeightLayout.unpack_torch` (its inverse) and :meth:`~WeightLayout.unpack` (what a
+kernel's threads read back, simulated: the tests check the round trip).
+
+5. **Into the operand layout without moving data.** A kernel loads a tile's words as a ``[threads, words]``
+   tensor (thread ``t`` holds row ``t``), splits each word into its four fp16 pairs and joins them
+   (``[threads, words, half, pair bit 0, pair bit 1]``). Every index bit of that tensor is one basis of the
+   operand layout (lane, warp or register); :func:`register_chain` sorts the bits into the operand tile's
+   order with one reshape, one permute and one reshape, which only rename registers. The kernel then
+   converts to the ``DotOperandLayout`` with ``assert_trivial=True``: Triton refuses to compile it if the
+   conversion would move a value to another thread. :meth:`RegisterChain.apply` replays the chain in numpy:
+   the tests emulate a tile's threads with it and check every register against the operand layout.
+
+:func:`packing` picks the packed tile for an architecture (one warpgroup's operand tile on sm_90, whatever the
+kernel's configuration: weights are packed once for every token count). :func:`analyse` checks an int4 mma
+program and :func:`plans` ranks its configurations; :mod:`kbuild.tile.gluon_quant` emits the kernel.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from kbuild.tile.lang import Op, Param, Program, Value
 from kbuild.tile.linear import LinearBases, from_gluon
-from kbuild.tile.mma import MmaAccumulator, MmaError
+from kbuild.tile.mma import ARCH, REG_FILE, MmaAccumulator, MmaError, NVMMAShared, choose_nvmma_swizzle
 
 WORD_NIBBLES = 8
 #: the lop3 dequantisation: step s of a word yields the fp16 pair (nibble s, nibble s + 4)
@@ -135,6 +148,20 @@ class WeightLayout:
         words = ((vals & 0xF) << shifts).sum(-1)
         return (words - (words >= 2**31).to(torch.int64) * 2**32).to(torch.int32).flatten()
 
+    def unpack_torch(self, packed: Any, k: int, n: int) -> Any:
+        """The inverse of :meth:`pack_torch`: packed int32 words → the K × N matrix of values 0..15 (int64)."""
+        import torch
+
+        k_tiles, n_tiles = self._check(k, n)
+        tk, tn = self.tile_kn()
+        src = torch.tensor(self.sources(), device=packed.device)  # [words, 8, 2]
+        words = packed.reshape(n_tiles, k_tiles, src.shape[0]).to(torch.int64) & 0xFFFFFFFF
+        shifts = torch.arange(WORD_NIBBLES, device=packed.device, dtype=torch.int64) * 4
+        vals = (words[..., None] >> shifts) & 0xF  # [nt, kt, words, 8]
+        tiles = torch.empty((n_tiles, k_tiles, tk, tn), dtype=torch.int64, device=packed.device)
+        tiles[:, :, src[..., 0], src[..., 1]] = vals
+        return tiles.permute(1, 2, 0, 3).reshape(k, n)
+
     def unpack(self, packed: Sequence[int], k: int, n: int) -> list[list[int]]:
         """What the kernel's threads hold after dequantising (simulated): thread ``t`` reads its contiguous
         words of each tile, splits each into the fp16 pairs of :data:`DEQUANT_PAIRS`, and its register ``r``
@@ -210,4 +237,291 @@ def derive(arch: int = 90, block_n: int = 128, block_k: int = 64, num_warps: int
     return WeightLayout(arch, role, tile, k_dim, text, bases, _nibble_order(bases, k_dim), group)
 
 
-__all__ = ["DEQUANT_PAIRS", "WeightLayout", "derive", "operand_layout"]
+# -- into the operand layout: the register chain -------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RegisterChain:
+    """A reshape → permute → reshape that turns the joined dequantised pairs, a
+    ``[threads, words, 2 (half), 2 (pair bit 0), 2 (pair bit 1)]`` tensor, into the operand tile: each run of
+    index bits that stays in order is one dimension of ``runs``; ``order`` sorts the runs into the tile's
+    row-major bit order."""
+
+    src_shape: tuple[int, ...]
+    runs: tuple[int, ...]
+    order: tuple[int, ...]
+    dst_shape: tuple[int, ...]
+
+    def apply(self, a: Any) -> Any:
+        """The chain on a numpy array of shape ``src_shape`` (what the kernel's reshape/permute do)."""
+        return a.reshape(self.runs).transpose(self.order).reshape(self.dst_shape)
+
+    def gluon(self, value: str) -> str:
+        """The chain as Gluon source on the tensor named ``value``."""
+        return f"gl.permute(gl.reshape({value}, {list(self.runs)}), {list(self.order)}).reshape({list(self.dst_shape)})"
+
+
+def _tile_bit(coord: Sequence[int], shape: Sequence[int]) -> int:
+    """The bit of the tile's row-major index that a single-bit basis sets."""
+    nonzero = [(d, c) for d, c in enumerate(coord) if c]
+    if len(nonzero) != 1 or nonzero[0][1] & (nonzero[0][1] - 1):
+        raise MmaError(f"int4 weights: operand layout basis {list(coord)} is not one bit of one dimension; "
+                       "the dequantised pairs cannot be renamed into it")
+    d, c = nonzero[0]
+    return (c.bit_length() - 1) + sum(x.bit_length() - 1 for x in shape[d + 1:])
+
+
+def register_chain(lay: WeightLayout) -> RegisterChain:
+    """The chain for ``lay``: bits of the joined tensor, most significant first, are the thread's warp and
+    lane bits, its word bits (registers 3, 4, ...), then the half (register 0) and the pair bits (registers
+    1, 2), as :data:`DEQUANT_PAIRS` and :func:`_nibble_order` put them."""
+    b = lay.bases
+    threads, words = lay.threads, lay.words_per_thread
+    thread_bases = (*b.lane, *b.warp)
+    bits = [_tile_bit(thread_bases[j], lay.tile) for j in reversed(range(threads.bit_length() - 1))]
+    bits += [_tile_bit(b.reg[3 + j], lay.tile) for j in reversed(range(words.bit_length() - 1))]
+    bits += [_tile_bit(b.reg[r], lay.tile) for r in (0, 1, 2)]
+    runs: list[list[int]] = [[bits[0]]]
+    for bit in bits[1:]:
+        if bit == runs[-1][-1] - 1:
+            runs[-1].append(bit)
+        else:
+            runs.append([bit])
+    order = sorted(range(len(runs)), key=lambda i: -runs[i][0])
+    return RegisterChain((threads, words, 2, 2, 2), tuple(1 << len(r) for r in runs), tuple(order), tuple(lay.tile))
+
+
+def dequant_words(words: Any) -> Any:
+    """Numpy emulation of the kernel's lop3 dequantisation of int32 words (any shape): the fp16
+    ``[..., half, pair bit 0, pair bit 1]`` values ``1024 + q`` the joins build (the kernel subtracts 1032 and
+    scales in the operand layout)."""
+    import numpy as np
+
+    w = np.asarray(words).astype(np.uint32)
+    pairs = [((w >> np.uint32(4 * s)) & np.uint32(0x000F000F)) | np.uint32(0x64006400) for s in range(4)]
+    halves = [np.stack([(p & 0xFFFF).astype(np.uint16), (p >> 16).astype(np.uint16)], axis=-1) for p in pairs]
+    joined = np.stack([np.stack([halves[0], halves[1]], -1), np.stack([halves[2], halves[3]], -1)], -1)
+    return joined.view(np.float16)
+
+
+# -- the packed tile, the program, the configurations ------------------------------------------------------
+
+#: rows of Wᵀ one sm_90 warpgroup multiplies (wgmma's M)
+WARPGROUP_ROWS = 64
+
+
+def packing(arch: int, group: int) -> WeightLayout:
+    """The packed weight tile for ``sm_<arch>``, the same for every configuration of the kernel (weights are
+    packed once, for every token count). sm_90: one warpgroup's operand tile, 64 rows of Wᵀ (a CTA of ``g``
+    warpgroups reads ``g`` consecutive packed tiles, and its operand layout restricted to each warpgroup is
+    this one); sm_80: a 4-warp CTA's B operand, 64 columns. BLOCK_K: the largest power of two up to 128 that
+    divides ``group`` and gives each thread whole 16-byte vectors (one scale row per step when it is ``group``)."""
+    if arch not in (80, 90):
+        raise MmaError(f"int4 weights: no tensor-core operand layout for sm_{arch} (supported: sm_80, sm_90)")
+    for bk in (128, 64, 32, 16):
+        if bk > group or group % bk:
+            continue
+        lay = derive(arch, WARPGROUP_ROWS, bk, 4, group)
+        if lay.bytes_per_thread % 16 == 0:
+            return lay
+    raise MmaError(f"int4 weights: no K step divides the scale group {group} with 16-byte loads per thread")
+
+
+@dataclass
+class QuantProgram:
+    """The parts of a traced int4 mma program (``mma(shared(x), dequant(w, s), acc)``) the emitter needs."""
+
+    program: Program
+    x: Param
+    w: Param
+    scales: Param
+    y: Param
+    group: int
+    acc: Value
+    stored: Value
+    epilogue: list[Op]
+
+
+def analyse(program: Program) -> QuantProgram:
+    """Check that ``program`` is an int4 mma kernel this synthesiser handles; a clear :class:`MmaError`
+    naming the operation otherwise."""
+    ops = program.ops
+
+    def bad(op: Op, why: str) -> MmaError:
+        return MmaError(f"{program.name}: {op.label}: {why}")
+
+    kinds = [op.kind for op in ops]
+    if kinds.count("mma") != 1 or kinds.count("loop") != 1 or kinds.count("dequant") != 1:
+        raise MmaError(f"{program.name}: an int4 mma kernel has one loop('K') holding one dequant and one mma "
+                       f"(found {kinds.count('loop')} loops, {kinds.count('dequant')} dequant, {kinds.count('mma')} mma)")
+    start, end = kinds.index("loop"), kinds.index("endloop")
+    before, body, after = ops[:start], ops[start + 1:end], ops[end + 1:]
+    if [op.kind for op in before] != ["zeros"]:
+        raise bad(next((op for op in before if op.kind != "zeros"), ops[0]),
+                  "before the K loop an mma kernel only makes its accumulator (zeros)")
+    for op in body:
+        if op.kind not in ("shared", "dequant", "mma"):
+            raise bad(op, "inside the K loop of an int4 kernel only shared(x), dequant(w, s) and the mma are supported")
+    mma_op = next(op for op in body if op.kind == "mma")
+    deq = next(op for op in body if op.kind == "dequant")
+    a, b, acc = mma_op.args
+    assert deq.result is not None and before[0].result is not None
+    if acc is not before[0].result:
+        raise bad(mma_op, "the accumulator must be the zeros tile made before the loop")
+    if b is not deq.result:
+        raise bad(mma_op, "the dequantised weights must be the mma's K×N operand b")
+    shared = {op.result.id: op for op in body if op.kind == "shared" and op.result is not None}
+    if a.id not in shared:
+        raise bad(mma_op, "operand a must be a shared copy made in this loop")
+    x = shared[a.id].args[0]
+    w, scales = deq.args
+    if x.dtype != "fp16" or scales.dtype != "fp16":
+        raise bad(deq, f"dequantisation to {scales.dtype} with {x.dtype} activations: only fp16 is built "
+                       "(the exponent trick 0x6400 is fp16's)")
+    stores = [op for op in after if op.kind == "store"]
+    if len(stores) != 1 or stores[0].args[0].dims != "MN":
+        raise MmaError(f"{program.name}: an mma kernel stores one 'MN' tile after the loop")
+    for op in after:
+        if op.kind not in ("binary", "unary", "store") or op.attrs.get("op") == "rearrange":
+            raise bad(op, "after the K loop only elementwise operations and one store are supported")
+        for v in op.args:
+            if isinstance(v, Value) and v.shape != ("M", "N"):
+                raise bad(op, f"the epilogue works on the M×N accumulator, not a {v.shape} tile")
+    return QuantProgram(program, x, w, scales, stores[0].args[0], deq.attrs["group"], acc, stores[0].args[1],
+                        after[:-1])
+
+
+@dataclass(frozen=True)
+class QuantPlan:
+    """One configuration of the int4 kernel (sm_90: ``warpgroups`` × 64 rows of Wᵀ against ``block_t`` tokens)
+    and the layouts synthesised for it."""
+
+    arch: int
+    warpgroups: int
+    block_t: int
+    stages: int
+    packed: WeightLayout
+    layout: WeightLayout
+    """The CTA's operand layout (``packed`` on each warpgroup)."""
+    chain: RegisterChain
+    acc: MmaAccumulator
+    x_shared: NVMMAShared
+    w_shared: NVMMAShared
+    y_shared: NVMMAShared
+    cost: float = 0.0
+    parts: dict[str, float] = field(default_factory=dict, compare=False, hash=False)
+
+    @property
+    def num_warps(self) -> int:
+        return 4 * self.warpgroups
+
+    @property
+    def block_n(self) -> int:
+        return WARPGROUP_ROWS * self.warpgroups
+
+    @property
+    def block_k(self) -> int:
+        return self.packed.tile[1]
+
+    @property
+    def constexprs(self) -> dict[str, int]:
+        return {"BLOCK_N": self.block_n, "BLOCK_K": self.block_k, "BLOCK_T": self.block_t, "STAGES": self.stages}
+
+    def describe(self) -> str:
+        return (f"{self.block_n}x{self.block_t}x{self.block_k} (N x tokens x K) w{self.num_warps} s{self.stages}: "
+                f"acc {self.acc.text()}, W {self.w_shared.text()}")
+
+
+def smem_bytes(block_n: int, block_t: int, block_k: int, stages: int) -> int:
+    """Shared memory of a plan as emitted: the ring of X tiles, packed weights and scale rows with its barriers,
+    or the epilogue tile if larger (it is allocated after the loop, when the ring is dead, and Gluon's allocator
+    reuses the ring's memory for it)."""
+    per_stage = block_t * block_k * 2 + block_n * block_k // 2 + block_n * 2
+    return max(stages * per_stage, block_t * block_n * 2) + stages * 8
+
+
+def plan_cost(arch: int, warpgroups: int, block_t: int, stages: int, packed: WeightLayout,
+              problem: tuple[int, int, int]) -> tuple[float, dict[str, float]] | None:
+    """Modelled cycles of the whole problem (None: does not fit). Per K step of one CTA: tensor-core cycles,
+    the dequantisation's issue cycles (about 20 instructions per word, every warp of a scheduler), and the
+    copies: L2 → SM bytes at the SM's L2 bandwidth, or, when the ring holds too few bytes, at what the bytes in
+    flight sustain over the memory latency (Little's law). The wgmma is asynchronous, so the dequantisation of
+    one step overlaps the product of the previous one. Tiles run in waves over the SMs; the weights, scales,
+    activations and output cross DRAM at least once."""
+    hw = ARCH[arch]
+    m, n, k = problem
+    block_n, block_k = WARPGROUP_ROWS * warpgroups, packed.tile[1]
+    smem = smem_bytes(block_n, block_t, block_k, stages)
+    if smem > hw["smem"]:
+        return None
+    acc_regs = block_n * block_t // (32 * 4 * warpgroups)
+    # the accumulator, this step's fp16 operand and the previous one's (kept alive for the async wgmma), the words
+    regs = acc_regs + packed.values_per_thread + packed.words_per_thread + 40
+    if regs > 255:
+        return None
+    tiles = -(-n // block_n) * -(-m // block_t)
+    fits = max(1, min(hw["smem"] // smem, REG_FILE // (128 * warpgroups * regs), 2048 // (128 * warpgroups)))
+    resident = min(fits, -(-tiles // hw["sms"]))  # CTAs sharing an SM in the busiest wave
+    step_bytes = block_t * block_k * 2 + block_n * block_k // 2 + block_n * 2
+    mma = resident * block_n * block_t * block_k * 2 / hw["flops"]
+    dequant = resident * warpgroups * packed.words_per_thread * 20  # per scheduler: its warps' instructions
+    in_flight = resident * (stages - 1) * step_bytes
+    copy = resident * step_bytes / min(hw["l2_bw"], in_flight / hw["latency"])
+    step = max(mma, dequant, copy) + 64
+    wave = (k // block_k) * step + hw["latency"] + resident * block_t * block_n * 2 / hw["l2_bw"]
+    waves = -(-tiles // (hw["sms"] * resident))
+    dram = (n * k // 2 + (k // packed.group) * n * 2 + m * k * 2 + m * n * 2) / hw["dram_bw"]
+    total = max(waves * wave, dram)
+    return total, {"wave_cycles": wave, "waves": waves, "resident": resident, "step_mma": mma,
+                   "step_dequant": dequant, "step_copy": copy, "dram_cycles": dram, "smem_bytes": smem,
+                   "acc_regs": acc_regs}
+
+
+def plans(arch: int, problem: tuple[int, int, int], group: int = 128, keep: int = 3) -> list[QuantPlan]:
+    """Ranked configurations (cheapest first) of the int4 kernel for ``problem`` = (M, N, K) on ``sm_<arch>``:
+    warpgroups per CTA, the tokens tile (wgmma's N: 8 to 256) and the ring's depth; the packed tile is fixed."""
+    if arch != 90:
+        raise MmaError(f"int4 mma kernel: only sm_90 (wgmma) is emitted; sm_{arch} is not built")
+    packed = packing(arch, group)
+    m, n, k = problem
+    if n % WARPGROUP_ROWS or k % packed.tile[1]:
+        raise MmaError(f"int4 mma kernel: N = {n} must be a multiple of {WARPGROUP_ROWS} and K = {k} of "
+                       f"{packed.tile[1]} (the packed tile)")
+    out: list[QuantPlan] = []
+    layouts: dict[int, WeightLayout] = {}
+    for wg in (1, 2):
+        if n % (WARPGROUP_ROWS * wg):
+            continue
+        for bt in (8, 16, 32, 64, 128, 256):
+            if bt > max(8, 2 * m):  # a tokens tile past twice the tokens only multiplies zeros
+                continue
+            for stages in range(2, 33):
+                scored = plan_cost(arch, wg, bt, stages, packed, problem)
+                if scored is None:
+                    break  # deeper rings only use more shared memory
+                total, parts = scored
+                if wg not in layouts:
+                    layouts[wg] = derive(arch, WARPGROUP_ROWS * wg, packed.tile[1], 4 * wg, group)
+                lay = layouts[wg]
+                wpt = lay.words_per_thread
+                out.append(QuantPlan(
+                    arch, wg, bt, stages, packed, lay, register_chain(lay),
+                    MmaAccumulator((3, 0), (4 * wg, 1), (16, bt, 16)),
+                    choose_nvmma_swizzle(bt, packed.tile[1], 2)[0],
+                    NVMMAShared(choose_nvmma_swizzle(lay.threads // wg, wpt * 2, 2)[0].swizzle, 32),
+                    choose_nvmma_swizzle(bt, WARPGROUP_ROWS * wg, 2)[0], total, parts))
+    if not out:
+        raise MmaError(f"int4 mma kernel: no configuration fits sm_{arch} for problem {problem}")
+    # ties: deeper rings (more bytes in flight than the model's latency asks for), then larger tiles
+    out.sort(key=lambda p: (round(p.cost), -p.stages, -p.block_n * p.block_t))
+    seen: set[tuple[int, int]] = set()
+    distinct = []
+    for p in out:
+        if (p.warpgroups, p.block_t) not in seen:  # one depth per shape: the tuner's variants differ in shape
+            seen.add((p.warpgroups, p.block_t))
+            distinct.append(p)
+    return distinct[:keep]
+
+
+__all__ = ["DEQUANT_PAIRS", "WARPGROUP_ROWS", "QuantPlan", "QuantProgram", "RegisterChain", "WeightLayout", "analyse",
+           "dequant_words", "derive", "operand_layout", "packing", "plan_cost", "plans", "register_chain", "smem_bytes"]

@@ -1,0 +1,238 @@
+"""Gluon emission of the int4 × fp16 GEMM with group-wise scales (sm_90): ``mma(shared(x), dequant(w, s), acc)``.
+
+The synthesised kernel computes ``Yᵀ = Wᵀ · Xᵀ`` (as Machete does on Hopper): wgmma takes only its A operand
+from registers, and the dequantised weights are made in registers, so Wᵀ is A (its rows are N, a warpgroup
+64 of them) and the activations' tile, read transposed from shared memory, is B (its columns are the tokens,
+``BLOCK_T`` of them: wgmma's N, 8 to 256). Per K step, one ring stage holds the activations' tile, the packed
+weights of each warpgroup (:func:`kbuild.tile.quant.packing`: thread ``t``'s words are one contiguous run, so
+TMA copies a ``[128, words]`` box per warpgroup) and the step's scale row, all filled by TMA under one
+mbarrier, ``STAGES - 1`` steps ahead. A thread then
+
+1. reads its words from shared memory (16-byte loads; the swizzle comes from the bank-conflict model of
+   :mod:`kbuild.tile.mma`),
+2. dequantises them with the lop3 trick (``(word >> 4s) & 0x000F000F | 0x64006400`` is the fp16 pair
+   ``1024 + q``), joins the pairs and renames its registers into the ``DotOperandLayout`` with the
+   :class:`~kbuild.tile.quant.RegisterChain` (``convert_layout(..., assert_trivial=True)``: Triton refuses to
+   compile the kernel if a value would have to move to another thread; that each register holds the value
+   the operand expects there is checked by the numpy emulation in the tests),
+3. subtracts 1032 (1024 and the zero point 8, exact in fp16) and multiplies by its rows' scales (read from the
+   stage as a slice of the operand layout), so the weight is ``(q - 8) · s`` rounded once, as torch's
+   ``(q - 8).half() * s`` is,
+4. issues the wgmma asynchronously with one group in flight (the previous step's operand registers stay alive
+   until it retires) and refills the stage the retired step used.
+
+The epilogue applies the program's elementwise operations to the accumulator, transposes it back
+(``permute``: a register renaming) and stores Y through shared memory with TMA (the edges past ``M`` are
+clipped). ``N`` must be a multiple of the CTA's rows (64 per warpgroup) and ``K`` of the packed tile's K; ``M``
+is any size. Each kept :class:`~kbuild.tile.quant.QuantPlan` is a ``VARIANT`` with its own warpgroups, tokens
+tile and ring depth; all of them read the same packed weights.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from kbuild.tile.gluon import _GL_DTYPE, load_kernel
+from kbuild.tile.gluon_mma import _epilogue
+from kbuild.tile.lang import Program, trace
+from kbuild.tile.quant import WARPGROUP_ROWS, QuantPlan, QuantProgram, WeightLayout, analyse, plans
+
+#: what the lop3 trick leaves in a half: 1024 + q; subtracting this gives q - 8 (zero point 8)
+MAGIC = 1024 + 8
+CONSTEXPRS = ("BLOCK_N", "BLOCK_K", "BLOCK_T", "STAGES", "VARIANT")
+
+
+def kernel_params(program: Program) -> list[str]:
+    """The emitted kernel's parameters: a pointer per tensor, the scalars, the extents and the constexprs."""
+    names = [f"{p.name}_ptr" for p in program.params if p.kind == "tensor"]
+    names += [p.name for p in program.params if p.kind == "scalar"]
+    return [*names, "M", "N", "K", *CONSTEXPRS]
+
+
+def signature(program: Program) -> dict[str, str]:
+    """AOT types: the packed int4 weights are int32 words."""
+    sig = {f"{p.name}_ptr": "*i32:16" if p.dtype == "int4" else f"*{p.dtype}:16"
+           for p in program.params if p.kind == "tensor"}
+    sig |= {p.name: p.dtype for p in program.params if p.kind == "scalar"}
+    return sig | {"M": "i32", "N": "i32:16", "K": "i32:16"}
+
+
+def _layouts(plan: QuantPlan) -> list[tuple[str, str]]:
+    lay = plan.layout
+    return [
+        ("ACC", plan.acc.text()),
+        ("DW", "gl.DotOperandLayout(operand_index=0, parent=ACC, k_width=2)"),
+        ("WL", f"gl.BlockedLayout(size_per_thread=[1, {lay.words_per_thread}], threads_per_warp=[32, 1], "
+               f"warps_per_cta=[{plan.num_warps}, 1], order=[1, 0])"),
+        ("SX", plan.x_shared.text()),
+        ("SW", plan.w_shared.text()),
+        ("SS", "gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=16, rank=2)"),
+        ("SY", plan.y_shared.text()),
+    ]
+
+
+def _copies(step: str, slot: str, x: str) -> list[str]:
+    """The TMA copies of one K step into one stage (the caller has armed its barrier)."""
+    pred = f"pred={step} < n_k"
+    return [
+        f"tma.async_copy_global_to_shared(x_desc, [off_t, {step} * BLOCK_K], bars.index({slot}), x_s.index({slot}), "
+        f"{pred})",
+        f"tma.async_copy_global_to_shared(s_desc, [({step} * BLOCK_K) // GROUP, off_n], bars.index({slot}), "
+        f"s_s.index({slot}), {pred})",
+        "for g in gl.static_range(BLOCK_N // 64):  # each warpgroup's packed tile: 128 threads' runs",
+        f"    tma.async_copy_global_to_shared(w_desc, [w_row + g * n_k * 128 + {step} * 128, 0], bars.index({slot}), "
+        f"w_s.index({slot}).slice(g * 128, 128), {pred})",
+    ]
+
+
+def _chain(kept: Sequence[QuantPlan]) -> list[str]:
+    """``v = <the register chain>``: one line, or one per CTA height when the variants differ in it."""
+    by_rows = {p.block_n: p.chain.gluon("v") for p in kept}
+    if len(by_rows) == 1:
+        return [f"v = {next(iter(by_rows.values()))}"]
+    out = []
+    for i, (rows, text) in enumerate(sorted(by_rows.items())):
+        kw = "if" if i == 0 else "elif" if i < len(by_rows) - 1 else "else"
+        out += [f"{kw}{f' BLOCK_N == {rows}' if kw != 'else' else ''}:", f"    v = {text}"]
+    return out
+
+
+def _body(qp: QuantProgram, kept: Sequence[QuantPlan]) -> list[str]:
+    x, w, s, y = qp.x.name, qp.w.name, qp.scales.name, qp.y.name
+    acc = f"v{qp.acc.id}"
+    words = kept[0].packed.words_per_thread
+    y_dtype = _GL_DTYPE[qp.y.dtype]
+    pairs = [f"p{i} = {'(words' if i == 0 else f'((words >> {4 * i})'} & 0x000F000F) | 0x64006400" for i in range(4)]
+    halves = [f"f{i} = gl.join(p{i}.to(gl.int16).to(gl.float16, bitcast=True), "
+              f"(p{i} >> 16).to(gl.int16).to(gl.float16, bitcast=True))" for i in range(4)]
+    loop = [
+        "s = k % STAGES",
+        "mbarrier.wait(bars.index(s), (k // STAGES) & 1)",
+        "words = w_s.index(s).load(WL)  # thread t: row t, its contiguous run",
+        "sc = s_s.index(s).reshape([BLOCK_N]).load(gl.SliceLayout(1, DW))  # the scales of its rows",
+        "# lop3: pair i of a word is nibbles (i, i + 4) as the fp16 halves 1024 + q",
+        *pairs,
+        *halves,
+        "v = gl.join(gl.join(f0, f1), gl.join(f2, f3))  # [threads, words, half, pair bit 0, pair bit 1]",
+        *_chain(kept),
+        "a = gl.convert_layout(v, DW, assert_trivial=True)  # the operand layout: no value changes threads",
+        f"a = (a - {float(MAGIC)}) * sc[:, None]",
+        f"{acc} = warpgroup_mma(a, x_s.index(s).permute((1, 0)), {acc}, is_async=True)",
+        "# one group in flight: the previous step's operands (registers and stage) are free after this wait",
+        f"{acc}, a_prev = warpgroup_mma_wait(num_outstanding=1, deps=({acc}, a_prev))",
+        "a_prev = a",
+        "nk = k + STAGES - 1",
+        "ns = nk % STAGES",
+        "mbarrier.expect(bars.index(ns), step_bytes, pred=nk < n_k)",
+        *_copies("nk", "ns", x),
+    ]
+    return [
+        f"GROUP: gl.constexpr = {qp.group}",
+        f"WORDS: gl.constexpr = {words}",
+        "# Yᵀ = Wᵀ · Xᵀ: the dequantised weights are wgmma's register operand A (rows: N), X's tile is B",
+        "off_n = gl.program_id(0) * BLOCK_N",
+        "off_t = gl.program_id(1) * BLOCK_T",
+        "n_k = K // BLOCK_K",
+        f"x_desc = tma.make_tensor_descriptor({x}_ptr, [M, K], [K, 1], [BLOCK_T, BLOCK_K], SX)",
+        f"w_desc = tma.make_tensor_descriptor({w}_ptr, [(N // 64) * n_k * 128, WORDS], [WORDS, 1], [128, WORDS], SW)",
+        f"s_desc = tma.make_tensor_descriptor({s}_ptr, [K // GROUP, N], [N, 1], [1, BLOCK_N], SS)",
+        f"y_desc = tma.make_tensor_descriptor({y}_ptr, [M, N], [N, 1], [BLOCK_T, BLOCK_N], SY)",
+        "x_s = gl.allocate_shared_memory(gl.float16, [STAGES, BLOCK_T, BLOCK_K], SX)",
+        "w_s = gl.allocate_shared_memory(gl.int32, [STAGES, (BLOCK_N // 64) * 128, WORDS], SW)",
+        "s_s = gl.allocate_shared_memory(gl.float16, [STAGES, 1, BLOCK_N], SS)",
+        "bars = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())",
+        "for i in gl.static_range(STAGES):",
+        "    mbarrier.init(bars.index(i), count=1)",
+        "step_bytes: gl.constexpr = x_desc.block_type.nbytes + s_desc.block_type.nbytes + (BLOCK_N // 64) * "
+        "w_desc.block_type.nbytes",
+        "w_row = gl.program_id(0) * (BLOCK_N // 64) * n_k * 128",
+        "for i in gl.static_range(STAGES - 1):  # prologue: the first STAGES - 1 K steps in flight",
+        "    mbarrier.expect(bars.index(i), step_bytes, pred=i < n_k)",
+        *(f"    {line}" for line in _copies("i", "i", x)),
+        f"{acc} = gl.zeros([BLOCK_N, BLOCK_T], gl.float32, ACC)",
+        "a_prev = gl.zeros([BLOCK_N, BLOCK_K], gl.float16, DW)",
+        "for k in range(n_k):",
+        *(f"    {line}" for line in loop),
+        f"{acc} = warpgroup_mma_wait(num_outstanding=0, deps=({acc},))",
+        *(_epilogue(op) for op in qp.epilogue),
+        f"y_s = gl.allocate_shared_memory({y_dtype}, [BLOCK_T, BLOCK_N], SY)",
+        f"y_s.store(gl.permute(v{qp.stored.id}, (1, 0)))  # back to Y = X · W: a register renaming",
+        "fence_async_shared()",
+        "tma.async_copy_shared_to_global(y_desc, [off_t, off_n], y_s)",
+        "tma.store_wait(pendings=0)",
+        "for i in gl.static_range(STAGES):",
+        "    mbarrier.invalidate(bars.index(i))",
+    ]
+
+
+def emit(qp: QuantProgram, kept: Sequence[QuantPlan]) -> str:
+    """Gluon source of the int4 kernel with one ``VARIANT`` per plan."""
+    if not kept or len({(p.arch, p.packed) for p in kept}) != 1:
+        raise ValueError("emit takes plans of one architecture and one packing")
+    program = qp.program
+    packed = kept[0].packed
+    head = [f'"""{program.name}: emitted by kbuild.tile from {program.qualname or program.name} for sm_{kept[0].arch} '
+            "(int4 x fp16, wgmma with the dequantised weights in registers, TMA); layouts synthesised.", "",
+            f"packed weights: {packed.tile[0]} rows of Wᵀ x {packed.tile[1]} of K per tile, {packed.operand}; "
+            f"nibble order {list(packed.nibble_order)}; scales every {qp.group} rows of K", ""]
+    for i, p in enumerate(kept):
+        head.append(f"variant {i}: {p.describe()}, modelled {p.cost:.0f} cycles")
+    head += ['"""', "", "from triton.experimental import gluon", "from triton.experimental.gluon import language as gl",
+             "from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma, "
+             "warpgroup_mma, warpgroup_mma_wait", "", "", "@gluon.jit"]
+    args = ", ".join(f"{n}: gl.constexpr" if n in CONSTEXPRS else n for n in kernel_params(program))
+    lines = [*head, f"def {program.name}({args}):"]
+    for i, p in enumerate(kept):
+        kw = "if" if i == 0 else "elif" if i < len(kept) - 1 else "else"
+        lines.append(f"    {kw}{f' VARIANT == {i}' if kw != 'else' else ''}:")
+        lines += [f"        {name}: gl.constexpr = {text}" for name, text in _layouts(p)]
+    lines += [f"    {line}" for line in _body(qp, kept)]
+    return "\n".join(lines) + "\n"
+
+
+@dataclass(frozen=True)
+class QuantKernel:
+    """A synthesised int4 kernel: program, kept plans (variants, best first), Gluon source and function, and the
+    packing its weights need (:meth:`~kbuild.tile.quant.WeightLayout.pack_torch`)."""
+
+    program: Program
+    plans: tuple[QuantPlan, ...]
+    source: str
+    fn: Any
+    signature: dict[str, str]
+    arch: int
+    packing: WeightLayout
+    seconds: float
+    """Wall time of tracing, ranking, deriving the layouts and emitting (the CPU's synthesis time)."""
+
+    def configs(self) -> list[Any]:
+        """One ``kbuild.bench.spec.Config`` per variant."""
+        from kbuild.bench.spec import Config
+
+        return [Config({**p.constexprs, "VARIANT": i}, num_warps=p.num_warps, num_stages=1)
+                for i, p in enumerate(self.plans)]
+
+    def grid(self, m: int, n: int, constexprs: Any) -> tuple[int, int, int]:
+        return (n // int(constexprs["BLOCK_N"]), -(-m // int(constexprs["BLOCK_T"])), 1)
+
+
+def build_int4(fn: Callable[..., Any], problem: tuple[int, int, int], *, arch: int = 90, variants: int = 3
+               ) -> QuantKernel:
+    """Trace ``fn`` (an int4 mma program), rank configurations for ``problem`` = (M, N, K), keep ``variants``
+    of them and emit one Gluon kernel."""
+    started = time.perf_counter()
+    program = trace(fn)
+    qp = analyse(program)
+    kept = plans(arch, problem, qp.group, keep=variants)
+    source = emit(qp, kept)
+    kernel = load_kernel(source, program.name)
+    assert kernel.arg_names == kernel_params(program)
+    assert all(p.block_n % WARPGROUP_ROWS == 0 for p in kept)
+    return QuantKernel(program, tuple(kept), source, kernel, signature(program), arch, kept[0].packed,
+                       time.perf_counter() - started)
+
+
+__all__ = ["MAGIC", "QuantKernel", "build_int4", "emit", "kernel_params", "signature"]
