@@ -1,10 +1,25 @@
 """GPU evidence for kbuild.tile (issue 20): synthesised Gluon softmax, RMSNorm and fp16 GEMM vs hand-written
-Triton and torch (cuBLAS for the GEMM).
+Triton and torch (cuBLAS for the GEMM); the int4 × fp16 GEMM vs a plain Triton kernel, torch and Marlin.
 
 Run on the H200 (no network; kbuild from the working tree, nothing to install)::
 
     PYTHONPATH=. python3 benchmarks/gpu_tile.py                 # writes $OUT/gpu_tile.json, prints a table
     PYTHONPATH=. python3 benchmarks/gpu_tile.py --only gemm     # the GEMM alone (~1 min, 6 tile variants)
+    PYTHONPATH=. python3 benchmarks/gpu_tile.py --only int4     # the int4 GEMM alone (~4 min, 15 problems)
+
+``--only int4`` (not part of the default run): for every token count M in {1, 16, 64, 256, 4096} and
+(N, K) in {(4096, 4096), (14336, 4096), (4096, 14336)} (Llama-3-8B's MLP; ``--int4-tokens``,
+``--int4-shapes`` narrow it), it synthesises the tile kernel for that problem (:mod:`kbuild.tile.kernels`
+``int4_gemm``: weights packed by the derived layout, group-128 fp16 scales) and compiles its variants, and
+compiles the plain Triton dequantise-then-``tl.dot`` kernel's configurations
+(:mod:`kbuild.bench.kernels.int4_matmul`, weights in GPTQ's plain packing); on the same seeded ``x``, ``q``
+and ``s`` it checks each against the torch reference (fp16 dequantisation, fp32 product) and that two runs are
+bit-identical, then times, interleaved: every correct tile variant and Triton configuration, torch's
+dequantise + cuBLAS (unpack the plain words, ``(q - 8) · s``, ``x @ w``), cuBLAS alone on the already
+dequantised fp16 weights (a reference point, not a competitor), and Marlin if a build of it imports (IST-DASLab's
+``marlin`` package; a ``vllm`` install is noted but its Marlin call is not wired). Per problem it prints the best
+tile variant's speed relative to the best Triton configuration (the issue's target: >= 3), to torch's
+dequantise + cuBLAS (> 1) and to Marlin (>= 1 where it runs).
 
 About two minutes: for softmax (65536×4096 fp16), RMSNorm (32768×4096 fp16) and the GEMM (fp16 4096³, fp32
 accumulation; the tile kernel's wgmma + TMA variants vs ``torch.matmul`` and the suite's Triton matmuls:
@@ -71,13 +86,171 @@ def compile_all(spec: BenchSpec, arch: int) -> list[tuple[Config, Any, float]]:
     return out
 
 
+def _parse_int4(args: argparse.Namespace) -> list[tuple[int, int, int]]:
+    try:
+        tokens = [int(t) for t in args.int4_tokens.split(",") if t]
+        shapes = [tuple(int(x) for x in shape.split("x")) for shape in args.int4_shapes.split(",") if shape]
+    except ValueError:
+        raise SystemExit(f"error: --int4-tokens {args.int4_tokens!r} / --int4-shapes {args.int4_shapes!r}: expected "
+                         "'1,16' and '4096x4096,...'") from None
+    if not tokens or not shapes or any(len(sh) != 2 for sh in shapes) or min([*tokens, *(x for sh in shapes for x in sh)]) < 1:
+        raise SystemExit("error: --int4-tokens / --int4-shapes: expected positive integers, shapes as NxK")
+    return [(m, n, k) for n, k in shapes for m in tokens]
+
+
+def marlin_op(x: Any, q: Any, s: Any) -> tuple[Any, str]:
+    """Marlin's int4 GEMM on these weights if a build of it imports: ``(launch, note)``, launch None otherwise."""
+    try:
+        import marlin  # IST-DASLab's package: marlin.Layer packs an nn.Linear with its scales
+    except ImportError:
+        marlin = None
+    if marlin is not None:
+        import torch
+
+        from kbuild.bench.kernels import int4_matmul as plain
+
+        k, n = q.shape
+        linear = torch.nn.Linear(k, n, bias=False, dtype=torch.float16, device=x.device)
+        linear.weight.data = plain.dequantise(q, s).t().contiguous()
+        layer = marlin.Layer(k, n, groupsize=plain.GROUP).to(x.device)
+        layer.pack(linear, s.t().contiguous())  # its round((w / s)) + 8 gives q back: the same weights
+        return (lambda: layer(x)), f"marlin {getattr(marlin, '__version__', '?')} (IST-DASLab)"
+    try:
+        import vllm  # noqa: F401
+    except ImportError:
+        return None, "not importable here: neither IST-DASLab's `marlin` nor `vllm` is installed"
+    return None, "vllm imports, but its gptq_marlin_gemm call (version-specific arguments) is not wired here"
+
+
+def run_int4(args: argparse.Namespace, arch: int) -> dict[str, Any]:
+    """The int4 part (see the module docstring): per problem, correctness and interleaved timing."""
+    from kbuild.bench.kernels import int4_matmul as plain
+    from kbuild.tile import kernels
+
+    out: dict[str, Any] = {"problems": {}}
+    baseline_compiled: dict[str, Any] = {}
+    table = []
+    for m, n, k in _parse_int4(args):
+        key = f"{m}x{n}x{k}"
+        t0 = time.perf_counter()
+        tile = kernels.int4_gemm(m=m, n=n, k=k, variants=args.int4_variants)
+        entry: dict[str, Any] = {"build_seconds": round(time.perf_counter() - t0, 3), "variants": {}}
+        gk = kernels.int4_gemm_kernel(m, n, k, variants=args.int4_variants)
+        entry["synthesis_seconds"] = round(gk.seconds, 3)
+        entry["plans"] = [{"variant": i, "describe": p.describe(), "modelled_cycles": p.cost, "parts": p.parts}
+                          for i, p in enumerate(gk.plans)]
+        base = plain.int4_matmul(m=m, n=n, k=k)
+        compiled = {f"tile[{c.label()}]": (tile, c, kk, sec) for c, kk, sec in compile_all(tile, arch)}
+        for cfg in base.configs:
+            if cfg.label() not in baseline_compiled:  # one kernel for every problem: M, N, K are runtime values
+                t1 = time.perf_counter()
+                baseline_compiled[cfg.label()] = (compile_spec(base, cfg, arch), time.perf_counter() - t1)
+            kk, sec = baseline_compiled[cfg.label()]
+            compiled[f"triton[{cfg.label()}]"] = (base, cfg, kk, sec)
+        for label, (_, _, kk, sec) in compiled.items():
+            entry["variants"][label] = {"compile_s": round(sec, 2), "registers": getattr(kk, "n_regs", None)}
+        out["problems"][key] = entry
+        if args.dry_run:
+            print(f"int4 {key}: synthesis {gk.seconds:.2f}s; would time {', '.join(compiled)}, torch, cuBLAS, Marlin")
+            continue
+        import torch
+
+        from kbuild.bench.peers import rel_err
+        from kbuild.device import stats, timing
+
+        p = plain.problem(0, timing.DEVICE, m, n, k)
+        want = plain.reference(p["x"], p["q"], p["s"])
+        inputs = {id(tile): tile.make_inputs(0, timing.DEVICE), id(base): base.make_inputs(0, timing.DEVICE)}
+        assert torch.equal(inputs[id(tile)]["x_ptr"], p["x"]) and torch.equal(inputs[id(base)]["s_ptr"], p["s"])
+        launchers: dict[str, Any] = {}
+        for label, (spec, cfg, kk, _) in compiled.items():
+            own = dict(inputs[id(spec)])
+            own["y_ptr"] = torch.empty_like(own["y_ptr"])
+            grid = spec.grid(spec.all_constexprs(cfg))
+            launch_args = spec.launch_args(own, cfg)
+            v = entry["variants"][label]
+            try:
+                kk[grid](*launch_args)
+                torch.cuda.synchronize()
+                first = own["y_ptr"].clone()
+                own["y_ptr"].fill_(float("nan"))
+                kk[grid](*launch_args)
+                torch.cuda.synchronize()
+            except Exception as exc:  # out of resources at load time
+                v["error"] = f"{type(exc).__name__}: {exc}"[:300]
+                continue
+            v["rel_err"] = rel_err(own["y_ptr"], want)
+            v["bit_identical_rerun"] = bool(torch.equal(first, own["y_ptr"]))
+            if not v["rel_err"] <= spec.reference_tol:
+                v["error"] = f"wrong result: relative error {v['rel_err']:.3g}"
+                continue
+            launchers[label] = (lambda kk=kk, g=grid, a=launch_args: kk[g](*a))
+        words, x, s = inputs[id(base)]["w_ptr"], p["x"], p["s"]
+        w16 = plain.dequantise(p["q"], s)
+
+        def torch_dequant_cublas(x: Any = x, w: Any = words, s: Any = s) -> Any:
+            return x @ plain.dequantise(plain.unpack_plain(w), s)
+
+        extra: dict[str, Any] = {"torch_dequant_cublas": torch_dequant_cublas,
+                                 "cublas_fp16_weights": lambda x=x, w=w16: x @ w}
+        try:
+            marlin, entry["marlin"] = marlin_op(x, p["q"], s)
+        except Exception as exc:  # a peer that fails to pack is recorded, not fatal
+            marlin, entry["marlin"] = None, f"Marlin imports but failed: {type(exc).__name__}: {exc}"[:300]
+        if marlin is not None:
+            extra["marlin"] = marlin
+        for label, fn in extra.items():
+            try:
+                got = fn()
+                torch.cuda.synchronize()
+                entry["variants"][label] = {"rel_err": rel_err(got, want), "bit_identical_rerun": bool(torch.equal(got, fn()))}
+            except Exception as exc:  # Marlin may refuse a shape
+                entry["variants"][label] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
+                continue
+            if entry["variants"][label]["rel_err"] > 2e-3:
+                entry["variants"][label]["error"] = f"wrong result: relative error {entry['variants'][label]['rel_err']:.3g}"
+                continue
+            launchers[label] = fn
+        samples = timing.time_interleaved(list(launchers.values()), rounds=args.rounds, reps=args.reps,
+                                          flush=timing.L2Flush())
+        for label, runs in zip(launchers, samples):
+            med = stats.median(runs)
+            entry["variants"][label].update({"median_ms": med, "tflops": 2.0 * m * n * k / med / 1e9,
+                                             "weight_gbps": (n * k / 2 + (k // plain.GROUP) * n * 2) / med / 1e6,
+                                             "samples_ms": runs})
+        timed = {lab: v["median_ms"] for lab, v in entry["variants"].items() if "median_ms" in v}
+        best = {kind: min(((ms, lab) for lab, ms in timed.items() if lab.startswith(kind)), default=(float("nan"), "-"))
+                for kind in ("tile", "triton", "torch_dequant_cublas", "cublas_fp16_weights", "marlin")}
+        entry["best"] = {kind: {"label": lab, "median_ms": ms} for kind, (ms, lab) in best.items()}
+        tile_ms = best["tile"][0]
+        entry["tile_vs_triton"] = best["triton"][0] / tile_ms
+        entry["tile_vs_torch_dequant_cublas"] = best["torch_dequant_cublas"][0] / tile_ms
+        entry["tile_vs_cublas_fp16_weights"] = best["cublas_fp16_weights"][0] / tile_ms
+        entry["tile_vs_marlin"] = best["marlin"][0] / tile_ms
+        table.append((key, tile_ms, best["tile"][1], entry["tile_vs_triton"], entry["tile_vs_torch_dequant_cublas"],
+                      entry["tile_vs_cublas_fp16_weights"], entry["tile_vs_marlin"],
+                      all(v.get("bit_identical_rerun", True) for lab, v in entry["variants"].items()
+                          if lab.startswith("tile"))))
+    if table:
+        print(f"{'int4 M x N x K':18} {'tile ms':>9} {'vs Triton':>9} {'vs torch':>9} {'vs fp16':>8} {'vs Marlin':>9}  "
+              "rerun  best tile variant")
+        for key, ms, lab, tri, tor, f16, mar, rerun in table:
+            print(f"{key:18} {ms:9.4f} {tri:9.2f} {tor:9.2f} {f16:8.2f} {mar:9.2f}  {rerun!s:5}  {lab}")
+        print(f"Marlin: {next(iter(out['problems'].values()))['marlin']}")
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "benchmarks/results")))
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--reps", type=int, default=20)
-    ap.add_argument("--only", choices=[name for name, _, _ in PAIRS], action="append",
-                    help="measure only this kernel (repeatable)")
+    ap.add_argument("--only", choices=[*(name for name, _, _ in PAIRS), "int4"], action="append",
+                    help="measure only this kernel (repeatable); 'int4' runs only with --only")
+    ap.add_argument("--int4-tokens", default="1,16,64,256,4096", help="int4: token counts M (comma-separated)")
+    ap.add_argument("--int4-shapes", default="4096x4096,14336x4096,4096x14336",
+                    help="int4: N x K shapes (comma-separated)")
+    ap.add_argument("--int4-variants", type=int, default=3, help="int4: tile variants synthesised per problem")
     ap.add_argument("--gemm-variants", type=int, default=6, help="GEMM configurations synthesised and timed")
     ap.add_argument("--small", action="store_true", help="16x512 problems, 256^3 GEMM (a smoke test, not numbers)")
     ap.add_argument("--dry-run", action="store_true", help="CPU: build and compile for sm_90, launch nothing")
@@ -181,6 +354,8 @@ def main() -> int:
                 rows.append((name, label, v["median_ms"], speed, v.get("rel_err"), v.get("bit_identical_rerun")))
             else:
                 rows.append((name, label, None, None, v.get("rel_err"), v.get("error")))
+    if args.only and "int4" in args.only:
+        record["int4"] = run_int4(args, arch)
     path = args.out / "gpu_tile.json"
     path.write_text(json.dumps(record, indent=1, default=str))
     if rows:

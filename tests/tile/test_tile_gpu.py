@@ -1,5 +1,6 @@
 """kbuild.tile kernels on the GPU (marked ``gpu``; skipped without sm_90): every synthesised variant against
-torch, at the small and the full size, on odd row counts (the row mask) and rerun bit-identically."""
+torch, at the small and the full size, on odd row counts (the row mask) and rerun bit-identically; the int4 GEMM
+at decode and prefill token counts and a ragged one (Y's rows past M untouched)."""
 
 from __future__ import annotations
 
@@ -86,3 +87,52 @@ def test_gemm_every_variant_matches_torch_and_ragged_edges_stay_inside(small: bo
         assert bool((c[m:] == 7.0).all())
     if not small:
         assert persistent  # the 4096^3 autotune list holds persistent variants
+
+
+@pytest.mark.parametrize("problem", [(16, 128, 256), (16, 4096, 4096), (1, 4096, 14336), (4096, 4096, 4096)])
+def test_int4_gemm_every_variant_matches_torch_and_reruns_bit_identically(problem: tuple[int, int, int]) -> None:
+    import torch
+
+    from kbuild.bench.peers import rel_err
+    from kbuild.device import timing
+    from kbuild.tile import kernels
+
+    timing.set_scratch_allocator()  # device-side TMA descriptors
+    m, n, k = problem
+    spec = kernels.int4_gemm(m=m, n=n, k=k)
+    inputs = spec.make_inputs(1, "cuda")
+    assert spec.reference is not None
+    want = spec.reference(inputs)["y_ptr"]
+    for cfg in spec.configs:
+        kernel = compile_spec(spec, cfg, 90)
+        inputs["y_ptr"].fill_(float("nan"))
+        args = spec.launch_args(inputs, cfg)
+        kernel[spec.grid(spec.all_constexprs(cfg))](*args)
+        first = inputs["y_ptr"].clone()
+        kernel[spec.grid(spec.all_constexprs(cfg))](*args)
+        torch.cuda.synchronize()
+        assert rel_err(inputs["y_ptr"], want) < 2e-3, cfg.label()
+        assert torch.equal(first, inputs["y_ptr"]), cfg.label()
+
+
+def test_int4_gemm_ragged_tokens_are_clipped() -> None:
+    import torch
+
+    from kbuild.bench.peers import rel_err
+    from kbuild.device import timing
+    from kbuild.tile import kernels
+
+    timing.set_scratch_allocator()
+    m, n, k = 300, 256, 512  # no tokens tile divides 300: TMA zero-fills X's rows and clips Y's
+    spec = kernels.int4_gemm(m=m, n=n, k=k)
+    inputs = spec.make_inputs(2, "cuda")
+    assert spec.reference is not None
+    want = spec.reference(inputs)["y_ptr"]
+    spare = torch.full((m + 1, n), 7.0, device="cuda", dtype=torch.float16)  # one row after Y
+    inputs["y_ptr"] = spare[:m]
+    for cfg in spec.configs:
+        spare.fill_(7.0)
+        compile_spec(spec, cfg, 90)[spec.grid(spec.all_constexprs(cfg))](*spec.launch_args(inputs, cfg))
+        torch.cuda.synchronize()
+        assert rel_err(spare[:m], want) < 2e-3, cfg.label()
+        assert bool((spare[m:] == 7.0).all()), cfg.label()
