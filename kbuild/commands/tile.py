@@ -158,9 +158,9 @@ def _run_int4(args: argparse.Namespace, fn: Any) -> int:
         return 0
     print_table(f"{kernel.program.name}: {len(rows)} variants for sm_{kernel.arch}, synthesised in "
                 f"{kernel.seconds:.2f} s; weights packed in {lay.tile[0]}x{lay.tile[1]} tiles of Wᵀ, nibbles "
-                f"{list(lay.nibble_order)}", ["variant", "N x tokens x K", "warps", "stages", "modelled cycles"],
+                f"{list(lay.nibble_order)}", ["variant", "N x tokens x K", "warps", "stages", "split-K", "modelled cycles"],
                 [(r["variant"], "x".join(str(r["constexprs"][d]) for d in ("BLOCK_N", "BLOCK_T", "BLOCK_K")),
-                  r["num_warps"], r["constexprs"]["STAGES"], r["cost"]) for r in rows])
+                  r["num_warps"], r["constexprs"]["STAGES"], r["constexprs"]["SPLIT_K"], r["cost"]) for r in rows])
     if args.source:
         print(kernel.source)
     if args.write is not None:

@@ -21,6 +21,12 @@ mbarrier, ``STAGES - 1`` steps ahead. A thread then
 4. issues the wgmma asynchronously with one group in flight (the previous step's operand registers stay alive
    until it retires) and refills the stage the retired step used.
 
+With ``SPLIT_K > 1`` (decode: too few output tiles to fill the SMs) ``program_id(2)`` takes a share of the K
+steps and writes its fp32 partial tile to a workspace the synthesiser adds to the kernel's parameters; after a
+CTA barrier one thread counts the tile's finished programs with an acquire-release atomic, and the last one
+reads every partial back from L2 and adds them in split order, so the result does not depend on which program
+finishes last (bit-identical reruns), then resets the counter for the next launch.
+
 The epilogue applies the program's elementwise operations to the accumulator, transposes it back
 (``permute``: a register renaming) and stores Y through shared memory with TMA (the edges past ``M`` are
 clipped). ``N`` must be a multiple of the CTA's rows (64 per warpgroup) and ``K`` of the packed tile's K; ``M``
@@ -42,13 +48,17 @@ from kbuild.tile.quant import WARPGROUP_ROWS, QuantPlan, QuantProgram, WeightLay
 
 #: what the lop3 trick leaves in a half: 1024 + q; subtracting this gives q - 8 (zero point 8)
 MAGIC = 1024 + 8
-CONSTEXPRS = ("BLOCK_N", "BLOCK_K", "BLOCK_T", "STAGES", "VARIANT")
+CONSTEXPRS = ("BLOCK_N", "BLOCK_K", "BLOCK_T", "STAGES", "SPLIT_K", "VARIANT")
+#: what the synthesiser adds to the program's parameters for split-K: fp32 partial tiles and a counter per tile
+#: (zero before the first launch; the last program of a tile sets it back to zero)
+SPLIT_PARAMS = ("workspace_ptr", "counters_ptr")
 
 
 def kernel_params(program: Program) -> list[str]:
-    """The emitted kernel's parameters: a pointer per tensor, the scalars, the extents and the constexprs."""
+    """The emitted kernel's parameters: a pointer per tensor, the split-K buffers, the scalars, the extents and
+    the constexprs."""
     names = [f"{p.name}_ptr" for p in program.params if p.kind == "tensor"]
-    names += [p.name for p in program.params if p.kind == "scalar"]
+    names += [*SPLIT_PARAMS, *(p.name for p in program.params if p.kind == "scalar")]
     return [*names, "M", "N", "K", *CONSTEXPRS]
 
 
@@ -56,6 +66,7 @@ def signature(program: Program) -> dict[str, str]:
     """AOT types: the packed int4 weights are int32 words."""
     sig = {f"{p.name}_ptr": "*i32:16" if p.dtype == "int4" else f"*{p.dtype}:16"
            for p in program.params if p.kind == "tensor"}
+    sig |= {"workspace_ptr": "*fp32:16", "counters_ptr": "*i32:16"}
     sig |= {p.name: p.dtype for p in program.params if p.kind == "scalar"}
     return sig | {"M": "i32", "N": "i32:16", "K": "i32:16"}
 
@@ -78,13 +89,13 @@ def _copies(step: str, slot: str, x: str) -> list[str]:
     """The TMA copies of one K step into one stage (the caller has armed its barrier)."""
     pred = f"pred={step} < n_k"
     return [
-        f"tma.async_copy_global_to_shared(x_desc, [off_t, {step} * BLOCK_K], bars.index({slot}), x_s.index({slot}), "
-        f"{pred})",
-        f"tma.async_copy_global_to_shared(s_desc, [({step} * BLOCK_K) // GROUP, off_n], bars.index({slot}), "
+        f"tma.async_copy_global_to_shared(x_desc, [off_t, (k0 + {step}) * BLOCK_K], bars.index({slot}), "
+        f"x_s.index({slot}), {pred})",
+        f"tma.async_copy_global_to_shared(s_desc, [((k0 + {step}) * BLOCK_K) // GROUP, off_n], bars.index({slot}), "
         f"s_s.index({slot}), {pred})",
         "for g in gl.static_range(BLOCK_N // 64):  # each warpgroup's packed tile: 128 threads' runs",
-        f"    tma.async_copy_global_to_shared(w_desc, [w_row + g * n_k * 128 + {step} * 128, 0], bars.index({slot}), "
-        f"w_s.index({slot}).slice(g * 128, 128), {pred})",
+        f"    tma.async_copy_global_to_shared(w_desc, [w_row + g * k_steps * 128 + (k0 + {step}) * 128, 0], "
+        f"bars.index({slot}), w_s.index({slot}).slice(g * 128, 128), {pred})",
     ]
 
 
@@ -135,9 +146,13 @@ def _body(qp: QuantProgram, kept: Sequence[QuantPlan]) -> list[str]:
         "# Yᵀ = Wᵀ · Xᵀ: the dequantised weights are wgmma's register operand A (rows: N), X's tile is B",
         "off_n = gl.program_id(0) * BLOCK_N",
         "off_t = gl.program_id(1) * BLOCK_T",
-        "n_k = K // BLOCK_K",
+        "k_steps = K // BLOCK_K",
+        "# split-K: program_id(2) takes a SPLIT_K-th of the K steps (the last one the remainder)",
+        "k0 = gl.program_id(2) * (k_steps // SPLIT_K)",
+        "n_k = k_steps // SPLIT_K + (gl.program_id(2) == SPLIT_K - 1).to(gl.int32) * (k_steps % SPLIT_K)",
         f"x_desc = tma.make_tensor_descriptor({x}_ptr, [M, K], [K, 1], [BLOCK_T, BLOCK_K], SX)",
-        f"w_desc = tma.make_tensor_descriptor({w}_ptr, [(N // 64) * n_k * 128, WORDS], [WORDS, 1], [128, WORDS], SW)",
+        f"w_desc = tma.make_tensor_descriptor({w}_ptr, [(N // 64) * k_steps * 128, WORDS], [WORDS, 1], [128, WORDS], "
+        "SW)",
         f"s_desc = tma.make_tensor_descriptor({s}_ptr, [K // GROUP, N], [N, 1], [1, BLOCK_N], SS)",
         f"y_desc = tma.make_tensor_descriptor({y}_ptr, [M, N], [N, 1], [BLOCK_T, BLOCK_N], SY)",
         "x_s = gl.allocate_shared_memory(gl.float16, [STAGES, BLOCK_T, BLOCK_K], SX)",
@@ -148,7 +163,7 @@ def _body(qp: QuantProgram, kept: Sequence[QuantPlan]) -> list[str]:
         "    mbarrier.init(bars.index(i), count=1)",
         "step_bytes: gl.constexpr = x_desc.block_type.nbytes + s_desc.block_type.nbytes + (BLOCK_N // 64) * "
         "w_desc.block_type.nbytes",
-        "w_row = gl.program_id(0) * (BLOCK_N // 64) * n_k * 128",
+        "w_row = gl.program_id(0) * (BLOCK_N // 64) * k_steps * 128",
         "for i in gl.static_range(STAGES - 1):  # prologue: the first STAGES - 1 K steps in flight",
         "    mbarrier.expect(bars.index(i), step_bytes, pred=i < n_k)",
         *(f"    {line}" for line in _copies("i", "i", x)),
@@ -157,14 +172,39 @@ def _body(qp: QuantProgram, kept: Sequence[QuantPlan]) -> list[str]:
         "for k in range(n_k):",
         *(f"    {line}" for line in loop),
         f"{acc} = warpgroup_mma_wait(num_outstanding=0, deps=({acc},))",
+        "for i in gl.static_range(STAGES):",
+        "    mbarrier.invalidate(bars.index(i))",
+        "if SPLIT_K > 1:  # partial tiles in the workspace; the last program of the tile adds them in split order",
+        "    tile = gl.program_id(1) * gl.num_programs(0) + gl.program_id(0)",
+        "    tiles = gl.num_programs(0) * gl.num_programs(1)",
+        "    pn = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, ACC))",
+        "    pt = gl.arange(0, BLOCK_T, layout=gl.SliceLayout(0, ACC))",
+        "    part = pn[:, None] * BLOCK_T + pt[None, :]",
+        f"    gl.store(workspace_ptr + (gl.program_id(2) * tiles + tile).to(gl.int64) * (BLOCK_N * BLOCK_T) + part, {acc})",
+        "    gl.thread_barrier()  # every thread's partial is written before the count says so",
+        "    done = gl.atomic_add(counters_ptr + tile, 1, sem=\"acq_rel\", scope=\"gpu\")",
+        "    last = done == SPLIT_K - 1",
+        "    if last:",
+        f"        {acc} = gl.load(workspace_ptr + tile.to(gl.int64) * (BLOCK_N * BLOCK_T) + part, cache_modifier=\".cg\")",
+        "        for i in gl.static_range(1, SPLIT_K):",
+        f"            {acc} += gl.load(workspace_ptr + (i * tiles + tile).to(gl.int64) * (BLOCK_N * BLOCK_T) + part, "
+        "cache_modifier=\".cg\")",
+        "        gl.store(counters_ptr + tile, 0)  # ready for the next launch",
+        *(f"        {line}" for line in _store(qp, y_dtype)),
+        "else:",
+        *(f"    {line}" for line in _store(qp, y_dtype)),
+    ]
+
+
+def _store(qp: QuantProgram, y_dtype: str) -> list[str]:
+    """The epilogue: the program's elementwise operations, the transpose back and the TMA store of Y."""
+    return [
         *(_epilogue(op) for op in qp.epilogue),
         f"y_s = gl.allocate_shared_memory({y_dtype}, [BLOCK_T, BLOCK_N], SY)",
         f"y_s.store(gl.permute(v{qp.stored.id}, (1, 0)))  # back to Y = X · W: a register renaming",
         "fence_async_shared()",
         "tma.async_copy_shared_to_global(y_desc, [off_t, off_n], y_s)",
         "tma.store_wait(pendings=0)",
-        "for i in gl.static_range(STAGES):",
-        "    mbarrier.invalidate(bars.index(i))",
     ]
 
 
@@ -216,7 +256,17 @@ class QuantKernel:
                 for i, p in enumerate(self.plans)]
 
     def grid(self, m: int, n: int, constexprs: Any) -> tuple[int, int, int]:
-        return (n // int(constexprs["BLOCK_N"]), -(-m // int(constexprs["BLOCK_T"])), 1)
+        return (n // int(constexprs["BLOCK_N"]), -(-m // int(constexprs["BLOCK_T"])), int(constexprs["SPLIT_K"]))
+
+    def workspace(self, m: int, n: int) -> tuple[int, int]:
+        """fp32 elements of the split-K workspace and the number of tile counters any variant needs."""
+        elems, counters = 1, 1
+        for p in self.plans:
+            tiles = (n // p.block_n) * -(-m // p.block_t)
+            counters = max(counters, tiles)
+            if p.split > 1:
+                elems = max(elems, p.split * tiles * p.block_n * p.block_t)
+        return elems, counters
 
 
 def build_int4(fn: Callable[..., Any], problem: tuple[int, int, int], *, arch: int = 90, variants: int = 3

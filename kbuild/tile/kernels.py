@@ -176,7 +176,8 @@ def int4_gemm_kernel(m: int, n: int, k: int, arch: int = 90, variants: int = 3) 
 def int4_gemm(small: bool = False, m: int = 16, n: int = 4096, k: int = 4096, variants: int = 3) -> BenchSpec:
     """``Y = X · W`` with ``W = (q - 8) · s`` (int4 ``q``, fp16 scales per 128 rows of K) at M × N × K
     (16 × 128 × 256 when ``small``); the inputs are :func:`kbuild.bench.kernels.int4_matmul.problem`'s, the
-    weights packed by the synthesised layout (:meth:`~kbuild.tile.quant.WeightLayout.pack_torch`)."""
+    weights packed by the synthesised layout (:meth:`~kbuild.tile.quant.WeightLayout.pack_torch`), plus the
+    split-K workspace and tile counters (zeros) the synthesised kernel takes."""
     from kbuild.bench.kernels import int4_matmul as plain
 
     if small:
@@ -188,8 +189,11 @@ def int4_gemm(small: bool = False, m: int = 16, n: int = 4096, k: int = 4096, va
         import torch
 
         p = plain.problem(seed, device, m, n, k)
+        elems, counters = kernel.workspace(m, n)
         return {"x_ptr": p["x"], "w_ptr": packing.pack_torch(p["q"]), "s_ptr": p["s"],
-                "y_ptr": torch.empty((m, n), dtype=torch.float16, device=device), "M": m, "N": n, "K": k}
+                "y_ptr": torch.empty((m, n), dtype=torch.float16, device=device),
+                "workspace_ptr": torch.full((elems,), 1.0, device=device),  # split-K partials (not all zeros)
+                "counters_ptr": torch.zeros((counters,), dtype=torch.int32, device=device), "M": m, "N": n, "K": k}
 
     def grid(c: Mapping[str, Constexpr]) -> tuple[int, int, int]:
         return kernel.grid(m, n, c)

@@ -43,6 +43,7 @@ program and :func:`plans` ranks its configurations; :mod:`kbuild.tile.gluon_quan
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -400,6 +401,9 @@ class QuantPlan:
     warpgroups: int
     block_t: int
     stages: int
+    split: int
+    """Programs sharing one output tile along K (split-K: partial sums in a workspace, added in a fixed order by
+    the last program to finish, so the result is the same on every run)."""
     packed: WeightLayout
     layout: WeightLayout
     """The CTA's operand layout (``packed`` on each warpgroup)."""
@@ -425,10 +429,12 @@ class QuantPlan:
 
     @property
     def constexprs(self) -> dict[str, int]:
-        return {"BLOCK_N": self.block_n, "BLOCK_K": self.block_k, "BLOCK_T": self.block_t, "STAGES": self.stages}
+        return {"BLOCK_N": self.block_n, "BLOCK_K": self.block_k, "BLOCK_T": self.block_t, "STAGES": self.stages,
+                "SPLIT_K": self.split}
 
     def describe(self) -> str:
-        return (f"{self.block_n}x{self.block_t}x{self.block_k} (N x tokens x K) w{self.num_warps} s{self.stages}: "
+        split = f" split-K {self.split}" if self.split > 1 else ""
+        return (f"{self.block_n}x{self.block_t}x{self.block_k} (N x tokens x K) w{self.num_warps} s{self.stages}{split}: "
                 f"acc {self.acc.text()}, W {self.w_shared.text()}")
 
 
@@ -441,13 +447,14 @@ def smem_bytes(block_n: int, block_t: int, block_k: int, stages: int) -> int:
 
 
 def plan_cost(arch: int, warpgroups: int, block_t: int, stages: int, packed: WeightLayout,
-              problem: tuple[int, int, int]) -> tuple[float, dict[str, float]] | None:
+              problem: tuple[int, int, int], split: int = 1) -> tuple[float, dict[str, float]] | None:
     """Modelled cycles of the whole problem (None: does not fit). Per K step of one CTA: tensor-core cycles,
     the dequantisation's issue cycles (about 20 instructions per word, every warp of a scheduler), and the
     copies: L2 → SM bytes at the SM's L2 bandwidth, or, when the ring holds too few bytes, at what the bytes in
     flight sustain over the memory latency (Little's law). The wgmma is asynchronous, so the dequantisation of
     one step overlaps the product of the previous one. Tiles run in waves over the SMs; the weights, scales,
-    activations and output cross DRAM at least once."""
+    activations and output cross DRAM at least once. Split-K runs ``split`` programs per tile on a ``split``-th
+    of K each; every one writes its fp32 partial tile and the last reads them all back (L2 traffic)."""
     hw = ARCH[arch]
     m, n, k = problem
     block_n, block_k = WARPGROUP_ROWS * warpgroups, packed.tile[1]
@@ -459,7 +466,7 @@ def plan_cost(arch: int, warpgroups: int, block_t: int, stages: int, packed: Wei
     regs = acc_regs + packed.values_per_thread + packed.words_per_thread + 40
     if regs > 255:
         return None
-    tiles = -(-n // block_n) * -(-m // block_t)
+    tiles = -(-n // block_n) * -(-m // block_t) * split
     fits = max(1, min(hw["smem"] // smem, REG_FILE // (128 * warpgroups * regs), 2048 // (128 * warpgroups)))
     resident = min(fits, -(-tiles // hw["sms"]))  # CTAs sharing an SM in the busiest wave
     step_bytes = block_t * block_k * 2 + block_n * block_k // 2 + block_n * 2
@@ -468,18 +475,20 @@ def plan_cost(arch: int, warpgroups: int, block_t: int, stages: int, packed: Wei
     in_flight = resident * (stages - 1) * step_bytes
     copy = resident * step_bytes / min(hw["l2_bw"], in_flight / hw["latency"])
     step = max(mma, dequant, copy) + 64
-    wave = (k // block_k) * step + hw["latency"] + resident * block_t * block_n * 2 / hw["l2_bw"]
+    reduce = 0.0 if split == 1 else resident * block_t * block_n * 4 * 2 / hw["l2_bw"] + 2 * hw["latency"]
+    wave = (k // block_k // split) * step + hw["latency"] + resident * block_t * block_n * 2 / hw["l2_bw"] + reduce
     waves = -(-tiles // (hw["sms"] * resident))
     dram = (n * k // 2 + (k // packed.group) * n * 2 + m * k * 2 + m * n * 2) / hw["dram_bw"]
     total = max(waves * wave, dram)
-    return total, {"wave_cycles": wave, "waves": waves, "resident": resident, "step_mma": mma,
+    return total, {"wave_cycles": wave, "reduce_cycles": reduce, "waves": waves, "resident": resident, "step_mma": mma,
                    "step_dequant": dequant, "step_copy": copy, "dram_cycles": dram, "smem_bytes": smem,
                    "acc_regs": acc_regs}
 
 
 def plans(arch: int, problem: tuple[int, int, int], group: int = 128, keep: int = 3) -> list[QuantPlan]:
     """Ranked configurations (cheapest first) of the int4 kernel for ``problem`` = (M, N, K) on ``sm_<arch>``:
-    warpgroups per CTA, the tokens tile (wgmma's N: 8 to 256) and the ring's depth; the packed tile is fixed."""
+    warpgroups per CTA, the tokens tile (wgmma's N: 8 to 256), split-K (1, 2, 4: more programs when the tiles
+    alone leave SMs idle) and the ring's depth; the packed tile is fixed."""
     if arch != 90:
         raise MmaError(f"int4 mma kernel: only sm_90 (wgmma) is emitted; sm_{arch} is not built")
     packed = packing(arch, group)
@@ -492,11 +501,13 @@ def plans(arch: int, problem: tuple[int, int, int], group: int = 128, keep: int 
     for wg in (1, 2):
         if n % (WARPGROUP_ROWS * wg):
             continue
-        for bt in (8, 16, 32, 64, 128, 256):
+        for bt, split in itertools.product((8, 16, 32, 64, 128, 256), (1, 2, 4)):
             if bt > max(8, 2 * m):  # a tokens tile past twice the tokens only multiplies zeros
                 continue
+            if (k // packed.tile[1]) % split:
+                continue
             for stages in range(2, 33):
-                scored = plan_cost(arch, wg, bt, stages, packed, problem)
+                scored = plan_cost(arch, wg, bt, stages, packed, problem, split)
                 if scored is None:
                     break  # deeper rings only use more shared memory
                 total, parts = scored
@@ -505,20 +516,21 @@ def plans(arch: int, problem: tuple[int, int, int], group: int = 128, keep: int 
                 lay = layouts[wg]
                 wpt = lay.words_per_thread
                 out.append(QuantPlan(
-                    arch, wg, bt, stages, packed, lay, register_chain(lay),
+                    arch, wg, bt, stages, split, packed, lay, register_chain(lay),
                     MmaAccumulator((3, 0), (4 * wg, 1), (16, bt, 16)),
                     choose_nvmma_swizzle(bt, packed.tile[1], 2)[0],
                     NVMMAShared(choose_nvmma_swizzle(lay.threads // wg, wpt * 2, 2)[0].swizzle, 32),
                     choose_nvmma_swizzle(bt, WARPGROUP_ROWS * wg, 2)[0], total, parts))
     if not out:
         raise MmaError(f"int4 mma kernel: no configuration fits sm_{arch} for problem {problem}")
-    # ties: deeper rings (more bytes in flight than the model's latency asks for), then larger tiles
-    out.sort(key=lambda p: (round(p.cost), -p.stages, -p.block_n * p.block_t))
-    seen: set[tuple[int, int]] = set()
+    # ties: no split (no workspace round trip), deeper rings (more bytes in flight than the model's latency asks
+    # for), then larger tiles
+    out.sort(key=lambda p: (round(p.cost), p.split, -p.stages, -p.block_n * p.block_t))
+    seen: set[tuple[int, int, int]] = set()
     distinct = []
     for p in out:
-        if (p.warpgroups, p.block_t) not in seen:  # one depth per shape: the tuner's variants differ in shape
-            seen.add((p.warpgroups, p.block_t))
+        if (p.warpgroups, p.block_t, p.split) not in seen:  # one depth per shape: variants differ in shape
+            seen.add((p.warpgroups, p.block_t, p.split))
             distinct.append(p)
     return distinct[:keep]
 

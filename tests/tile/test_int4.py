@@ -161,7 +161,9 @@ def test_plans_fit_and_follow_the_token_count() -> None:
         assert [p.cost for p in ranked] == sorted(p.cost for p in ranked)
         assert all(p.parts["smem_bytes"] <= ARCH[90]["smem"] for p in ranked)
         assert all(p.block_t <= max(8, 2 * m) for p in ranked)
-    assert plans(90, (1, 4096, 4096))[0].block_t == 8  # decode: the smallest wgmma N
+    decode = plans(90, (1, 4096, 4096))[0]
+    assert decode.block_t == 8 and decode.split > 1  # decode: the smallest wgmma N, K split over more SMs
+    assert plans(90, (1, 14336, 4096))[0].split == 1  # 112+ tiles already fill the SMs
     big = plans(90, (4096, 4096, 4096))[0]
     assert big.block_t == 256 and big.warpgroups == 2  # prefill: a 128 x 256 tile, as the fp16 GEMM's
 
@@ -223,9 +225,16 @@ def test_compiles_for_sm90_to_hgmma_fed_by_the_dequantisation(tmp_path: Path) ->
         assert ops["HADD2"] == ops["HMUL2"] == lay.values_per_thread // 2
         assert not {"SHFL.IDX", "SHFL.BFLY", "PRMT", "STL", "LDL"} & set(ops), cfg.label()
         assert ops["UTMALDG.2D"] >= 3 and ops["UTMASTG.2D"] == 1
-    decode = load_spec("kbuild.tile.kernels:int4_gemm")  # M = 16: the smallest tokens tiles
-    compiled = compile_spec(decode, decode.configs[0], 90)
-    assert "wgmma.mma_async.sync.aligned.m64n8k16.f32.f16.f16" in compiled.asm["ptx"]
+    # decode: the smallest tokens tile, split-K: partials through L2 and one counter atomic per program
+    decode = kernels.int4_gemm(m=1, n=4096, k=4096)
+    cfg = next(c for c in decode.configs if int(c.constexprs["SPLIT_K"]) > 1)
+    compiled = compile_spec(decode, cfg, 90)
+    ptx = compiled.asm["ptx"]
+    assert "wgmma.mma_async.sync.aligned.m64n8k16.f32.f16.f16" in ptx
+    assert "atom.global.gpu.acq_rel.add" in ptx and "ld.global.cg" in ptx
+    ops = collections.Counter(i.opcode for i in _sass(compiled, tmp_path))
+    assert ops["HGMMA.64x8x16.F32"] == 8 and ops["SHFL.IDX"] <= 1 and not {"STL", "LDL", "PRMT"} & set(ops)
+    assert load_spec("kbuild.tile.kernels:int4_gemm").configs  # the default spec (M = 16) loads
 
 
 def test_a_register_chain_that_moves_values_is_refused_by_the_compiler(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -262,8 +271,10 @@ def test_bench_spec_inputs_and_reference_on_the_cpu() -> None:
     p = plain.problem(0, "cpu", 16, 128, 256)
     assert spec.reference is not None
     assert torch.equal(spec.reference(x)["y_ptr"], plain.reference(p["x"], p["q"], p["s"]))
-    assert spec.grid(spec.all_constexprs(spec.configs[0])) == (128 // int(spec.configs[0].constexprs["BLOCK_N"]),
-                                                                -(-16 // int(spec.configs[0].constexprs["BLOCK_T"])), 1)
+    c = spec.configs[0].constexprs
+    assert spec.grid(spec.all_constexprs(spec.configs[0])) == (128 // int(c["BLOCK_N"]), -(-16 // int(c["BLOCK_T"])),
+                                                                int(c["SPLIT_K"]))
+    assert not x["counters_ptr"].any()  # split-K counters start at zero
 
 
 def test_plain_triton_baseline_matches_torch_in_the_interpreter() -> None:

@@ -136,3 +136,28 @@ def test_int4_gemm_ragged_tokens_are_clipped() -> None:
         torch.cuda.synchronize()
         assert rel_err(spare[:m], want) < 2e-3, cfg.label()
         assert bool((spare[m:] == 7.0).all()), cfg.label()
+
+
+def test_int4_gemm_split_k_takes_the_remainder_steps() -> None:
+    import torch
+
+    from kbuild.bench.peers import rel_err
+    from kbuild.device import timing
+    from kbuild.tile import kernels
+
+    timing.set_scratch_allocator()
+    spec = kernels.int4_gemm(m=1, n=256, k=512)  # 4 K steps: ranked with split-K variants
+    split = [cfg for cfg in spec.configs if int(cfg.constexprs["SPLIT_K"]) > 1]
+    assert split
+    other = kernels.int4_gemm(m=1, n=256, k=640)  # 5 K steps: the last split takes the remainder
+    inputs = other.make_inputs(3, "cuda")
+    assert other.reference is not None
+    want = other.reference(inputs)["y_ptr"]
+    inputs["workspace_ptr"] = torch.full((1 << 20,), 1.0, device="cuda")
+    inputs["counters_ptr"] = torch.zeros((64,), dtype=torch.int32, device="cuda")
+    for cfg in split:
+        inputs["y_ptr"].fill_(float("nan"))
+        compile_spec(spec, cfg, 90)[spec.grid(spec.all_constexprs(cfg))](*spec.launch_args(inputs, cfg))
+        torch.cuda.synchronize()
+        assert rel_err(inputs["y_ptr"], want) < 2e-3, cfg.label()
+        assert not inputs["counters_ptr"].any(), cfg.label()  # every tile's counter is back to zero
