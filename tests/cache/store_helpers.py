@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
-import socket
 import socketserver
 import threading
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
+
+from server_helpers import free_port as free_port  # the store tests import it from here
 
 from kbuild.cache.record import Artefact
 
@@ -29,12 +30,6 @@ def make_artefact(name: str = "k", size: int = 1000, **meta: object) -> Artefact
     fields = {"kernel": name, "target": "sm_90", "tuned": False, "compile_seconds": 2.0, "tune_seconds": 0.0}
     fields.update(meta)
     return Artefact.create(key=make_key(name), cubin=cubin, meta=fields)
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 # ----------------------------------------------------------------------------------------------
