@@ -370,12 +370,13 @@ def _tuned_status(art: Any) -> str:
 Tuner = Callable[[Settings, KernelBuild], Any]
 
 
-def gpu_tuner(settings: Settings, b: KernelBuild) -> Any:
+def gpu_tuner(settings: Settings, b: KernelBuild, *, pool: Any = None) -> Any:
     """Tune ``b`` on this machine's GPU within the settings' budget; the artefact to store.
 
     A kernel with a configuration space gets the two-level search (:func:`kbuild.tune.two_level.tune_two_level`:
     its declared space on the GPU, then the SASS schedule of the best configurations); one without gets the SASS
-    level alone on its baseline."""
+    level alone on its baseline. ``pool``: where level 1 compiles its candidates
+    (a :data:`kbuild.tune.level1.compile.CompilerFactory`; default, a process pool here)."""
     from kbuild.tune.api import tune
     from kbuild.tune.measure.backend import KernelRef
     from kbuild.tune.measure.client import WorkerClient
@@ -384,7 +385,7 @@ def gpu_tuner(settings: Settings, b: KernelBuild) -> Any:
     base = b.artefact
     python_path = tuple(str(settings.project_dir / p) for p in settings.python_path)
     if len(b.space) > 1:
-        return _two_level_tuner(settings, b, python_path)
+        return _two_level_tuner(settings, b, python_path, pool=pool)
     ref = KernelRef(spec=b.spec.bench, python_path=python_path)
     backend = WorkerClient()
     started = time.time()
@@ -398,9 +399,13 @@ def gpu_tuner(settings: Settings, b: KernelBuild) -> Any:
                           reason=result.decision.reason, report=result.report(), seconds=time.time() - started)
 
 
-def _two_level_tuner(settings: Settings, b: KernelBuild, python_path: tuple[str, ...]) -> Any:
+def _two_level_tuner(settings: Settings, b: KernelBuild, python_path: tuple[str, ...], *, pool: Any = None,
+                     measure: str = "gpu") -> Any:
+    """Both levels on ``b``'s declared space: measured on this machine's GPU (``measure="gpu"``), or judged by the
+    CPU cost model at both levels (``"model"``: :class:`kbuild.tune.level1.ModelConfigMeasurer`, then the SASS
+    search without a GPU). ``pool``: where level 1 compiles (:func:`gpu_tuner`)."""
     from kbuild.bench.spec import Config, load_spec
-    from kbuild.tune.level1 import GpuConfigMeasurer
+    from kbuild.tune.level1 import GpuConfigMeasurer, ModelConfigMeasurer
     from kbuild.tune.measure.backend import KernelRef
     from kbuild.tune.measure.client import WorkerClient
     from kbuild.tune.two_level import project_spec, tune_two_level
@@ -415,8 +420,13 @@ def _two_level_tuner(settings: Settings, b: KernelBuild, python_path: tuple[str,
         return art.cubin, str(art.meta.get("symbol")), {}
 
     started = time.time()
-    measurer = GpuConfigMeasurer(spec, python_path=python_path)
-    backend = WorkerClient()
+    measurer: Any
+    backend: Any
+    if measure == "model":
+        measurer, backend = ModelConfigMeasurer(spec, arch=b.target.cc, python_path=python_path, pool=pool), None
+    else:
+        measurer = GpuConfigMeasurer(spec, python_path=python_path, pool=pool)
+        backend = WorkerClient()
     try:
         result = tune_two_level(spec, b.target.cc, measurer=measurer, backend=backend,
                                 kernel_ref=lambda c: KernelRef(spec=bench_ref, config=c.as_dict(),
@@ -425,7 +435,8 @@ def _two_level_tuner(settings: Settings, b: KernelBuild, python_path: tuple[str,
                                 seconds=settings.budget.seconds, algorithms=(settings.algorithm,), seed=settings.seed,
                                 kinds=tuple(settings.kinds))
     finally:
-        backend.close()
+        if backend is not None:
+            backend.close()
         measurer.close()
     default = result.config.label() == result.default.label()
     total = result.gains.get("final") or result.gains.get("total")

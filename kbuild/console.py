@@ -11,9 +11,9 @@ from __future__ import annotations
 import json
 import re
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, Protocol
 
 from rich.console import Console
 from rich.progress import (
@@ -87,18 +87,64 @@ def info(message: str) -> None:
     console.print(message)
 
 
+def _bar(fields: str, *, eta_label: bool = False) -> Progress:
+    """rich's Progress on stderr with kbuild's columns: description, bar, done/total, ``fields`` (a format over
+    the task's fields), elapsed, (``ETA``,) time remaining."""
+    columns = [TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn(fields),
+               TimeElapsedColumn(), *([TextColumn("ETA")] if eta_label else []), TimeRemainingColumn()]
+    return Progress(*columns, console=console, transient=False)
+
+
 @contextmanager
 def progress(description: str, total: int | None, *, enabled: bool = True):
     """A progress bar on stderr. Yields ``advance(n=1, **fields)``; silent when not ``enabled``."""
     if not enabled or (not console.is_terminal and total is None):
         yield lambda n=1, **kw: None
         return
-    columns = [TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(),
-               TextColumn("{task.fields[status]}"), TimeElapsedColumn(), TimeRemainingColumn()]
-    with Progress(*columns, console=console, transient=False, disable=not enabled) as bar:
+    with _bar("{task.fields[status]}") as bar:
         task = bar.add_task(description, total=total, status="")
 
         def advance(n: int = 1, **fields: Any) -> None:
             bar.update(task, advance=n, status=fields.pop("status", ""), **fields)
 
         yield advance
+
+
+class TargetCounts(Protocol):
+    """What a bar of :func:`target_bars` shows of one target: entries finished (found, tuned or failed), running,
+    failed, waiting on another run's lease, and the level-1 compile shards done, running and failed."""
+
+    total: int
+    done: int
+    running: int
+    failed: int
+    waiting: int
+    shards_done: int
+    shards_running: int
+    shards_failed: int
+
+
+@contextmanager
+def target_bars(targets: Mapping[str, int], *,
+                enabled: bool = True) -> Iterator[Callable[[Mapping[str, TargetCounts]], None]]:
+    """One bar per target of a distributed prewarm (``targets``: name → entries): done, running, failed, waiting,
+    compile shards, ETA. Yields ``update(counts by target)``; silent when not ``enabled`` (``--json``); when
+    stderr is not a terminal, rich prints the bars' last state only."""
+    if not enabled:
+        yield lambda counts: None
+        return
+    with _bar("{task.fields[running]} running · {task.fields[failed]} failed{task.fields[waiting]}"
+              "{task.fields[shards]}", eta_label=True) as bar:
+        ids = {t: bar.add_task(f"prewarm {t}", total=n, running=0, failed=0, waiting="", shards="")
+               for t, n in targets.items()}
+
+        def update(counts: Mapping[str, TargetCounts]) -> None:
+            for t, c in counts.items():
+                if t in ids:
+                    shards = c.shards_done + c.shards_running + c.shards_failed
+                    bar.update(ids[t], completed=c.done, running=c.running, failed=c.failed,
+                               waiting=f" · {c.waiting} waiting on a lease" if c.waiting else "",
+                               shards=(f" · compile shards {c.shards_done} done, {c.shards_running} running, "
+                                       f"{c.shards_failed} failed") if shards else "")
+
+        yield update

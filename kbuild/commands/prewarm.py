@@ -79,7 +79,7 @@ def run_ray(args: argparse.Namespace, settings: Any) -> int:
     from kbuild.extras import require
 
     require("ray", "kbuild prewarm --ray")
-    from kbuild.prewarm.progress import target_bars
+    from kbuild.console import target_bars
     from kbuild.prewarm.ray_engine import counts_by_target, prewarm_ray
 
     address = args.ray or None
@@ -98,6 +98,13 @@ def run_ray(args: argparse.Namespace, settings: Any) -> int:
                     ["kernel", "target", "key", "state", "host", "gpu", "seconds"],
                     [(e["kernel"], e["target"], e["key"][:12], e["state"], e.get("host", ""), e.get("gpu", ""),
                       e.get("seconds", "")) for e in result["entries"]])
+        shards = [(e["kernel"], e["target"], sh) for e in result["entries"] for sh in e.get("shards") or []]
+        if shards:
+            print_table("level-1 compile shards (Ray CPU tasks)",
+                        ["kernel", "target", "shard", "configs", "state", "attempts", "host", "node", "seconds"],
+                        [(k, t, sh["id"], len(sh.get("configs") or []), sh.get("state", ""),
+                          len(sh.get("attempts") or []), sh.get("host", ""), (sh.get("node") or "?")[:12],
+                          sh.get("seconds", "")) for k, t, sh in shards])
         if result["failures"]:
             print_table("failed (the rest were stored)", ["kernel", "target", "node", "gpu", "error"],
                         [(f["kernel"], f["target"], (f.get("node") or "?")[:12], f.get("gpu") or "?", f["error"])

@@ -9,7 +9,10 @@ both run the same pipeline phases (:mod:`kbuild.hooks.pipeline`: resolve and key
   (:func:`~kbuild.prewarm.ray_engine.resource_name`), holds a lease on the tuned key in the shared tier
   (:mod:`kbuild.cache.lease`), tunes, and stores the result the moment it is accepted. Ray retries a task
   whose node died (``max_retries``); a tuner that fails reports its node, GPU and error and the run goes on.
-* :mod:`kbuild.prewarm.progress` — a live bar per target (done, running, failed, ETA).
+* :mod:`kbuild.prewarm.shards` — level 1 of a kernel with a configuration space: its candidate compiles as Ray
+  CPU tasks, a few configurations each, read by the one GPU task that races them.
+
+The live bar per target (done, running, failed, compile shards, ETA) is :func:`kbuild.console.target_bars`.
 
 Ray is the optional extra ``kbuild[ray]``; nothing here imports it until a distributed prewarm starts.
 """

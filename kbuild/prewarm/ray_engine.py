@@ -14,6 +14,11 @@ up in the shared writable tier, and submits two Ray tasks for each one missing:
    (:func:`kbuild.hooks.pipeline.gpu_tuner`, or the CPU cost model with ``backend="model"``), puts the result
    into the shared tier at once and gives the lease up.
 
+**Kernels with a configuration space** (level 1, :mod:`kbuild.tune.level1`): the tune task runs the racing
+search itself, but its candidate configurations are compiled by Ray CPU tasks (``num_gpus=0``), a few per task,
+on any node with a free CPU, their results handed to the tune task through Ray's object store
+(:mod:`kbuild.prewarm.shards`: why the racing stays in one GPU task, why the object store, the shard size).
+
 Every task of a run holds leases as the same holder (the run id), so a task Ray retries after its node died
 (``max_retries``) takes its own lease again at once, while another prewarm that wants the same entry waits:
 its task answers "leased" and the driver asks again later, until the entry is stored (then "found") or the
@@ -27,7 +32,11 @@ with Ray's error; everything else finishes.
 resource only (no GPU), searches the SASS schedule with the cost model, and stores its result — the baseline,
 as the acceptance rule never ships a schedule only the model judged — under the tuned key with
 ``"measure": "cost-model"`` in its tuner component. Builds never look that key up, so a model result can
-never ship. The model tunes the default configuration only (a level-1 space needs measurements).
+never ship. A kernel with a configuration space gets both levels on the model: level 1 ranks the space's
+compiled cubins by the cost model (:class:`kbuild.tune.level1.ModelConfigMeasurer`, compiles in shards as
+above), level 2 searches the chosen configurations' schedules, and the result holds the chosen
+configuration's untouched cubin; the same seed gives the configuration the single-process search gives
+(:func:`model_tuner` called in one process).
 
 **What travels, what must be there:** when kbuild starts Ray itself (``kbuild prewarm --ray``, or
 :func:`prewarm_ray` with Ray not yet initialised), it ships the project and kbuild with Ray's own job-level
@@ -46,8 +55,9 @@ driver's settings carry it.
 
 **What each task did:** every result carries ``node``, ``host``, ``gpu`` (the GPUs the task saw) and
 ``gpu_ids`` (Ray's GPU ids given to it), ``started``/``finished`` (epoch seconds) and ``seconds``, and
-``compile`` (the same for the compile task that made or found its baseline); :func:`prewarm_ray`'s summary
-adds ``nodes``, what each node and GPU did (tasks, busy seconds, entries).
+``compile`` (the same for the compile task that made or found its baseline) and ``shards`` (its level-1 compile
+shards: node, host, pid, state, attempts, seconds); :func:`prewarm_ray`'s summary adds ``nodes``, what each
+node and GPU did (tasks, busy seconds, entries), and per target the shards done, running and failed.
 """
 
 from __future__ import annotations
@@ -269,25 +279,27 @@ class _Renewer(threading.Thread):
 
 def tune_entry(settings: Settings, kernel: str, target: str, baseline: Any, *, run_id: str, expected_key: str,
                backend: str = "gpu", lease_seconds: float = 300.0, tuner: Callable[..., Any] | None = None,
-               on_start: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+               on_start: Callable[[dict[str, Any]], None] | None = None, pool: Any = None) -> dict[str, Any]:
     """Tune one kernel × target under a lease in the shared tier and store the result; a result record.
 
     ``state``: ``found`` (already stored), ``tuned`` (stored now), ``leased`` (another run holds the lease;
-    ``holder`` and ``expires`` say whose and until when) or ``failed`` (``error``; nothing stored)."""
+    ``holder`` and ``expires`` say whose and until when) or ``failed`` (``error``; nothing stored). ``pool``:
+    where level 1 compiles (a :data:`kbuild.tune.level1.compile.CompilerFactory`; None: a process pool here),
+    handed to the tuner as ``tuner(settings, build, pool=pool)``."""
     where = _where()
     if on_start is not None:
         on_start(where)
     started = time.time()
     record: dict[str, Any] = {"kernel": kernel, "target": target, "key": expected_key, **where, "started": started}
     out = _tune_entry(settings, kernel, target, baseline, record, run_id=run_id, expected_key=expected_key,
-                      backend=backend, lease_seconds=lease_seconds, tuner=tuner)
+                      backend=backend, lease_seconds=lease_seconds, tuner=tuner, pool=pool)
     finished = time.time()
     return {**out, "finished": finished, "seconds": round(finished - started, 3)}
 
 
 def _tune_entry(settings: Settings, kernel: str, target: str, baseline: Any, record: dict[str, Any], *, run_id: str,
                 expected_key: str, backend: str, lease_seconds: float,
-                tuner: Callable[..., Any] | None) -> dict[str, Any]:
+                tuner: Callable[..., Any] | None, pool: Any = None) -> dict[str, Any]:
     where = {k: record.get(k) for k in ("host", "node", "pid", "gpu", "gpu_ids")}
     b = _build(settings, kernel, target, backend)
     if b.tuned_key is None or b.tuned_key.hex != expected_key:
@@ -312,7 +324,7 @@ def _tune_entry(settings: Settings, kernel: str, target: str, baseline: Any, rec
                 return {**record, "state": "found"}
             run = tuner or (model_tuner if backend == "model" else _gpu_tuner)
             try:
-                art = run(settings, b)
+                art = run(settings, b, pool=pool)
             except Exception as exc:
                 log.warning("tuning %s for %s failed on %s: %s", kernel, target, where["host"], exc)
                 return {**record, "state": "failed", "error": f"{type(exc).__name__}: {exc}"}
@@ -328,7 +340,7 @@ def _tune_entry(settings: Settings, kernel: str, target: str, baseline: Any, rec
                 log.warning("releasing the lease on %s failed: %s", expected_key, exc)
 
 
-def _gpu_tuner(settings: Settings, b: Any) -> Any:
+def _gpu_tuner(settings: Settings, b: Any, *, pool: Any = None) -> Any:
     from kbuild.device.probe import has_gpu, local_gpus
     from kbuild.errors import GPUUnavailableError
     from kbuild.hooks.pipeline import gpu_tuner
@@ -339,19 +351,29 @@ def _gpu_tuner(settings: Settings, b: Any) -> Any:
     if not b.spec.bench:
         raise UsageError(f"kernel {b.spec.name!r} has no bench spec ([tool.kbuild.kernels] bench); it cannot be "
                          "measured")
-    return gpu_tuner(settings, b)
+    return gpu_tuner(settings, b, pool=pool)
 
 
-def model_tuner(settings: Settings, b: Any) -> Any:
-    """The cost-model stand-in (CPU): the SASS search on the default configuration's baseline, judged by the cost
-    model; its artefact is labelled ``"measure": "cost-model"`` and, by the acceptance rule, holds the baseline."""
+def model_tuner(settings: Settings, b: Any, *, pool: Any = None) -> Any:
+    """The cost-model stand-in (CPU); its artefact is labelled ``"measure": "cost-model"``.
+
+    A kernel without a configuration space: the SASS search on the default configuration's baseline, judged by
+    the cost model (by the acceptance rule, the artefact holds the baseline). One with a space: both levels on
+    the cost model (:func:`kbuild.hooks.pipeline._two_level_tuner` with ``measure="model"``), level 1 compiling
+    in ``pool`` (a :data:`kbuild.tune.level1.compile.CompilerFactory`; None: a process pool here, as the
+    single-process prewarm does); the artefact holds the configuration the model ranked first."""
     from kbuild.cache import Artefact
-    from kbuild.hooks.pipeline import tuned_artefact
+    from kbuild.hooks.pipeline import _two_level_tuner, tuned_artefact
     from kbuild.tune.api import tune
     from kbuild.tune.measure.backend import MODEL_BACKEND
 
     started = time.time()
     base = b.artefact
+    if len(b.space) > 1:
+        python_path = tuple(str(settings.project_dir / p) for p in settings.python_path)
+        art = _two_level_tuner(settings, b, python_path, pool=pool, measure="model")
+        return Artefact.create(key=art.key, cubin=art.cubin, meta={**art.meta, "measure": MODEL_MEASURE,
+                                                                    "backend": MODEL_BACKEND})
     result = tune(base.cubin, kernel=base.meta.get("symbol"), backend=None, algorithms=(settings.algorithm,),
                   evaluations=settings.budget.evaluations, seconds=settings.budget.seconds, seed=settings.seed,
                   kinds=tuple(settings.kinds), policy=None)
@@ -377,6 +399,8 @@ class Entry:
     result: dict[str, Any] = field(default_factory=dict)
     attempts: int = 0
     retry_at: float = 0.0
+    shards: list[dict[str, Any]] = field(default_factory=list)
+    """Its level-1 compile shards as the board last reported them (:mod:`kbuild.prewarm.shards`)."""
 
     @property
     def finished(self) -> bool:
@@ -390,6 +414,11 @@ class TargetCounts:
     running: int = 0
     failed: int = 0
     waiting: int = 0
+    shards_done: int = 0
+    """Level-1 compile shards of this target's entries that finished, are running (started, not finished; a
+    shard whose worker died counts again once Ray restarts it), or failed for good (retries used up)."""
+    shards_running: int = 0
+    shards_failed: int = 0
 
 
 def counts_by_target(entries: Sequence[Entry]) -> dict[str, TargetCounts]:
@@ -401,6 +430,10 @@ def counts_by_target(entries: Sequence[Entry]) -> dict[str, TargetCounts]:
         c.running += e.state == "running"
         c.failed += e.state == "failed"
         c.waiting += e.state == "waiting"
+        for sh in e.shards:
+            c.shards_done += sh.get("state") == "done"
+            c.shards_running += sh.get("state") == "running"
+            c.shards_failed += sh.get("state") == "failed"
     return out
 
 
@@ -422,7 +455,8 @@ def prewarm_ray(settings: Settings, *, address: str | None = None, targets: Sequ
     Ray's default); the summary (``entries``, ``failures``, per-target ``counts``, per-node ``nodes``, and
     ``shipped``). See the module docstring.
 
-    ``tuner`` replaces the backend's tuner in the tasks (tests, other measurement setups: it must pickle);
+    ``tuner`` replaces the backend's tuner in the tasks (tests, other measurement setups: it must pickle), called
+    as ``tuner(settings, build, pool=...)`` (``pool``: level 1's compile shards, :mod:`kbuild.prewarm.shards`);
     ``on_update`` hears the entries whenever one changes state; ``ship`` (when this call starts Ray) sends the
     project and kbuild to the nodes through Ray's ``runtime_env`` (:func:`ship_env`)."""
     from kbuild.hooks.pipeline import select_kernels, select_targets, specs_and_keys
@@ -473,17 +507,19 @@ def prewarm_ray(settings: Settings, *, address: str | None = None, targets: Sequ
         "stores": [r.url for r in settings.remotes if r.writable],
         "counts": {t: dataclasses.asdict(c) for t, c in counts_by_target(entries).items()},
         "entries": [{**e.result, "kernel": e.kernel, "target": e.target, "key": e.key, "state": e.state,
-                     "attempts": e.attempts} for e in entries],
+                     "attempts": e.attempts, "shards": e.shards} for e in entries],
         "failures": failures, "shipped": shipped, "nodes": by_node(entries),
     }
 
 
 def by_node(entries: Sequence[Entry]) -> list[dict[str, Any]]:
-    """What each node and GPU did: per (node, GPU ids) the tasks it ran (compile and tune, as the entries' last
-    attempts record them), their busy seconds and the entries it tuned or found, first start to last finish."""
+    """What each node and GPU did: per (node, GPU ids) the tasks it ran (compile, level-1 compile shards and tune,
+    as the entries' last attempts record them), their busy seconds and the entries it tuned or found, first start
+    to last finish."""
     out: dict[tuple[Any, ...], dict[str, Any]] = {}
     for e in entries:
         tasks = [("compile", e.result.get("compile"))] if e.result.get("compile") else []
+        tasks += [("shard", sh) for sh in e.shards if sh.get("state") == "done"]
         if e.result.get("started") is not None:
             tasks.append(("tune", e.result))
         for kind, t in tasks:
@@ -491,7 +527,8 @@ def by_node(entries: Sequence[Entry]) -> list[dict[str, Any]]:
             ids = tuple(t.get("gpu_ids") or ())
             row = out.setdefault((t.get("node"), ids), {
                 "node": t.get("node"), "host": t.get("host"), "gpu": t.get("gpu"), "gpu_ids": list(ids),
-                "tasks": 0, "compile_tasks": 0, "tune_tasks": 0, "busy_seconds": 0.0, "first_start": None,
+                "tasks": 0, "compile_tasks": 0, "shard_tasks": 0, "tune_tasks": 0, "busy_seconds": 0.0,
+                "first_start": None,
                 "last_finish": None, "entries": []})
             row["tasks"] += 1
             row[f"{kind}_tasks"] += 1
@@ -569,7 +606,8 @@ def _run(ray: Any, settings: Settings, entries: list[Entry], *, run_id: str, bac
             opts["num_gpus"] = 1
         ref = tune_remote.options(**opts).remote(settings, e.kernel, e.target, base, run_id=run_id,
                                                  expected_key=e.key, backend=backend, lease_seconds=lease_seconds,
-                                                 tuner=tuner, board=board, index=i, shipped=shipped)
+                                                 tuner=tuner, board=board, index=i, shipped=shipped,
+                                                 max_retries=max_retries)
         pending[ref] = i
 
     for i, e in enumerate(entries):
@@ -588,7 +626,7 @@ def _run(ray: Any, settings: Settings, entries: list[Entry], *, run_id: str, bac
             try:
                 out = ray.get(ref)
             except Exception as exc:
-                last = _board_snapshot(ray, board).get(i, {})  # where it last started
+                last = _board_snapshot(ray, board)["tune"].get(i, {})  # where it last started
                 e.state = "failed"
                 e.result = {"kernel": e.kernel, "target": e.target, "key": e.key, "state": "failed",
                             "node": last.get("node"), "gpu": last.get("gpu"), "host": last.get("host"),
@@ -604,40 +642,92 @@ def _run(ray: Any, settings: Settings, entries: list[Entry], *, run_id: str, bac
         for i, e in enumerate(entries):
             if e.state == "waiting" and e.retry_at <= now:
                 submit(i)
-        started = _board_snapshot(ray, board)
+        snap = _board_snapshot(ray, board)
         for i in pending.values():
-            if i in started and entries[i].state == "queued":
+            if i in snap["tune"] and entries[i].state == "queued":
                 entries[i].state = "running"
+        _update_shards(entries, snap["shards"])
         notify()
+    _update_shards(entries, _board_snapshot(ray, board)["shards"])
+    notify()
+
+
+def _update_shards(entries: list[Entry], shards: dict[str, dict[str, Any]]) -> None:
+    """Each entry's compile shards: the board's records (live state, every attempt), and once the tune task
+    returned, its own (the state it read them in wins: the board hears of a shard's end asynchronously). A shard
+    still running when its entry finished without reporting it (the tune task that owned it died) is
+    ``abandoned``."""
+    board: dict[int, dict[str, dict[str, Any]]] = {}
+    for sid, rec in shards.items():
+        board.setdefault(int(rec["index"]), {})[sid] = rec
+    for i, e in enumerate(entries):
+        merged = dict(board.get(i, {}))
+        for rec in e.result.get("shards") or []:
+            merged[rec["id"]] = {**merged.get(rec["id"], {}), **rec,
+                                 "attempts": merged.get(rec["id"], {}).get("attempts", [])}
+        if not merged:
+            continue
+        e.shards = [{**sh, "state": "abandoned"} if e.finished and sh.get("state") in ("running", "submitted")
+                    else sh for _, sh in sorted(merged.items(), key=lambda kv: _shard_order(kv[0]))]
+
+
+def _shard_order(sid: str) -> tuple[str, int]:
+    head, _, seq = sid.rpartition("/")
+    return head, int(seq) if seq.isdigit() else 0
 
 
 def _tune_task(settings: Settings, kernel: str, target: str, compiled: dict[str, Any], *, run_id: str,
                expected_key: str, backend: str, lease_seconds: float, tuner: Callable[..., Any] | None, board: Any,
-               index: int, shipped: bool = False) -> dict[str, Any]:
+               index: int, shipped: bool = False, max_retries: int = 3) -> dict[str, Any]:
     """The Ray task around :func:`tune_entry` (``compiled``: :func:`_compile_task`'s result): reports its start to
-    the driver's board; its record carries the compile task's as ``compile``."""
+    the driver's board; level 1 (a kernel with a configuration space) compiles its candidates in Ray CPU tasks
+    (:class:`kbuild.prewarm.shards.ShardPool`), while the racing stays here, on this task's one GPU; its record
+    carries the compile task's as ``compile`` and the shards it read as ``shards``."""
+    from kbuild.prewarm.shards import ShardPool
+
+    pools: list[ShardPool] = []
+    prefix = f"e{index}-{uuid.uuid4().hex[:6]}"  # a retried task's shards are new ones
 
     def started(where: dict[str, Any]) -> None:
         if board is not None:
             board.started.remote(index, where)
 
+    def pool(spec: Any, arch: int) -> ShardPool:
+        made = ShardPool(spec, arch, settings=settings, shipped=shipped, board=board, max_retries=max_retries,
+                         owner={"index": index, "kernel": kernel, "target": target},
+                         prefix=f"{prefix}.{len(pools)}" if pools else prefix)
+        pools.append(made)
+        return made
+
     out = tune_entry(on_node(settings, shipped), kernel, target, compiled["artefact"], run_id=run_id,
                      expected_key=expected_key, backend=backend, lease_seconds=lease_seconds, tuner=tuner,
-                     on_start=started)
-    return {**out, "compile": compiled["task"]}
+                     on_start=started, pool=pool)
+    return {**out, "compile": compiled["task"], "shards": [r for p in pools for r in p.records.values()]}
 
 
 class _Board:
-    """A small actor on the driver's node: which entries' tune tasks have started, and where."""
+    """A small actor on the driver's node: which entries' tune tasks have started, and where; what each level-1
+    compile shard is doing (``shard``: its start, end, failure or cancellation; one attempt per start)."""
 
     def __init__(self) -> None:
         self.started: dict[int, dict[str, Any]] = {}
+        self.shards: dict[str, dict[str, Any]] = {}
 
     def start(self, index: int, where: dict[str, Any]) -> None:
         self.started[index] = where
 
-    def snapshot(self) -> dict[int, dict[str, Any]]:
-        return dict(self.started)
+    def shard(self, sid: str, event: str, record: dict[str, Any]) -> None:
+        old = self.shards.get(sid, {})
+        attempts = list(old.get("attempts", []))
+        if event == "start":
+            attempts.append({k: record.get(k) for k in ("node", "host", "pid", "started")})
+        if old.get("state") == "done" and event != "done":
+            return  # a cancellation or failure report that came after the end
+        state = {"start": "running", "done": "done", "failed": "failed", "cancelled": "cancelled"}[event]
+        self.shards[sid] = {**old, **record, "state": state, "attempts": attempts}
+
+    def snapshot(self) -> dict[str, Any]:
+        return {"tune": dict(self.started), "shards": {k: dict(v) for k, v in self.shards.items()}}
 
 
 def _board(ray: Any) -> Any:
@@ -656,7 +746,7 @@ def _board(ray: Any) -> Any:
 
 
 class _BoardHandle:
-    """The actor handle with the one method the tasks call, under the name they call it by (picklable)."""
+    """The actor handle with the methods the tasks call, under the names they call them by (picklable)."""
 
     def __init__(self, actor: Any) -> None:
         self.actor = actor
@@ -665,15 +755,21 @@ class _BoardHandle:
     def started(self) -> Any:
         return self.actor.start
 
+    @property
+    def shard(self) -> Any:
+        return self.actor.shard
 
-def _board_snapshot(ray: Any, board: Any) -> dict[int, dict[str, Any]]:
+
+def _board_snapshot(ray: Any, board: Any) -> dict[str, Any]:
+    """The board's ``tune`` starts (entry index → where) and ``shards`` (id → record); empty without a board."""
+    empty: dict[str, Any] = {"tune": {}, "shards": {}}
     if board is None:
-        return {}
+        return empty
     try:
-        return dict(ray.get(board.actor.snapshot.remote(), timeout=5))
+        return {**empty, **ray.get(board.actor.snapshot.remote(), timeout=5)}
     except Exception as exc:
         log.debug("progress board unavailable: %s", exc)
-        return {}
+        return empty
 
 
 def _ray_error(exc: BaseException) -> str:

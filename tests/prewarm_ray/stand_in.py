@@ -33,13 +33,13 @@ class RecordingModelTuner:
                                 "kbuild": kbuild.__file__, "project": str(settings.project_dir),
                                 "module": getattr(sys.modules.get(getattr(b.fn, "__module__", "")), "__file__", None)}) + "\n")
 
-    def __call__(self, settings: Any, b: Any) -> Any:
+    def __call__(self, settings: Any, b: Any, *, pool: Any = None) -> Any:
         from kbuild.prewarm.ray_engine import model_tuner
 
         self._write("start", settings, b)
         if (b.spec.name, b.target.name) in self.faults:
             raise RuntimeError("CUDA error: an illegal memory access was encountered (stand-in GPU fault)")
-        art = model_tuner(settings, b)
+        art = model_tuner(settings, b, pool=pool)
         self._write("finish", settings, b)
         return art
 

@@ -8,6 +8,11 @@ does (line info off, private Triton cache) and sends back a
 so the searcher can ask for the next configurations while the GPU measures the current ones;
 ``result`` waits for one. ``jobs=0`` compiles in this process, on demand (specs without a
 reference, tests).
+
+The measurers take any :class:`Compiler` (``submit``, ``result``, ``close``) through a
+:data:`CompilerFactory`; :class:`CompilePool` is the one for a single machine, and ``kbuild prewarm
+--ray`` hands them :class:`kbuild.prewarm.shards.ShardPool`, which compiles the same way
+(:func:`compile_configs`) in Ray CPU tasks on the cluster's nodes.
 """
 
 from __future__ import annotations
@@ -16,10 +21,10 @@ import functools
 import multiprocessing
 import os
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from kbuild.bench.spec import BenchSpec, Config, compile_spec, load_spec
 from kbuild.errors import KBuildError
@@ -62,6 +67,13 @@ def _compile_in_child(ref: str, small: bool, python_path: tuple[str, ...], confi
     return compile_one(_spec(ref, small, python_path), Config.from_dict(config), arch)
 
 
+def compile_configs(ref: str, small: bool, python_path: tuple[str, ...], configs: Sequence[dict[str, Any]],
+                    arch: int) -> list[CompiledConfig]:
+    """Several configurations (``Config.as_dict()`` each) of the spec ``ref``, in order, in this process, as the
+    pool's children compile them (the spec loaded once per process); a failure is a result, never an exception."""
+    return [_compile_in_child(ref, small, python_path, c, arch) for c in configs]
+
+
 def _first_lines(text: str, limit: int = 600) -> str:
     return " | ".join(line.strip() for line in text.strip().splitlines()[:4])[:limit]
 
@@ -73,6 +85,21 @@ def default_jobs() -> int:
     except AttributeError:  # pragma: no cover - not Linux
         cores = os.cpu_count() or 1
     return max(1, cores - 1)
+
+
+class Compiler(Protocol):
+    """What a measurer needs of a compile pool: ``submit`` starts compiles and returns at once, ``result`` waits
+    for one configuration's (a failure is a :class:`CompiledConfig` with ``error``, never an exception)."""
+
+    def submit(self, configs: Iterable[Config]) -> None: ...
+
+    def result(self, config: Config) -> CompiledConfig: ...
+
+    def close(self) -> None: ...
+
+
+#: ``(spec, arch) -> Compiler``: how a measurer gets its pool (default: a :class:`CompilePool` of its ``jobs``).
+CompilerFactory = Callable[[BenchSpec, int], Compiler]
 
 
 class CompilePool:

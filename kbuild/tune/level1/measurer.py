@@ -15,6 +15,9 @@ Two implementations:
 * :class:`ModelConfigMeasurer`: the CPU cost model (:mod:`kbuild.tune.measure.model`) applied to each
   configuration's real cubin, scaled by waves of CTAs over the SMs; nothing runs, every result says
   ``"cost-model (CPU estimate, not a measurement)"``. It exists so that the searcher runs in CI.
+
+Both take ``pool``, a :data:`~kbuild.tune.level1.compile.CompilerFactory`, to compile elsewhere than in their
+own process pool (``kbuild prewarm --ray``: Ray CPU tasks, :class:`kbuild.prewarm.shards.ShardPool`).
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 from kbuild.bench.spec import BenchSpec, Config
 from kbuild.tune.measure.backend import GPU_BACKEND, MODEL_BACKEND, KernelRef
 
-from .compile import CompilePool
+from .compile import CompilePool, Compiler, CompilerFactory
 
 Status = Literal["ok", "compile-error", "launch-error", "wrong-result", "timeout"]
 STATUSES: tuple[Status, ...] = ("ok", "compile-error", "launch-error", "wrong-result", "timeout")
@@ -91,12 +94,14 @@ class ModelConfigMeasurer:
     backend = MODEL_BACKEND
 
     def __init__(self, spec: BenchSpec, *, arch: int = 90, jobs: int | None = None, small: bool = False,
-                 python_path: tuple[str, ...] = (), decode: Callable[[bytes], Sequence[Any]] | None = None) -> None:
+                 python_path: tuple[str, ...] = (), decode: Callable[[bytes], Sequence[Any]] | None = None,
+                 pool: CompilerFactory | None = None) -> None:
         from kbuild.tune.measure.model import sass_decoder
 
         self.spec = spec
         self.arch = arch
-        self.pool = CompilePool(spec, arch, jobs=jobs, small=small, python_path=python_path)
+        self.pool: Compiler = (pool(spec, arch) if pool is not None else
+                               CompilePool(spec, arch, jobs=jobs, small=small, python_path=python_path))
         self.decode = decode or sass_decoder()
         self._ms: dict[str, float] = {}
         self._shared: dict[str, int] = {}
@@ -172,7 +177,8 @@ class GpuConfigMeasurer:
     backend = GPU_BACKEND
 
     def __init__(self, spec: BenchSpec, *, small: bool = False, python_path: tuple[str, ...] = (),
-                 jobs: int | None = None, timeout_s: float = 60.0, command: Sequence[str] | None = None) -> None:
+                 jobs: int | None = None, timeout_s: float = 60.0, command: Sequence[str] | None = None,
+                 pool: CompilerFactory | None = None) -> None:
         from kbuild.errors import UsageError
         from kbuild.tune.measure.client import ConfigWorkerClient
 
@@ -184,7 +190,8 @@ class GpuConfigMeasurer:
         info = self.client.load_spec(KernelRef(spec.ref, small=small, python_path=python_path))
         self.arch = info.arch
         self.device = info.device
-        self.pool = CompilePool(spec, self.arch, jobs=jobs, small=small, python_path=python_path)
+        self.pool: Compiler = (pool(spec, self.arch) if pool is not None else
+                               CompilePool(spec, self.arch, jobs=jobs, small=small, python_path=python_path))
 
     def prefetch(self, configs: Sequence[Config]) -> None:
         self.pool.submit(configs)
