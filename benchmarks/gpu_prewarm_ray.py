@@ -19,6 +19,21 @@ need; this script's :class:`DavHandler`), so no nginx is needed on the GPU host.
 By default the ray mode ships the project and kbuild through Ray's ``runtime_env``, as ``kbuild prewarm --ray``
 does (``--no-ship``: not; ``first_task_start_s`` shows what the job's start cost either way).
 
+**A kernel with a configuration space** (``--kernel matmul_leaky_relu``: the example's 64-point space): level 1's
+candidate compiles run, in the single mode, in the local process pool (one process per core but one, 15 on the
+H200 host), and in the ray mode as compile shards, Ray CPU tasks of at most 4 configurations
+(:mod:`kbuild.prewarm.shards`) on the head's CPUs (``ray start`` gives it every core; the tune task gives its
+CPU back while it waits on a shard), while the racing stays in the one GPU task. The ray mode's JSON then holds
+``shards``: per entry the shards, how many finished, failed or were retried, their compile seconds and nodes.
+The level-1 screening is bounded by the seconds (45% of ``--seconds``), so both modes take about the budget;
+what the shards change is how many configurations that time screens (``level1_tried`` per entry, both modes).
+
+``--dry-run`` (CPU, no GPU): both modes on the cost model (the single mode with
+:func:`kbuild.prewarm.ray_engine.model_tuner`, a GPU faked for the pipeline's check; the ray mode with
+``backend="model"``), the cluster started with ``ray.cluster_utils.Cluster`` (its own processes, stopped by
+their ids) instead of ``ray start``/``ray stop --force``, which would stop every Ray process of the machine. It
+checks the script's plumbing and that shards appear; its times say nothing about the H200.
+
 Overhead = (ray wall − single wall) / single wall (target ≤ 5 %); the JSON also holds every entry's tune
 seconds in both modes (the searches are bounded by seconds, so they should match) and the order of the runs
 (``--order ray-first`` swaps them, to see whether order matters). Writes ``--out`` and prints a table.
@@ -144,64 +159,120 @@ def dav_server(root: Path) -> Any:
         server.shutdown()
 
 
-def run_single(settings: Any, kernels: list[str], remote: str) -> dict[str, Any]:
+def _level1_tried(art: Any) -> int | None:
+    """How many configurations level 1 tried (None: no level 1, the kernel has no space)."""
+    l1 = ((art.meta.get("tune_report") or {}).get("level1") or {}) if art is not None else {}
+    return l1.get("tried")
+
+
+def run_single(settings: Any, kernels: list[str], remote: str, dry_run: bool = False) -> dict[str, Any]:
     from kbuild.hooks.prewarm import prewarm, summary
 
+    tuner = None
+    if dry_run:  # the cost model in this process, the pipeline told that a GPU is here
+        import kbuild.hooks.pipeline as pipeline
+        from kbuild.prewarm.ray_engine import model_tuner
+
+        pipeline.has_gpu = lambda cc: True  # type: ignore[assignment]
+        tuner = model_tuner
     t0 = time.perf_counter()
-    builds = prewarm(settings, targets=["sm_90"], kernels=kernels, remote=remote, strict=True)
+    builds = prewarm(settings, targets=["sm_90"], kernels=kernels, remote=remote, strict=True, tuner=tuner)
     wall = time.perf_counter() - t0
     rows = [summary(b) for b in builds]
     tune_s = {f"{b.spec.name}/{b.target.name}": (b.artefact.meta.get("tune_seconds") if b.artefact else None)
               for b in builds}
-    return {"wall_s": round(wall, 3), "entries": rows, "tune_seconds": tune_s}
+    tried = {f"{b.spec.name}/{b.target.name}": _level1_tried(b.artefact) for b in builds}
+    return {"wall_s": round(wall, 3), "entries": rows, "tune_seconds": tune_s, "level1_tried": tried}
 
 
-def run_ray(settings: Any, kernels: list[str], remote: str, env: dict[str, str], ship: bool = True) -> dict[str, Any]:
-    from kbuild.prewarm.ray_engine import prewarm_ray, shared_store
+def shard_summary(result: dict[str, Any]) -> dict[str, Any]:
+    """Per entry with a configuration space: its compile shards (count, done, failed, retried, configurations,
+    compile seconds, nodes)."""
+    out = {}
+    for e in result["entries"]:
+        shards = e.get("shards") or []
+        if shards:
+            out[f"{e['kernel']}/{e['target']}"] = {
+                "shards": len(shards), "done": sum(s.get("state") == "done" for s in shards),
+                "failed": sum(s.get("state") == "failed" for s in shards),
+                "retried": sum(len(s.get("attempts") or []) > 1 for s in shards),
+                "configs": sum(len(s.get("configs") or []) for s in shards),
+                "compile_seconds": round(sum(float(s.get("seconds") or 0.0) for s in shards), 3),
+                "nodes": sorted({str(s.get("node")) for s in shards})}
+    return out
 
-    t0 = time.perf_counter()
+
+@contextlib.contextmanager
+def head(env: dict[str, str], dry_run: bool) -> Any:
+    """The Ray head with one sm_90 GPU: ``ray start`` on the H200 (stopped with ``ray stop --force``); with
+    ``dry_run``, ``ray.cluster_utils.Cluster`` (its processes stopped by their ids, nothing else touched).
+    Yields the address."""
+    if dry_run:
+        from ray.cluster_utils import Cluster
+
+        cluster = Cluster(initialize_head=True, head_node_args={
+            "num_cpus": os.cpu_count() or 1, "resources": {"kbuild_sm_90": 1}, "include_dashboard": False})
+        try:
+            yield cluster.address
+        finally:
+            cluster.shutdown()
+        return
     subprocess.run(["ray", "start", "--head", "--num-gpus", "1", "--resources", '{"kbuild_sm_90": 1}',
                     "--include-dashboard=false", "--disable-usage-stats"], check=True, env=env,
                    stdout=subprocess.DEVNULL)
-    started = time.perf_counter() - t0
     try:
-        t1, e1 = time.perf_counter(), time.time()
-        result = prewarm_ray(settings, address="auto", targets=["sm_90"], kernels=kernels, remote=remote, ship=ship)
-        wall = time.perf_counter() - t1
+        yield "auto"
     finally:
         subprocess.run(["ray", "stop", "--force"], env=env, stdout=subprocess.DEVNULL, check=False)
+
+
+def run_ray(settings: Any, kernels: list[str], remote: str, env: dict[str, str], ship: bool = True,
+            dry_run: bool = False) -> dict[str, Any]:
+    from kbuild.prewarm.ray_engine import prewarm_ray, shared_store
+
+    t0 = time.perf_counter()
+    with head(env, dry_run) as address:
+        started = time.perf_counter() - t0
+        t1, e1 = time.perf_counter(), time.time()
+        result = prewarm_ray(settings, address=address, targets=["sm_90"], kernels=kernels, remote=remote,
+                             ship=ship, backend="model" if dry_run else "gpu")
+        wall = time.perf_counter() - t1
     from kbuild.hooks.prewarm import with_remote
 
-    tune_s = {}
+    tune_s, tried = {}, {}
     with shared_store(with_remote(settings, remote)) as store:
         for e in result["entries"]:
             art = store.get(e["key"])
             tune_s[f"{e['kernel']}/{e['target']}"] = art.meta.get("tune_seconds") if art else None
+            tried[f"{e['kernel']}/{e['target']}"] = _level1_tried(art)
     # From the call to the first task's start: driver set-up, ray.init (with the runtime_env upload when shipping)
     # and the node's worker start (with the runtime_env's unpacking).
     starts = [t["started"] for e in result["entries"] for t in (e, e.get("compile") or {}) if t.get("started")]
     first = round(min(starts) - e1, 3) if starts else None
     return {"wall_s": round(wall, 3), "ray_start_s": round(started, 3), "first_task_start_s": first,
-            "shipped": result.get("shipped"), "summary": result, "tune_seconds": tune_s}
+            "shipped": result.get("shipped"), "summary": result, "tune_seconds": tune_s, "level1_tried": tried,
+            "shards": shard_summary(result)}
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", required=True)
     ap.add_argument("--kernel", action="append", help="kernels of examples/cmake-extension (default softmax, "
-                                                      "layernorm)")
+                                                      "layernorm; matmul_leaky_relu has a level-1 space)")
     ap.add_argument("--seconds", type=float, default=20.0, help="tuning budget per kernel (seconds)")
     ap.add_argument("--evaluations", type=int, default=200)
     ap.add_argument("--order", choices=["single-first", "ray-first"], default="single-first")
     ap.add_argument("--no-ship", dest="ship", action="store_false",
                     help="ray mode without shipping the project and kbuild through runtime_env (as --no-ship)")
+    ap.add_argument("--dry-run", action="store_true",
+                    help="CPU, no GPU: both modes on the cost model, the cluster from ray.cluster_utils (see above)")
     args = ap.parse_args()
     kernels = args.kernel or ["softmax", "layernorm"]
 
     from kbuild.device.probe import local_gpus
 
     gpus = [g for g in local_gpus() if g.cc == 90]
-    if not gpus:
+    if not gpus and not args.dry_run:
         print("error: no sm_90 GPU here; this benchmark measures on the H200", file=sys.stderr)
         return 2
     work = Path(tempfile.mkdtemp(prefix="kbuild-prewarm-ray-"))
@@ -220,13 +291,14 @@ def main() -> int:
             settings = load_settings(project / "pyproject.toml")
             remote = f"{url}/{mode}"
             print(f"{mode}: prewarming {', '.join(kernels)} for sm_90 ...", file=sys.stderr, flush=True)
-            results[mode] = run_single(settings, kernels, remote) if mode == "single" else run_ray(
-                settings, kernels, remote, env, args.ship)
+            results[mode] = run_single(settings, kernels, remote, args.dry_run) if mode == "single" else run_ray(
+                settings, kernels, remote, env, args.ship, args.dry_run)
     single, ray_ = results["single"]["wall_s"], results["ray"]["wall_s"]
     overhead = (ray_ - single) / single
     failures = results["ray"]["summary"]["failures"]
     ok = overhead <= 0.05 and not failures  # a failed entry did less work: its time says nothing
-    doc = {"benchmark": "gpu_prewarm_ray", "command": " ".join([sys.executable, *sys.argv]), "gpu": gpus[0].name,
+    doc = {"benchmark": "gpu_prewarm_ray", "command": " ".join([sys.executable, *sys.argv]),
+           "gpu": gpus[0].name if gpus else "none (dry run, cost model)", "dry_run": args.dry_run,
            "kernels": kernels, "budget": {"seconds": args.seconds, "evaluations": args.evaluations},
            "order": args.order, "ship": args.ship, "single": results["single"], "ray": results["ray"],
            "overhead": round(overhead, 4), "target_overhead": 0.05, "meets_target": ok}
@@ -237,6 +309,10 @@ def main() -> int:
         print(f"{mode:8} {results[mode]['wall_s']:8.1f}  {results[mode]['tune_seconds']}")
     print(f"ray: shipped={results['ray']['shipped']}, first task started {results['ray']['first_task_start_s']} s "
           "after the call")
+    for entry, sh in results["ray"]["shards"].items():
+        print(f"ray: {entry}: {sh['shards']} compile shards ({sh['configs']} configurations, {sh['done']} done, "
+              f"{sh['failed']} failed, {sh['retried']} retried) on {len(sh['nodes'])} node(s); level 1 tried "
+              f"{results['ray']['level1_tried'].get(entry)} (single: {results['single']['level1_tried'].get(entry)})")
     print(f"ray start (not counted): {results['ray']['ray_start_s']:.1f} s; overhead {overhead:+.1%} "
           f"(target <= 5%): {'met' if ok else 'NOT met'}")
     if failures:
