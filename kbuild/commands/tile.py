@@ -2,7 +2,7 @@
 variants, and write its Gluon source (a module a ``[[tool.kbuild.kernels]]`` entry can name like any kernel).
 An mma program (``loop("K")`` + ``mma``) takes ``--problem M,N,K`` and ``--arch 90|80`` instead of blocks: its
 variants are ranked tile configurations, each with the layouts its mma fixes; an int4 one (``dequant``, e.g.
-``int4_gemm_tile``) also reports the packed weight layout the synthesiser derived (sm_90)."""
+``int4_gemm_tile``) also reports the packed weight layout the synthesiser derived."""
 
 from __future__ import annotations
 
@@ -137,8 +137,6 @@ def _run_mma(args: argparse.Namespace, fn: Any) -> int:
 def _run_int4(args: argparse.Namespace, fn: Any) -> int:
     from kbuild.tile.gluon_quant import build_int4
 
-    if args.arch != 90:
-        raise UsageError(f"--arch {args.arch}: the int4 mma kernel is emitted for sm_90 only")
     kernel = build_int4(fn, _problem(args.problem), arch=args.arch, variants=args.variants)
     lay = kernel.packing
     rows: list[dict[str, Any]] = [{"variant": i, "num_warps": p.num_warps, "constexprs": p.constexprs,
@@ -147,9 +145,10 @@ def _run_int4(args: argparse.Namespace, fn: Any) -> int:
                                                "register_chain": p.chain.gluon("v")}}
                                   for i, p in enumerate(kernel.plans)]
     _write(args.write, kernel.source)
+    tk, tn = lay.tile_kn()
     doc = {"function": args.function, "kernel": kernel.program.name, "arch": kernel.arch,
            "problem": list(_problem(args.problem)), "signature": kernel.signature,
-           "packing": {"tile": list(lay.tile), "operand": lay.operand, "nibble_order": list(lay.nibble_order),
+           "packing": {"tile": list(lay.tile), "n_by_k": [tn, tk], "operand": lay.operand, "nibble_order": list(lay.nibble_order),
                        "bytes_per_thread": lay.bytes_per_thread, "group": lay.group},
            "synthesis_seconds": round(kernel.seconds, 3), "variants": rows,
            "written": str(args.write) if args.write else None, "source": kernel.source if args.source else None}
@@ -157,7 +156,7 @@ def _run_int4(args: argparse.Namespace, fn: Any) -> int:
         emit_json(doc)
         return 0
     print_table(f"{kernel.program.name}: {len(rows)} variants for sm_{kernel.arch}, synthesised in "
-                f"{kernel.seconds:.2f} s; weights packed in {lay.tile[0]}x{lay.tile[1]} tiles of Wᵀ, nibbles "
+                f"{kernel.seconds:.2f} s; weights packed in {tn}x{tk} (N x K) tiles, nibbles "
                 f"{list(lay.nibble_order)}", ["variant", "N x tokens x K", "warps", "stages", "split-K", "modelled cycles"],
                 [(r["variant"], "x".join(str(r["constexprs"][d]) for d in ("BLOCK_N", "BLOCK_T", "BLOCK_K")),
                   r["num_warps"], r["constexprs"]["STAGES"], r["constexprs"]["SPLIT_K"], r["cost"]) for r in rows])

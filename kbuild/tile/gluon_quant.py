@@ -1,4 +1,4 @@
-"""Gluon emission of the int4 × fp16 GEMM with group-wise scales (sm_90): ``mma(shared(x), dequant(w, s), acc)``.
+"""Gluon emission of the int4 × fp16 GEMM with group-wise scales: ``mma(shared(x), dequant(w, s), acc)``.
 
 The synthesised kernel computes ``Yᵀ = Wᵀ · Xᵀ`` (as Machete does on Hopper): wgmma takes only its A operand
 from registers, and the dequantised weights are made in registers, so Wᵀ is A (its rows are N, a warpgroup
@@ -31,7 +31,13 @@ The epilogue applies the program's elementwise operations to the accumulator, tr
 (``permute``: a register renaming) and stores Y through shared memory with TMA (the edges past ``M`` are
 clipped). ``N`` must be a multiple of the CTA's rows (64 per warpgroup) and ``K`` of the packed tile's K; ``M``
 is any size. Each kept :class:`~kbuild.tile.quant.QuantPlan` is a ``VARIANT`` with its own warpgroups, tokens
-tile and ring depth; all of them read the same packed weights.
+tile, split and ring depth; all of them read the same packed weights.
+
+On sm_80 (mma.sync) no transpose is needed: the dequantised weights are the B operand
+(``DotOperandLayout(1, ...)``, the fragment Marlin shuffles for), X's tile the A operand read with ``ldmatrix``
+from a swizzled stage; X and the packed runs are copied by 16-byte cp.async into a ``STAGES``-deep ring, the
+scale row is loaded a step ahead into registers, and Y is stored from registers (masked past ``M``). The same
+lop3 dequantisation, register chain and split-K reduction serve both.
 """
 
 from __future__ import annotations
@@ -42,7 +48,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from kbuild.tile.gluon import _GL_DTYPE, load_kernel
-from kbuild.tile.gluon_mma import _epilogue
+from kbuild.tile.gluon_mma import _blocked, _copy_layout, _epilogue
 from kbuild.tile.lang import Program, trace
 from kbuild.tile.quant import WARPGROUP_ROWS, QuantPlan, QuantProgram, WeightLayout, analyse, plans
 
@@ -73,11 +79,25 @@ def signature(program: Program) -> dict[str, str]:
 
 def _layouts(plan: QuantPlan) -> list[tuple[str, str]]:
     lay = plan.layout
+    words = ("WL", f"gl.BlockedLayout(size_per_thread=[1, {lay.words_per_thread}], threads_per_warp=[32, 1], "
+                   f"warps_per_cta=[{plan.num_warps}, 1], order=[1, 0])")
+    if plan.arch == 80:
+        return [
+            ("ACC", plan.acc.text()),
+            ("DX", "gl.DotOperandLayout(operand_index=0, parent=ACC, k_width=2)"),
+            ("DW", "gl.DotOperandLayout(operand_index=1, parent=ACC, k_width=2)"),
+            words,
+            ("CX", _blocked(_copy_layout(plan.block_t, plan.block_k, 2, plan.num_warps))),
+            ("CW", f"gl.BlockedLayout(size_per_thread=[1, 4], threads_per_warp=[32, 1], "
+                   f"warps_per_cta=[{plan.num_warps}, 1], order=[1, 0])"),  # 16-byte cp.async of the runs
+            ("SX", plan.x_shared.text()),
+            ("SW", plan.w_shared.text()),
+        ]
+    assert plan.y_shared is not None
     return [
         ("ACC", plan.acc.text()),
         ("DW", "gl.DotOperandLayout(operand_index=0, parent=ACC, k_width=2)"),
-        ("WL", f"gl.BlockedLayout(size_per_thread=[1, {lay.words_per_thread}], threads_per_warp=[32, 1], "
-               f"warps_per_cta=[{plan.num_warps}, 1], order=[1, 0])"),
+        words,
         ("SX", plan.x_shared.text()),
         ("SW", plan.w_shared.text()),
         ("SS", "gl.NVMMASharedLayout(swizzle_byte_width=0, element_bitwidth=16, rank=2)"),
@@ -111,26 +131,67 @@ def _chain(kept: Sequence[QuantPlan]) -> list[str]:
     return out
 
 
-def _body(qp: QuantProgram, kept: Sequence[QuantPlan]) -> list[str]:
-    x, w, s, y = qp.x.name, qp.w.name, qp.scales.name, qp.y.name
-    acc = f"v{qp.acc.id}"
-    words = kept[0].packed.words_per_thread
-    y_dtype = _GL_DTYPE[qp.y.dtype]
+def _dequant(kept: Sequence[QuantPlan], operand: str) -> list[str]:
+    """``words`` (a thread's run) → ``{operand}``, the fp16 ``(q - 8) · s`` tile in the operand layout ``DW``."""
     pairs = [f"p{i} = {'(words' if i == 0 else f'((words >> {4 * i})'} & 0x000F000F) | 0x64006400" for i in range(4)]
     halves = [f"f{i} = gl.join(p{i}.to(gl.int16).to(gl.float16, bitcast=True), "
               f"(p{i} >> 16).to(gl.int16).to(gl.float16, bitcast=True))" for i in range(4)]
-    loop = [
-        "s = k % STAGES",
-        "mbarrier.wait(bars.index(s), (k // STAGES) & 1)",
-        "words = w_s.index(s).load(WL)  # thread t: row t, its contiguous run",
-        "sc = s_s.index(s).reshape([BLOCK_N]).load(gl.SliceLayout(1, DW))  # the scales of its rows",
+    scale = "sc[:, None]" if kept[0].arch == 90 else "sc[None, :]"
+    return [
         "# lop3: pair i of a word is nibbles (i, i + 4) as the fp16 halves 1024 + q",
         *pairs,
         *halves,
         "v = gl.join(gl.join(f0, f1), gl.join(f2, f3))  # [threads, words, half, pair bit 0, pair bit 1]",
         *_chain(kept),
-        "a = gl.convert_layout(v, DW, assert_trivial=True)  # the operand layout: no value changes threads",
-        f"a = (a - {float(MAGIC)}) * sc[:, None]",
+        f"{operand} = gl.convert_layout(v, DW, assert_trivial=True)  # the operand layout: no value changes threads",
+        f"{operand} = ({operand} - {float(MAGIC)}) * {scale}",
+    ]
+
+
+def _split_steps() -> list[str]:
+    return [
+        "k_steps = K // BLOCK_K",
+        "# split-K: program_id(2) takes a SPLIT_K-th of the K steps (the last one the remainder)",
+        "k0 = gl.program_id(2) * (k_steps // SPLIT_K)",
+        "n_k = k_steps // SPLIT_K + (gl.program_id(2) == SPLIT_K - 1).to(gl.int32) * (k_steps % SPLIT_K)",
+    ]
+
+
+def _finish(qp: QuantProgram, store: list[str], rows: str, cols: str) -> list[str]:
+    """Split-K's reduction (the accumulator is ``rows`` × ``cols``), then ``store``."""
+    acc = f"v{qp.acc.id}"
+    size = f"({rows} * {cols})"
+    return [
+        "if SPLIT_K > 1:  # partial tiles in the workspace; the last program of the tile adds them in split order",
+        "    tile = gl.program_id(1) * gl.num_programs(0) + gl.program_id(0)",
+        "    tiles = gl.num_programs(0) * gl.num_programs(1)",
+        f"    pr = gl.arange(0, {rows}, layout=gl.SliceLayout(1, ACC))",
+        f"    pc = gl.arange(0, {cols}, layout=gl.SliceLayout(0, ACC))",
+        f"    part = pr[:, None] * {cols} + pc[None, :]",
+        f"    gl.store(workspace_ptr + (gl.program_id(2) * tiles + tile).to(gl.int64) * {size} + part, {acc})",
+        "    gl.thread_barrier()  # every thread's partial is written before the count says so",
+        "    done = gl.atomic_add(counters_ptr + tile, 1, sem=\"acq_rel\", scope=\"gpu\")",
+        "    if done == SPLIT_K - 1:",
+        f"        {acc} = gl.load(workspace_ptr + tile.to(gl.int64) * {size} + part, cache_modifier=\".cg\")",
+        "        for i in gl.static_range(1, SPLIT_K):",
+        f"            {acc} += gl.load(workspace_ptr + (i * tiles + tile).to(gl.int64) * {size} + part, "
+        "cache_modifier=\".cg\")",
+        "        gl.store(counters_ptr + tile, 0)  # ready for the next launch",
+        *(f"        {line}" for line in store),
+        "else:",
+        *(f"    {line}" for line in store),
+    ]
+
+
+def _body_sm90(qp: QuantProgram, kept: Sequence[QuantPlan]) -> list[str]:
+    x, w, s, y = qp.x.name, qp.w.name, qp.scales.name, qp.y.name
+    acc = f"v{qp.acc.id}"
+    loop = [
+        "s = k % STAGES",
+        "mbarrier.wait(bars.index(s), (k // STAGES) & 1)",
+        "words = w_s.index(s).load(WL)  # thread t: row t, its contiguous run",
+        "sc = s_s.index(s).reshape([BLOCK_N]).load(gl.SliceLayout(1, DW))  # the scales of its rows",
+        *_dequant(kept, "a"),
         f"{acc} = warpgroup_mma(a, x_s.index(s).permute((1, 0)), {acc}, is_async=True)",
         "# one group in flight: the previous step's operands (registers and stage) are free after this wait",
         f"{acc}, a_prev = warpgroup_mma_wait(num_outstanding=1, deps=({acc}, a_prev))",
@@ -140,16 +201,19 @@ def _body(qp: QuantProgram, kept: Sequence[QuantPlan]) -> list[str]:
         "mbarrier.expect(bars.index(ns), step_bytes, pred=nk < n_k)",
         *_copies("nk", "ns", x),
     ]
+    store = [
+        *(_epilogue(op) for op in qp.epilogue),
+        f"y_s = gl.allocate_shared_memory({_GL_DTYPE[qp.y.dtype]}, [BLOCK_T, BLOCK_N], SY)",
+        f"y_s.store(gl.permute(v{qp.stored.id}, (1, 0)))  # back to Y = X · W: a register renaming",
+        "fence_async_shared()",
+        "tma.async_copy_shared_to_global(y_desc, [off_t, off_n], y_s)",
+        "tma.store_wait(pendings=0)",
+    ]
     return [
-        f"GROUP: gl.constexpr = {qp.group}",
-        f"WORDS: gl.constexpr = {words}",
         "# Yᵀ = Wᵀ · Xᵀ: the dequantised weights are wgmma's register operand A (rows: N), X's tile is B",
         "off_n = gl.program_id(0) * BLOCK_N",
         "off_t = gl.program_id(1) * BLOCK_T",
-        "k_steps = K // BLOCK_K",
-        "# split-K: program_id(2) takes a SPLIT_K-th of the K steps (the last one the remainder)",
-        "k0 = gl.program_id(2) * (k_steps // SPLIT_K)",
-        "n_k = k_steps // SPLIT_K + (gl.program_id(2) == SPLIT_K - 1).to(gl.int32) * (k_steps % SPLIT_K)",
+        *_split_steps(),
         f"x_desc = tma.make_tensor_descriptor({x}_ptr, [M, K], [K, 1], [BLOCK_T, BLOCK_K], SX)",
         f"w_desc = tma.make_tensor_descriptor({w}_ptr, [(N // 64) * k_steps * 128, WORDS], [WORDS, 1], [128, WORDS], "
         "SW)",
@@ -174,38 +238,81 @@ def _body(qp: QuantProgram, kept: Sequence[QuantPlan]) -> list[str]:
         f"{acc} = warpgroup_mma_wait(num_outstanding=0, deps=({acc},))",
         "for i in gl.static_range(STAGES):",
         "    mbarrier.invalidate(bars.index(i))",
-        "if SPLIT_K > 1:  # partial tiles in the workspace; the last program of the tile adds them in split order",
-        "    tile = gl.program_id(1) * gl.num_programs(0) + gl.program_id(0)",
-        "    tiles = gl.num_programs(0) * gl.num_programs(1)",
-        "    pn = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(1, ACC))",
-        "    pt = gl.arange(0, BLOCK_T, layout=gl.SliceLayout(0, ACC))",
-        "    part = pn[:, None] * BLOCK_T + pt[None, :]",
-        f"    gl.store(workspace_ptr + (gl.program_id(2) * tiles + tile).to(gl.int64) * (BLOCK_N * BLOCK_T) + part, {acc})",
-        "    gl.thread_barrier()  # every thread's partial is written before the count says so",
-        "    done = gl.atomic_add(counters_ptr + tile, 1, sem=\"acq_rel\", scope=\"gpu\")",
-        "    last = done == SPLIT_K - 1",
-        "    if last:",
-        f"        {acc} = gl.load(workspace_ptr + tile.to(gl.int64) * (BLOCK_N * BLOCK_T) + part, cache_modifier=\".cg\")",
-        "        for i in gl.static_range(1, SPLIT_K):",
-        f"            {acc} += gl.load(workspace_ptr + (i * tiles + tile).to(gl.int64) * (BLOCK_N * BLOCK_T) + part, "
-        "cache_modifier=\".cg\")",
-        "        gl.store(counters_ptr + tile, 0)  # ready for the next launch",
-        *(f"        {line}" for line in _store(qp, y_dtype)),
-        "else:",
-        *(f"    {line}" for line in _store(qp, y_dtype)),
+        *_finish(qp, store, "BLOCK_N", "BLOCK_T"),
     ]
 
 
-def _store(qp: QuantProgram, y_dtype: str) -> list[str]:
-    """The epilogue: the program's elementwise operations, the transpose back and the TMA store of Y."""
-    return [
+def _body_sm80(qp: QuantProgram, kept: Sequence[QuantPlan]) -> list[str]:
+    x, w, s, y = qp.x.name, qp.w.name, qp.scales.name, qp.y.name
+    acc = f"v{qp.acc.id}"
+
+    def copies(step: str, slot: str) -> list[str]:
+        return [
+            f"async_copy.async_copy_global_to_shared(x_s.index({slot}), x_ptrs + {step} * BLOCK_K, "
+            f"mask=(xm[:, None] < M) & (xk[None, :] < BLOCK_K) & ({step} < n_k))",
+            f"async_copy.async_copy_global_to_shared(w_s.index({slot}), w_ptrs + {step} * (128 * WORDS), "
+            f"mask=(wt[:, None] < 128) & (ww[None, :] < WORDS) & ({step} < n_k))",
+            "async_copy.commit_group()",
+        ]
+
+    loop = [
+        "s = k % STAGES",
+        f"sc_next = gl.load({s}_ptr + (((k0 + k + 1) * BLOCK_K) // GROUP) * N + sn, mask=(sn < N) & (k + 1 < n_k))",
+        "async_copy.wait_group(STAGES - 2)",
+        "gl.thread_barrier()",
+        "xa = x_s.index(s).load(DX)",
+        "words = w_s.index(s).load(WL)  # thread t: row t, its contiguous run",
+        *_dequant(kept, "b"),
+        f"{acc} = mma_v2(xa, b, {acc})",
+        "sc = sc_next",
+        "nk = k + STAGES - 1",
+        "ns = nk % STAGES",
+        *copies("nk", "ns"),
+    ]
+    store = [
         *(_epilogue(op) for op in qp.epilogue),
-        f"y_s = gl.allocate_shared_memory({y_dtype}, [BLOCK_T, BLOCK_N], SY)",
-        f"y_s.store(gl.permute(v{qp.stored.id}, (1, 0)))  # back to Y = X · W: a register renaming",
-        "fence_async_shared()",
-        "tma.async_copy_shared_to_global(y_desc, [off_t, off_n], y_s)",
-        "tma.store_wait(pendings=0)",
+        "ym = off_t + gl.arange(0, BLOCK_T, layout=gl.SliceLayout(1, ACC))",
+        "yn = off_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, ACC))",
+        f"gl.store({y}_ptr + ym[:, None].to(gl.int64) * N + yn[None, :], v{qp.stored.id}, mask=(ym[:, None] < M) & "
+        "(yn[None, :] < N))",
     ]
+    return [
+        "# Y = X · W: X's tile is mma.sync's A (ldmatrix from a swizzled stage), the dequantised weights its B",
+        "off_n = gl.program_id(0) * BLOCK_N",
+        "off_t = gl.program_id(1) * BLOCK_T",
+        *_split_steps(),
+        "x_s = gl.allocate_shared_memory(gl.float16, [STAGES, BLOCK_T, BLOCK_K], SX)",
+        "w_s = gl.allocate_shared_memory(gl.int32, [STAGES, 128, WORDS], SW)",
+        "xm = off_t + gl.arange(0, BLOCK_T, layout=gl.SliceLayout(1, CX))",
+        "xk = gl.arange(0, BLOCK_K, layout=gl.SliceLayout(0, CX))",
+        f"x_ptrs = {x}_ptr + xm[:, None].to(gl.int64) * K + k0 * BLOCK_K + xk[None, :]",
+        "wt = gl.arange(0, 128, layout=gl.SliceLayout(1, CW))",
+        "ww = gl.arange(0, WORDS, layout=gl.SliceLayout(0, CW))",
+        "# packed tile (program_id(0), k0 + step): 128 threads' runs of WORDS words",
+        f"w_ptrs = {w}_ptr + (gl.program_id(0) * k_steps + k0).to(gl.int64) * (128 * WORDS) + wt[:, None] * WORDS + "
+        "ww[None, :]",
+        "sn = off_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, DW))",
+        "for i in gl.static_range(STAGES - 1):  # prologue: the first STAGES - 1 K steps in flight",
+        *(f"    {line}" for line in copies("i", "i")),
+        f"sc = gl.load({s}_ptr + ((k0 * BLOCK_K) // GROUP) * N + sn)  # the scales of its columns, a step ahead",
+        f"{acc} = gl.zeros([BLOCK_T, BLOCK_N], gl.float32, ACC)",
+        "for k in range(n_k):",
+        *(f"    {line}" for line in loop),
+        "async_copy.wait_group(0)",
+        *_finish(qp, store, "BLOCK_T", "BLOCK_N"),
+    ]
+
+
+def _body(qp: QuantProgram, kept: Sequence[QuantPlan]) -> list[str]:
+    head = [f"GROUP: gl.constexpr = {qp.group}", f"WORDS: gl.constexpr = {kept[0].packed.words_per_thread}"]
+    return head + (_body_sm90(qp, kept) if kept[0].arch == 90 else _body_sm80(qp, kept))
+
+
+_IMPORTS = {
+    90: "from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma, "
+        "warpgroup_mma, warpgroup_mma_wait",
+    80: "from triton.experimental.gluon.language.nvidia.ampere import async_copy, mma_v2",
+}
 
 
 def emit(qp: QuantProgram, kept: Sequence[QuantPlan]) -> str:
@@ -214,15 +321,18 @@ def emit(qp: QuantProgram, kept: Sequence[QuantPlan]) -> str:
         raise ValueError("emit takes plans of one architecture and one packing")
     program = qp.program
     packed = kept[0].packed
-    head = [f'"""{program.name}: emitted by kbuild.tile from {program.qualname or program.name} for sm_{kept[0].arch} '
-            "(int4 x fp16, wgmma with the dequantised weights in registers, TMA); layouts synthesised.", "",
-            f"packed weights: {packed.tile[0]} rows of Wᵀ x {packed.tile[1]} of K per tile, {packed.operand}; "
+    arch = kept[0].arch
+    engine = "wgmma" if arch == 90 else "mma.sync"
+    copy = "TMA" if arch == 90 else "cp.async"
+    tk, tn = packed.tile_kn()
+    head = [f'"""{program.name}: emitted by kbuild.tile from {program.qualname or program.name} for sm_{arch} '
+            f"(int4 x fp16, {engine} with the dequantised weights in registers, {copy}); layouts synthesised.", "",
+            f"packed weights: {tn} columns of W x {tk} rows of K per tile, {packed.operand}; "
             f"nibble order {list(packed.nibble_order)}; scales every {qp.group} rows of K", ""]
     for i, p in enumerate(kept):
         head.append(f"variant {i}: {p.describe()}, modelled {p.cost:.0f} cycles")
     head += ['"""', "", "from triton.experimental import gluon", "from triton.experimental.gluon import language as gl",
-             "from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma, "
-             "warpgroup_mma, warpgroup_mma_wait", "", "", "@gluon.jit"]
+             _IMPORTS[arch], "", "", "@gluon.jit"]
     args = ", ".join(f"{n}: gl.constexpr" if n in CONSTEXPRS else n for n in kernel_params(program))
     lines = [*head, f"def {program.name}({args}):"]
     for i, p in enumerate(kept):

@@ -173,7 +173,8 @@ def int4_gemm_kernel(m: int, n: int, k: int, arch: int = 90, variants: int = 3) 
     return build_int4(int4_gemm_tile, (m, n, k), arch=arch, variants=variants)
 
 
-def int4_gemm(small: bool = False, m: int = 16, n: int = 4096, k: int = 4096, variants: int = 3) -> BenchSpec:
+def int4_gemm(small: bool = False, m: int = 16, n: int = 4096, k: int = 4096, variants: int = 3,
+              arch: int = 90) -> BenchSpec:
     """``Y = X · W`` with ``W = (q - 8) · s`` (int4 ``q``, fp16 scales per 128 rows of K) at M × N × K
     (16 × 128 × 256 when ``small``); the inputs are :func:`kbuild.bench.kernels.int4_matmul.problem`'s, the
     weights packed by the synthesised layout (:meth:`~kbuild.tile.quant.WeightLayout.pack_torch`), plus the
@@ -182,7 +183,7 @@ def int4_gemm(small: bool = False, m: int = 16, n: int = 4096, k: int = 4096, va
 
     if small:
         m, n, k = 16, 128, 256
-    kernel = int4_gemm_kernel(m, n, k, variants=variants)
+    kernel = int4_gemm_kernel(m, n, k, arch=arch, variants=variants)
     packing = kernel.packing
 
     def make_inputs(seed: int, device: Any) -> dict[str, Any]:
@@ -205,8 +206,8 @@ def int4_gemm(small: bool = False, m: int = 16, n: int = 4096, k: int = 4096, va
         name=f"tile_int4_gemm_{m}x{n}x{k}", fn=kernel.fn, signature=kernel.signature, constexprs={},
         configs=kernel.configs(), make_inputs=make_inputs, grid=grid, outputs={"y_ptr": None},
         flops=2.0 * m * n * k, bytes_moved=n * k / 2 + (k // plain.GROUP) * n * 2 + 2.0 * m * (k + n),
-        archs=(90,), reference=reference, reference_tol=2e-3, needs_allocator=True,
-        description=f"tile_int4_gemm: kbuild.tile (Gluon for sm_90, {len(kernel.plans)} synthesised variants), "
+        archs=(arch,), reference=reference, reference_tol=2e-3, needs_allocator=arch == 90,
+        description=f"tile_int4_gemm: kbuild.tile (Gluon for sm_{arch}, {len(kernel.plans)} synthesised variants), "
                     f"int4 x fp16 {m}x{n}x{k}, group {plain.GROUP}")
 
 

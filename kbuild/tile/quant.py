@@ -50,7 +50,16 @@ from typing import Any
 
 from kbuild.tile.lang import Op, Param, Program, Value
 from kbuild.tile.linear import LinearBases, from_gluon
-from kbuild.tile.mma import ARCH, REG_FILE, MmaAccumulator, MmaError, NVMMAShared, choose_nvmma_swizzle
+from kbuild.tile.mma import (
+    ARCH,
+    REG_FILE,
+    MmaAccumulator,
+    MmaError,
+    NVMMAShared,
+    SwizzledShared,
+    choose_nvmma_swizzle,
+    choose_swizzled,
+)
 
 WORD_NIBBLES = 8
 #: the lop3 dequantisation: step s of a word yields the fp16 pair (nibble s, nibble s + 4)
@@ -394,8 +403,8 @@ def analyse(program: Program) -> QuantProgram:
 
 @dataclass(frozen=True)
 class QuantPlan:
-    """One configuration of the int4 kernel (sm_90: ``warpgroups`` × 64 rows of Wᵀ against ``block_t`` tokens)
-    and the layouts synthesised for it."""
+    """One configuration of the int4 kernel (sm_90: ``warpgroups`` × 64 rows of Wᵀ against ``block_t`` tokens;
+    sm_80: 4 warps, 64 columns of W against ``block_t`` tokens) and the layouts synthesised for it."""
 
     arch: int
     warpgroups: int
@@ -409,9 +418,10 @@ class QuantPlan:
     """The CTA's operand layout (``packed`` on each warpgroup)."""
     chain: RegisterChain
     acc: MmaAccumulator
-    x_shared: NVMMAShared
-    w_shared: NVMMAShared
-    y_shared: NVMMAShared
+    x_shared: NVMMAShared | SwizzledShared
+    w_shared: NVMMAShared | SwizzledShared
+    """sm_80: in 32-bit words (the bank-conflict model's 16-bit vector halved)."""
+    y_shared: NVMMAShared | None
     cost: float = 0.0
     parts: dict[str, float] = field(default_factory=dict, compare=False, hash=False)
 
@@ -425,7 +435,7 @@ class QuantPlan:
 
     @property
     def block_k(self) -> int:
-        return self.packed.tile[1]
+        return self.packed.tile_kn()[0]
 
     @property
     def constexprs(self) -> dict[str, int]:
@@ -438,10 +448,12 @@ class QuantPlan:
                 f"acc {self.acc.text()}, W {self.w_shared.text()}")
 
 
-def smem_bytes(block_n: int, block_t: int, block_k: int, stages: int) -> int:
-    """Shared memory of a plan as emitted: the ring of X tiles, packed weights and scale rows with its barriers,
-    or the epilogue tile if larger (it is allocated after the loop, when the ring is dead, and Gluon's allocator
-    reuses the ring's memory for it)."""
+def smem_bytes(block_n: int, block_t: int, block_k: int, stages: int, arch: int = 90) -> int:
+    """Shared memory of a plan as emitted. sm_90: the ring of X tiles, packed weights and scale rows with its
+    barriers, or the epilogue tile if larger (it is allocated after the loop, when the ring is dead, and Gluon's
+    allocator reuses the ring's memory for it). sm_80: the cp.async ring of X tiles and packed weights."""
+    if arch == 80:
+        return stages * (block_t * block_k * 2 + block_n * block_k // 2)
     per_stage = block_t * block_k * 2 + block_n * block_k // 2 + block_n * 2
     return max(stages * per_stage, block_t * block_n * 2) + stages * 8
 
@@ -457,13 +469,15 @@ def plan_cost(arch: int, warpgroups: int, block_t: int, stages: int, packed: Wei
     of K each; every one writes its fp32 partial tile and the last reads them all back (L2 traffic)."""
     hw = ARCH[arch]
     m, n, k = problem
-    block_n, block_k = WARPGROUP_ROWS * warpgroups, packed.tile[1]
-    smem = smem_bytes(block_n, block_t, block_k, stages)
+    block_n, block_k = WARPGROUP_ROWS * warpgroups, packed.tile_kn()[0]
+    smem = smem_bytes(block_n, block_t, block_k, stages, arch)
     if smem > hw["smem"]:
         return None
     acc_regs = block_n * block_t // (32 * 4 * warpgroups)
     # the accumulator, this step's fp16 operand and the previous one's (kept alive for the async wgmma), the words
     regs = acc_regs + packed.values_per_thread + packed.words_per_thread + 40
+    if arch == 80:  # mma.sync's A: every warp holds the whole X tile's fragment
+        regs += block_t * block_k // 64
     if regs > 255:
         return None
     tiles = -(-n // block_n) * -(-m // block_t) * split
@@ -489,22 +503,23 @@ def plans(arch: int, problem: tuple[int, int, int], group: int = 128, keep: int 
     """Ranked configurations (cheapest first) of the int4 kernel for ``problem`` = (M, N, K) on ``sm_<arch>``:
     warpgroups per CTA, the tokens tile (wgmma's N: 8 to 256), split-K (1, 2, 4: more programs when the tiles
     alone leave SMs idle) and the ring's depth; the packed tile is fixed."""
-    if arch != 90:
-        raise MmaError(f"int4 mma kernel: only sm_90 (wgmma) is emitted; sm_{arch} is not built")
     packed = packing(arch, group)
     m, n, k = problem
-    if n % WARPGROUP_ROWS or k % packed.tile[1]:
+    bk = packed.tile_kn()[0]
+    if n % WARPGROUP_ROWS or k % bk:
         raise MmaError(f"int4 mma kernel: N = {n} must be a multiple of {WARPGROUP_ROWS} and K = {k} of "
-                       f"{packed.tile[1]} (the packed tile)")
+                       f"{bk} (the packed tile)")
     out: list[QuantPlan] = []
     layouts: dict[int, WeightLayout] = {}
-    for wg in (1, 2):
+    # sm_90: 1 or 2 warpgroups, wgmma's N from 8; sm_80: 4 warps along N, mma.sync's M from 16
+    tokens = (8, 16, 32, 64, 128, 256) if arch == 90 else (16, 32, 64, 128)
+    for wg in (1, 2) if arch == 90 else (1,):
         if n % (WARPGROUP_ROWS * wg):
             continue
-        for bt, split in itertools.product((8, 16, 32, 64, 128, 256), (1, 2, 4)):
-            if bt > max(8, 2 * m):  # a tokens tile past twice the tokens only multiplies zeros
+        for bt, split in itertools.product(tokens, (1, 2, 4)):
+            if bt > max(tokens[0], 2 * m):  # a tokens tile past twice the tokens only multiplies zeros
                 continue
-            if (k // packed.tile[1]) % split:
+            if (k // bk) % split:
                 continue
             for stages in range(2, 33):
                 scored = plan_cost(arch, wg, bt, stages, packed, problem, split)
@@ -512,15 +527,23 @@ def plans(arch: int, problem: tuple[int, int, int], group: int = 128, keep: int 
                     break  # deeper rings only use more shared memory
                 total, parts = scored
                 if wg not in layouts:
-                    layouts[wg] = derive(arch, WARPGROUP_ROWS * wg, packed.tile[1], 4 * wg, group)
+                    layouts[wg] = derive(arch, WARPGROUP_ROWS * wg, bk, 4 * wg, group)
                 lay = layouts[wg]
                 wpt = lay.words_per_thread
-                out.append(QuantPlan(
-                    arch, wg, bt, stages, split, packed, lay, register_chain(lay),
-                    MmaAccumulator((3, 0), (4 * wg, 1), (16, bt, 16)),
-                    choose_nvmma_swizzle(bt, packed.tile[1], 2)[0],
-                    NVMMAShared(choose_nvmma_swizzle(lay.threads // wg, wpt * 2, 2)[0].swizzle, 32),
-                    choose_nvmma_swizzle(bt, WARPGROUP_ROWS * wg, 2)[0], total, parts))
+                if arch == 90:
+                    acc = MmaAccumulator((3, 0), (4 * wg, 1), (16, bt, 16))
+                    x_sh: NVMMAShared | SwizzledShared = choose_nvmma_swizzle(bt, bk, 2)[0]
+                    w_sh: NVMMAShared | SwizzledShared = NVMMAShared(
+                        choose_nvmma_swizzle(lay.threads // wg, wpt * 2, 2)[0].swizzle, 32)
+                    y_sh: NVMMAShared | None = choose_nvmma_swizzle(bt, WARPGROUP_ROWS * wg, 2)[0]
+                else:
+                    acc = MmaAccumulator((2, 0), (1, 4), (16, 8))
+                    x_sh = choose_swizzled(bt, bk, 2)[0]
+                    half = choose_swizzled(lay.threads, wpt * 2, 2)[0]  # words as pairs of halves
+                    w_sh = SwizzledShared(half.vec // 2, half.per_phase, half.max_phase)
+                    y_sh = None
+                out.append(QuantPlan(arch, wg, bt, stages, split, packed, lay, register_chain(lay), acc, x_sh, w_sh,
+                                     y_sh, total, parts))
     if not out:
         raise MmaError(f"int4 mma kernel: no configuration fits sm_{arch} for problem {problem}")
     # ties: no split (no workspace round trip), deeper rings (more bytes in flight than the model's latency asks

@@ -3,8 +3,9 @@
 """kbuild.tile's int4 × fp16 GEMM on the CPU: the packed weights, emulated thread by thread in numpy, dequantise
 into exactly the registers the mma operand layout (Triton's own, read as a CuTe TV layout) expects; the
 packings round-trip; the kernel is emitted as Gluon with no layout written in the tile program and compiles
-for sm_90 to HGMMA with the dequantisation in the main loop and no data movement between the two; a broken
-register chain is refused by the compiler; the front end names bad programs; synthesis time and source size."""
+for sm_90 to HGMMA (and for sm_80 to mma.sync) with the dequantisation in the main loop and no data movement
+between the two; a broken register chain is refused by the compiler; the front end names bad programs;
+synthesis time and source size."""
 
 from __future__ import annotations
 
@@ -151,8 +152,8 @@ def test_bad_annotations_and_programs_are_clear_errors() -> None:
         analyse(trace(bf16))
     with pytest.raises(MmaError, match="N = 100 must be a multiple of 64"):
         plans(90, (16, 100, 4096))
-    with pytest.raises(MmaError, match="only sm_90"):
-        plans(80, (16, 4096, 4096))
+    with pytest.raises(MmaError, match="sm_75"):
+        plans(75, (16, 4096, 4096))
 
 
 def test_plans_fit_and_follow_the_token_count() -> None:
@@ -237,6 +238,29 @@ def test_compiles_for_sm90_to_hgmma_fed_by_the_dequantisation(tmp_path: Path) ->
     assert load_spec("kbuild.tile.kernels:int4_gemm").configs  # the default spec (M = 16) loads
 
 
+def test_compiles_for_sm80_to_mma_sync_fed_by_the_dequantisation(tmp_path: Path) -> None:
+    from kbuild.bench.spec import compile_spec
+
+    spec = kernels.int4_gemm(m=16, n=4096, k=4096, arch=80)
+    kernel = kernels.int4_gemm_kernel(16, 4096, 4096, arch=80)
+    lay = kernel.packing
+    assert lay.tile_kn() == (128, 64) and not spec.needs_allocator
+    for cfg, plan in zip(spec.configs, kernel.plans):
+        compiled = compile_spec(spec, cfg, 80)
+        assert compiled.metadata.shared == smem_bytes(plan.block_n, plan.block_t, plan.block_k, plan.stages, 80)
+        assert "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" in compiled.asm["ptx"]
+        sass = _sass(compiled, tmp_path)
+        ops = collections.Counter(i.opcode for i in sass)
+        # per step: BLOCK_T / 16 x (64 / 4 warps / 8) x 128 / 16 mma.sync, X by ldmatrix, the runs by 2 LDS.128
+        assert ops["HMMA.16816.F32"] == plan.block_t // 16 * 2 * 8, cfg.label()
+        assert ops["LDS.128"] == lay.bytes_per_thread // 16 and ops["LDSM.16.M88.4"] > 0
+        assert ops["HADD2"] == ops["HMUL2"] == lay.values_per_thread // 2
+        text = [", ".join(i.operands) for i in sass if i.opcode == "LOP3.LUT"]
+        assert sum("0x64006400" in t for t in text) == lay.words_per_thread * 4
+        assert any(op.startswith("LDGSTS") for op in ops)  # cp.async
+        assert ops["SHFL.IDX"] <= (1 if plan.split > 1 else 0) and not {"STL", "LDL"} & set(ops), cfg.label()
+
+
 def test_a_register_chain_that_moves_values_is_refused_by_the_compiler(monkeypatch: pytest.MonkeyPatch) -> None:
     import dataclasses
 
@@ -292,7 +316,7 @@ def test_plain_triton_baseline_matches_torch_in_the_interpreter() -> None:
         assert not math.isnan(err) and err < 1e-3, f"{key}: relative error {err:.3g}"
 
 
-def test_cli_reports_the_derived_packing_and_refuses_what_is_not_built(capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_reports_the_derived_packing_and_refuses_bad_problems(capsys: pytest.CaptureFixture[str]) -> None:
     import json
 
     from kbuild.cli import main
@@ -300,10 +324,13 @@ def test_cli_reports_the_derived_packing_and_refuses_what_is_not_built(capsys: p
     assert main(["tile", "kbuild.tile.kernels:int4_gemm_tile", "--problem", "16,4096,4096", "--json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert doc["packing"]["nibble_order"] == [0, 2, 4, 6, 1, 3, 5, 7] and doc["packing"]["tile"] == [64, 128]
+    assert main(["tile", "kbuild.tile.kernels:int4_gemm_tile", "--problem", "16,4096,4096", "--arch", "80", "--json"]) == 0
+    ampere = json.loads(capsys.readouterr().out)
+    assert ampere["packing"]["n_by_k"] == [64, 128] and ampere["packing"]["tile"] == [128, 64]  # mma.sync's B: K x N
     assert doc["signature"]["w_ptr"] == "*i32:16" and doc["synthesis_seconds"] < 5
     assert all("gl.permute(gl.reshape(v, " in v["layouts"]["register_chain"] for v in doc["variants"])
-    for argv, fragment in ((["--problem", "16,4096,4096", "--arch", "80"], "emitted for sm_90 only"),
-                           (["--problem", "16,100,4096"], "N = 100 must be a multiple of 64")):
+    for argv, fragment in ((["--problem", "16,100,4096"], "N = 100 must be a multiple of 64"),
+                           (["--problem", "16,4096,4000"], "K = 4000 of 128")):
         assert main(["tile", "kbuild.tile.kernels:int4_gemm_tile", *argv]) == 2
         err = capsys.readouterr().err.strip()
         assert err.startswith("error: ") and "\n" not in err and fragment in err, err
