@@ -9,7 +9,9 @@ its first line) and ``__triton_launcher`` per signature when the kernel is first
 
 How: :func:`install` wraps ``JITFunction.run`` (class attribute, restored by :func:`uninstall`). For a function
 that an enabled package ships cubins for (version 2 index), the wrapper does what ``run`` does up to the launch
-with Triton's own parts (the binder of ``create_function_from_signature``, ``_pack_args``, ``ASTSource``),
+with Triton's own parts (the binder of ``create_function_from_signature``, ``_pack_args``, ``ASTSource``; the binder
+specialises common argument types through :mod:`kbuild.runtime.specialize`, which avoids Triton's first-call import
+of Gluon),
 for the target ``GPUTarget("cuda", cc, 32)`` of the current torch device, and asks
 :func:`kbuild.runtime.loader.shipped_kernel` for the exactly matching shipped kernel (the same decision the
 compile wrapper makes). On a match it loads the cubin with ``cuModuleLoadData`` (as Triton's ``load_binary``:
@@ -266,11 +268,12 @@ class _FunctionState:
         if found is None:
             from triton.backends.compiler import GPUTarget
             from triton.compiler.compiler import make_backend
-            from triton.runtime.jit import create_function_from_signature
+
+            from kbuild.runtime.specialize import binder as make_binder
 
             target = GPUTarget("cuda", current_cc(device), 32)
             backend = make_backend(target)
-            binder = create_function_from_signature(jit.signature, jit.params, backend)
+            binder = make_binder(jit, backend)
             found = self.devices[device] = _DeviceState(target, backend, binder, {}, {})
         return found
 

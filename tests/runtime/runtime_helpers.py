@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -95,3 +97,110 @@ def make_tuned(settings: Any, build: Any, *, speedup: float = 1.25, marker: byte
     meta = {**build.artefact.meta, "tuned": True, "speedup": speedup, "key": build.tuned_key.hex}
     build.artefact = Artefact.create(key=build.tuned_key.hex, cubin=build.artefact.cubin + marker, meta=meta)
     return build
+
+
+# ----------------------------------------------------------------------------------------------
+# Stand-ins for the direct path on the CPU (labelled; tests and the first-call probe only): torch's CUDA queries
+# (an sm_90 device 0), libcuda (FakeCuda records the module load and decodes the launch's parameters from the
+# addresses the packing produced), and a Triton driver that fails on any use: the direct path must not touch it
+# (on a GPU, its first use builds C modules with gcc).
+
+
+def _direct() -> Any:
+    from kbuild.runtime import direct
+
+    return direct
+
+
+class _NoDriver:
+    def __getattr__(self, name: str) -> Any:
+        raise AssertionError(f"Triton's driver was used ({name})")
+
+
+class FakeCuda:
+    """Stand-in for libcuda.so.1 (CPU tests only): records what the direct path asks of the driver API."""
+
+    def __init__(self) -> None:
+        import ctypes
+
+        self.ctypes = ctypes
+        self.loaded: list[bytes] = []
+        self.names: list[bytes] = []
+        self.launches: list[dict[str, Any]] = []
+        self.lib = self
+        self.launch_ex = self._launch
+
+    def check(self, code: int) -> None:
+        assert code == 0
+
+    def device_attribute(self, attribute: int, device: int) -> int:
+        return 232448  # H200: max shared memory per block (opt-in)
+
+    def _set(self, ref: Any, value: int) -> None:
+        ref._obj.value = value
+
+    def cuCtxGetCurrent(self, pctx: Any) -> int:
+        self._set(pctx, 1)
+        return 0
+
+    def cuModuleLoadData(self, pmod: Any, data: bytes) -> int:
+        self.loaded.append(data)
+        self._set(pmod, 2)
+        return 0
+
+    def cuModuleGetFunction(self, pfn: Any, mod: Any, name: bytes) -> int:
+        self.names.append(name)
+        self._set(pfn, 3)
+        return 0
+
+    def cuFuncGetAttribute(self, pout: Any, attribute: int, fn: Any) -> int:
+        self._set(pout, 1024 if attribute == _direct()._CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK else 0)
+        return 0
+
+    def cuPointerGetAttribute(self, pdev: Any, attribute: int, ptr: int) -> int:
+        assert attribute == _direct()._CU_POINTER_ATTRIBUTE_DEVICE_POINTER
+        self._set(pdev, ptr)
+        return 0
+
+    def _launch(self, pconfig: Any, fn: Any, params: Any, extra: Any) -> int:
+        c = pconfig._obj
+        ct = self.ctypes
+        addr = [params[i] for i in range(7)]  # out, in, 3 x i32, global/profile scratch
+        self.launches.append({
+            "grid": (c.gridDimX, c.gridDimY, c.gridDimZ), "block": c.blockDimX, "shared": c.sharedMemBytes,
+            "stream": c.hStream, "attrs": c.numAttrs,
+            "args": [ct.c_uint64.from_address(addr[0]).value, ct.c_uint64.from_address(addr[1]).value,
+                     *(ct.c_int32.from_address(a).value for a in addr[2:5]),
+                     ct.c_uint64.from_address(addr[5]).value, ct.c_uint64.from_address(addr[6]).value]})
+        return 0
+
+
+@contextlib.contextmanager
+def direct_stand_ins() -> Iterator[FakeCuda]:
+    """Install the stand-ins (restored on exit); yields the FakeCuda that records loads and launches."""
+    import torch
+    from triton.runtime.driver import driver
+
+    d = _direct()
+    saved_driver = driver._active
+    fake = FakeCuda()
+    patched = [(d, "_cuda", lambda: fake), (torch.cuda, "is_initialized", lambda: True),
+               (torch.cuda, "current_device", lambda: 0),
+               (torch.cuda, "get_device_capability", lambda device=None: (9, 0)),
+               (torch._C, "_cuda_getCurrentRawStream", lambda device: 77)]
+    saved = [(obj, name, obj.__dict__.get(name, _MISSING)) for obj, name, _ in patched]
+    driver.set_active(_NoDriver())
+    for obj, name, value in patched:
+        setattr(obj, name, value)
+    try:
+        yield fake
+    finally:
+        for obj, name, value in saved:
+            if value is _MISSING:
+                delattr(obj, name)
+            else:
+                setattr(obj, name, value)
+        driver._active = saved_driver
+
+
+_MISSING = object()

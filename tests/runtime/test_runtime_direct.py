@@ -10,6 +10,7 @@ from types import SimpleNamespace
 from typing import Any
 
 import pytest
+from runtime_helpers import FakeCuda, direct_stand_ins
 
 from kbuild.runtime import direct
 
@@ -101,89 +102,11 @@ def test_install_wraps_jit_run_once_and_uninstall_restores_it() -> None:
 # the direct path must not touch it (on a GPU, its first use builds C modules with gcc).
 
 
-class _NoDriver:
-    def __getattr__(self, name: str) -> Any:
-        raise AssertionError(f"Triton's driver was used ({name})")
-
-
-class FakeCuda:
-    """Stand-in for libcuda.so.1 (CPU tests only): records what the direct path asks of the driver API."""
-
-    def __init__(self) -> None:
-        import ctypes
-
-        self.ctypes = ctypes
-        self.loaded: list[bytes] = []
-        self.names: list[bytes] = []
-        self.launches: list[dict[str, Any]] = []
-        self.lib = self
-        self.launch_ex = self._launch
-
-    def check(self, code: int) -> None:
-        assert code == 0
-
-    def device_attribute(self, attribute: int, device: int) -> int:
-        return 232448  # H200: max shared memory per block (opt-in)
-
-    def _set(self, ref: Any, value: int) -> None:
-        ref._obj.value = value
-
-    def cuCtxGetCurrent(self, pctx: Any) -> int:
-        self._set(pctx, 1)
-        return 0
-
-    def cuModuleLoadData(self, pmod: Any, data: bytes) -> int:
-        self.loaded.append(data)
-        self._set(pmod, 2)
-        return 0
-
-    def cuModuleGetFunction(self, pfn: Any, mod: Any, name: bytes) -> int:
-        self.names.append(name)
-        self._set(pfn, 3)
-        return 0
-
-    def cuFuncGetAttribute(self, pout: Any, attribute: int, fn: Any) -> int:
-        self._set(pout, 1024 if attribute == direct._CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK else 0)
-        return 0
-
-    def cuPointerGetAttribute(self, pdev: Any, attribute: int, ptr: int) -> int:
-        assert attribute == direct._CU_POINTER_ATTRIBUTE_DEVICE_POINTER
-        self._set(pdev, ptr)
-        return 0
-
-    def _launch(self, pconfig: Any, fn: Any, params: Any, extra: Any) -> int:
-        c = pconfig._obj
-        ct = self.ctypes
-        addr = [params[i] for i in range(7)]  # out, in, 3 x i32, global/profile scratch
-        self.launches.append({
-            "grid": (c.gridDimX, c.gridDimY, c.gridDimZ), "block": c.blockDimX, "shared": c.sharedMemBytes,
-            "stream": c.hStream, "attrs": c.numAttrs,
-            "args": [ct.c_uint64.from_address(addr[0]).value, ct.c_uint64.from_address(addr[1]).value,
-                     *(ct.c_int32.from_address(a).value for a in addr[2:5]),
-                     ct.c_uint64.from_address(addr[5]).value, ct.c_uint64.from_address(addr[6]).value]})
-        return 0
-
-
 @pytest.fixture
 def direct_cpu(monkeypatch: pytest.MonkeyPatch) -> Any:
-    import torch
-    from triton.runtime.driver import driver
-
-    from kbuild.runtime import direct as d
-
-    saved = driver._active
-    driver.set_active(_NoDriver())
-    fake = FakeCuda()
-    monkeypatch.setattr(d, "_cuda", lambda: fake)
-    monkeypatch.setattr(torch.cuda, "is_initialized", lambda: True)
-    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
-    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
-    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda device: 77, raising=False)
     monkeypatch.delenv("KBUILD_RUNTIME_LAUNCH", raising=False)
-    try:
+    with direct_stand_ins() as fake:
         yield fake
-    finally:
-        driver._active = saved
 
 
 def _softmax_call(kernels: Any, rows: int, cols: int) -> tuple[Any, Any, Any]:

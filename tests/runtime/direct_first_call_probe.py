@@ -1,0 +1,67 @@
+"""A shipped kernel's first call through the direct path, in this fresh process, on the CPU (stand-ins, labelled).
+
+Run by ``tests/runtime/test_runtime_specialize.py`` and ``benchmarks/runtime_first_call_cpu.py``:
+
+    python tests/runtime/direct_first_call_probe.py DATA_DIR [--specialize kbuild|triton]
+
+``DATA_DIR`` holds examples/jit-package's package data with an sm_90 softmax (``write_package_data``). The
+stand-ins of ``runtime_helpers.direct_stand_ins`` replace torch's CUDA queries, libcuda and Triton's driver, so
+nothing runs on a GPU: the time is the host side of the first call (binding, specialisation, the shipped-kernel
+lookup, the module load and launch calls into the stand-in). ``--specialize triton`` makes the direct path
+specialise with Triton's own ``native_specialize_impl`` (what it did before ``kbuild.runtime.specialize``).
+Prints one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path[:0] = [str(HERE), str(HERE.parents[1] / "examples" / "jit-package")]
+GLUON = "triton.experimental.gluon"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("data_dir", type=Path)
+    parser.add_argument("--specialize", choices=["kbuild", "triton"], default="kbuild")
+    args = parser.parse_args()
+    started = time.perf_counter()
+    import torch
+    from runtime_helpers import direct_stand_ins
+
+    import kbuild.runtime
+    from kbuild.runtime import specialize
+
+    if args.specialize == "triton":
+        specialize.checked = lambda: False  # type: ignore[assignment]
+    import kbx_jit.kernels as kernels
+
+    imports_s = time.perf_counter() - started
+    rows, cols = 64, 1024
+    x = torch.empty(rows * cols, dtype=torch.float16).view(rows, cols)
+    out = torch.empty_like(x)
+    gluon_before = any(m.startswith(GLUON) for m in sys.modules)
+    with direct_stand_ins() as fake:
+        assert kbuild.runtime.enable("kbx_jit", data_dir=args.data_dir)
+        t0 = time.perf_counter()
+        kernels.softmax[(rows,)](out, x, x.stride(0), out.stride(0), cols, BLOCK=1024, num_warps=4, num_stages=3)
+        first_s = time.perf_counter() - t0
+        t1 = time.perf_counter()
+        kernels.softmax[(rows,)](out, x, x.stride(0), out.stride(0), cols, BLOCK=1024, num_warps=4, num_stages=3)
+        second_s = time.perf_counter() - t1
+    print(json.dumps({
+        "specialize": args.specialize, "imports_s": imports_s, "first_call_s": first_s, "second_call_s": second_s,
+        "gluon_imported_before": gluon_before,
+        "gluon_imported_after": any(m.startswith(GLUON) for m in sys.modules),
+        "modules_loaded": len(fake.loaded), "launches": len(fake.launches),
+        "stages": [e.stage for e in kbuild.runtime.events()],
+    }))
+
+
+if __name__ == "__main__":
+    main()

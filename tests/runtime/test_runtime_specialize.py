@@ -1,0 +1,213 @@
+"""kbuild.runtime.specialize against the installed Triton's own ``native_specialize_impl`` (CPU).
+
+The direct path launches a shipped cubin only when the call's specialisation equals the one it was compiled for;
+a wrong "D" (divisible by 16) on an unaligned pointer would launch code that assumes alignment. So every rule of
+``specialize`` is checked here against Triton's native function on generated arguments and flags, and the binder
+against Triton's binder on whole calls.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from kbuild.runtime import specialize as spec
+
+HERE = Path(__file__).resolve().parent
+
+
+@pytest.fixture(scope="module")
+def backend() -> Any:
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler.compiler import make_backend
+
+    return make_backend(GPUTarget("cuda", 90, 32))
+
+
+def native(backend: Any, arg: Any, is_const: bool, spec_value: bool, align: bool) -> Any:
+    from triton._C.libtriton import native_specialize_impl
+
+    try:
+        return tuple(native_specialize_impl(backend, arg, is_const, spec_value, align))
+    except Exception as exc:  # the same exception type is the expected answer
+        return type(exc)
+
+
+def ours(backend: Any, arg: Any, is_const: bool, spec_value: bool, align: bool) -> Any:
+    try:
+        return tuple(spec.specialize(backend, arg, is_const, spec_value, align))
+    except Exception as exc:
+        return type(exc)
+
+
+def test_the_installed_triton_is_one_whose_rules_were_checked() -> None:
+    # If this fails, Triton changed: re-run this file against it before adding its version to CHECKED_TRITON.
+    assert spec.checked()
+
+
+EDGES = [0, 1, -1, 15, 16, 17, -16, 2**31 - 1, 2**31, -(2**31), -(2**31) - 1, 2**31 + 16, 2**63 - 1, 2**63,
+         2**63 + 16, -(2**63), -(2**63) - 1, 2**64 - 1, 2**64 - 16, 2**64, -(2**64)]
+FLAGS = st.tuples(st.booleans(), st.booleans(), st.booleans())
+
+
+@settings(max_examples=400, deadline=None)
+@given(value=st.sampled_from(EDGES) | st.integers(-(2**65), 2**65) | st.integers(-64, 64).map(lambda v: v * 16),
+       flags=FLAGS)
+def test_integers(backend: Any, value: int, flags: tuple[bool, bool, bool]) -> None:
+    assert ours(backend, value, *flags) == native(backend, value, *flags)
+
+
+@settings(max_examples=100, deadline=None)
+@given(value=st.booleans() | st.floats(allow_nan=True) | st.none(), flags=FLAGS)
+def test_bools_floats_and_none(backend: Any, value: Any, flags: tuple[bool, bool, bool]) -> None:
+    assert ours(backend, value, *flags) == native(backend, value, *flags)
+
+
+DTYPES = [torch.float16, torch.bfloat16, torch.float32, torch.float64, torch.int8, torch.uint8, torch.int16,
+          torch.int32, torch.int64, torch.bool, torch.float8_e4m3fn, torch.float8_e5m2, torch.float8_e4m3fnuz,
+          torch.float8_e5m2fnuz, torch.uint16, torch.uint32, torch.uint64,
+          torch.complex64]  # complex: Triton has no name for it, both raise the same KeyError
+
+
+class Traced(torch.Tensor):
+    """A tensor subclass with its own ``__torch_function__`` (as tensor wrappers have)."""
+
+    @classmethod
+    def __torch_function__(cls, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        return super().__torch_function__(func, types, args, kwargs or {})
+
+
+@settings(max_examples=300, deadline=None)
+@given(dtype=st.sampled_from(DTYPES), offset=st.integers(0, 40), wrap=st.sampled_from(["tensor", "parameter", "subclass"]),
+       flags=FLAGS)
+def test_tensors_and_subclasses_at_any_offset(backend: Any, dtype: torch.dtype, offset: int, wrap: str,
+                                              flags: tuple[bool, bool, bool]) -> None:
+    base = torch.zeros(64, dtype=dtype)
+    arg: Any = base[offset:]  # data_ptr moves by offset * itemsize: aligned to 16 or not
+    if wrap == "parameter":
+        arg = torch.nn.Parameter(arg, requires_grad=False)
+    elif wrap == "subclass":
+        arg = arg.as_subclass(Traced)
+    assert type(arg).__name__ == {"tensor": "Tensor", "parameter": "Parameter", "subclass": "Traced"}[wrap]
+    assert ours(backend, arg, *flags) == native(backend, arg, *flags)
+
+
+class _NoNativeTensors:
+    """A backend that specialises tensors itself (as AMD's does): both sides must ask it."""
+
+    supports_native_tensor_specialization = False
+
+    @staticmethod
+    def get_tensor_specialization(arg: Any, **kwargs: Any) -> Any:
+        return ("asked", kwargs["align"], arg.data_ptr() % 16)
+
+
+@settings(max_examples=60, deadline=None)
+@given(offset=st.integers(0, 20), flags=FLAGS)
+def test_a_backend_without_native_tensor_specialisation_is_triton_s_answer(offset: int,
+                                                                          flags: tuple[bool, bool, bool]) -> None:
+    arg = torch.zeros(32, dtype=torch.float16)[offset:]
+    assert ours(_NoNativeTensors, arg, *flags) == native(_NoNativeTensors, arg, *flags)
+    assert ours(_NoNativeTensors, 16, *flags) == native(_NoNativeTensors, 16, *flags)  # ints do not ask it
+
+
+def test_other_types_are_triton_s_answer(backend: Any) -> None:
+    import enum
+
+    import triton.language as tl
+
+    class Flag(enum.IntEnum):
+        ON = 16
+
+    class Pointer:
+        dtype = torch.float16
+
+        def __init__(self, ptr: Any = 4096) -> None:
+            self.ptr = ptr
+
+        def data_ptr(self) -> Any:
+            return self.ptr
+
+    class OddPointer(torch.Tensor):  # a tensor whose data_ptr Triton cannot read as a u64
+        ptr: Any = None
+
+        def data_ptr(self) -> Any:
+            return self.ptr
+
+    odd = [torch.zeros(4).as_subclass(OddPointer) for _ in range(3)]
+    for tensor, ptr in zip(odd, [-16, 2**64, 16.0]):
+        tensor.ptr = ptr
+    others = [Flag.ON, (1, 2.0, None), (), tl.constexpr(8), Pointer(), Pointer(4100), Pointer(-16), "text", object(),
+              2.5e300, *odd]
+    for arg in others:
+        for flags in [(False, True, True), (True, False, False), (True, True, True)]:
+            assert ours(backend, arg, *flags) == native(backend, arg, *flags), arg
+
+
+def test_binder_matches_triton_s_binder_on_whole_calls(backend: Any) -> None:
+    import triton
+    import triton.language as tl
+    from triton.runtime.jit import create_function_from_signature
+
+    @triton.jit(do_not_specialize=["n"], do_not_specialize_on_alignment=["m"])
+    def kernel(x_ptr, y_ptr, n, m, k: tl.int64, eps: tl.float32, flag: tl.int1, scale=1.0,
+               opt_ptr=None, BLOCK: tl.constexpr = 64):
+        pass
+
+    theirs = create_function_from_signature(kernel.signature, kernel.params, backend)
+    mine = spec.binder(kernel, backend)
+    assert mine.__globals__["specialize_impl"] is spec.specialize
+    assert theirs.__globals__["specialize_impl"] is not spec.specialize  # Triton's own binder is untouched
+    x = torch.zeros(100, dtype=torch.float32)
+    y = torch.zeros(100, dtype=torch.float16)
+    calls: list[tuple[tuple[Any, ...], dict[str, Any]]] = [
+        ((x, y, 32, 32, 32, 1e-5, True), {}),
+        ((x[1:], y[3:], 1, 1, 1, 0.5, False), {"scale": 2.0, "BLOCK": 128}),
+        ((x[4:], y[8:], 2**40, 17, -16, 0.0, True), {"opt_ptr": x, "num_warps": 8}),
+        ((x, y, 7, 48, 2**31, 1.0, False), {"opt_ptr": x[2:], "debug": False, "instrumentation_mode": ""}),
+    ]
+    for args, kwargs in calls:
+        assert mine(*args, **kwargs) == theirs(*args, **kwargs)
+
+
+def test_an_unchecked_triton_keeps_triton_s_binder(backend: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    import triton
+
+    @triton.jit
+    def kernel(x_ptr, n):
+        pass
+
+    monkeypatch.setattr(triton, "__version__", "9.9.9")
+    assert not spec.checked()
+    assert spec.binder(kernel, backend).__globals__["specialize_impl"] is not spec.specialize
+
+
+def _probe(data_dir: Path, mode: str) -> dict[str, Any]:
+    done = subprocess.run([sys.executable, str(HERE / "direct_first_call_probe.py"), str(data_dir),
+                           "--specialize", mode], capture_output=True, text=True, timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def test_a_first_direct_call_in_a_fresh_process_does_not_import_gluon(jit_settings: Any, tuned_builds: list[Any],
+                                                                       tmp_path: Path) -> None:
+    """CPU stand-ins for libcuda and torch's CUDA queries (labelled). With Triton's specialiser the same call
+    imports Gluon: the test would fail if the direct path went back to it, or if something else imported Gluon."""
+    from kbuild.runtime.package import write_package_data
+
+    shipped = write_package_data(jit_settings, tuned_builds, tmp_path / "kbx_jit")
+    fast = _probe(shipped.data_dir, "kbuild")
+    assert (fast["modules_loaded"], fast["launches"]) == (1, 2)
+    assert fast["stages"] == ["zero-jit", "direct-launch"]
+    assert not fast["gluon_imported_before"] and not fast["gluon_imported_after"]
+    slow = _probe(shipped.data_dir, "triton")
+    assert (slow["modules_loaded"], slow["launches"]) == (1, 2)
+    assert slow["gluon_imported_after"]
