@@ -19,7 +19,7 @@ need; this script's :class:`DavHandler`), so no nginx is needed on the GPU host.
 By default the ray mode ships the project and kbuild through Ray's ``runtime_env``, as ``kbuild prewarm --ray``
 does (``--no-ship``: not; ``first_task_start_s`` shows what the job's start cost either way).
 
-**A kernel with a configuration space** (``--kernel matmul_leaky_relu``: the example's 64-point space): level 1's
+**A kernel with a configuration space** (``--kernel matmul_leaky_relu``: the example's 96-point space): level 1's
 candidate compiles run, in the single mode, in the local process pool (one process per core but one, 15 on the
 H200 host), and in the ray mode as compile shards, Ray CPU tasks of at most 4 configurations
 (:mod:`kbuild.prewarm.shards`) on the head's CPUs (``ray start`` gives it every core; the tune task gives its

@@ -1,6 +1,6 @@
 """examples/cmake-extension declares a configuration space and a grid expression for its matmul (issue 15).
 
-* The example's pyproject validates with the new keys: the matmul's space expands to 64 points, the declared
+* The example's pyproject validates with the new keys: the matmul's space expands to 96 points, the declared
   default first; its grid is an expression; softmax and layernorm keep an explicit grid and no space, so both
   launcher kinds stay exercised.
 * The bench spec agrees with the declaration: its first config is the declared default, and its grid function
@@ -32,7 +32,7 @@ from hooks_helpers import CMAKE_EXAMPLE, ROOT, copy_project, forget_example_modu
 from kbuild.config import load_settings
 
 CSRC = Path(__file__).parent / "csrc"
-SPACE = {"BLOCK_M": [64, 128], "BLOCK_N": [64, 128], "BLOCK_K": [32, 64], "num_warps": [4, 8],
+SPACE = {"BLOCK_M": [64, 128], "BLOCK_N": [64, 128, 256], "BLOCK_K": [32, 64], "num_warps": [4, 8],
          "num_stages": [3, 4], "maxnreg": [0, 232]}
 #: The non-default point the stand-in tuner ships on sm_90.
 POINT: dict[str, Any] = {"constexprs": {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32, "GROUP_M": 8, "SLOPE": 0.01},
@@ -48,7 +48,7 @@ def test_the_example_declares_a_space_around_its_default_and_a_grid_expression()
     mm = _matmul(s)
     assert {k: list(v) for k, v in mm.space.items()} == SPACE
     points = mm.search_space()
-    assert len(points) == 64 and len({json.dumps(p, sort_keys=True) for p in points}) == 64
+    assert len(points) == 96 and len({json.dumps(p, sort_keys=True) for p in points}) == 96
     assert points[0] == {"constexprs": {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "SLOPE": 0.01},
                          "num_warps": 8, "num_stages": 3, "maxnreg": None, "num_ctas": 1}
     assert {p["maxnreg"] for p in points} == {None, 232}  # maxnreg 0 is "ptxas decides"
@@ -86,7 +86,7 @@ def test_the_bench_spec_launches_the_declared_default_with_the_declared_grid(mon
         expected = grid.evaluate(values)
         assert tuned.grid(tuned.all_constexprs(cfg)) == expected, cfg.label()
         seen.add(expected)
-    assert seen == {(16, 1, 1), (8, 1, 1), (4, 1, 1)}  # 256x256 over 64/128 tiles: the grid follows the tiles
+    assert seen == {(16, 1, 1), (8, 1, 1), (4, 1, 1), (2, 1, 1)}  # 256x256 over 64/128/256 tiles: the grid follows
     forget_example_modules()
 
 

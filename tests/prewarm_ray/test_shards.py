@@ -1,7 +1,7 @@
 """Level-1 compile shards of ``kbuild prewarm --ray`` on a real local Ray cluster (a head and two worker nodes, each
 one CPU) into a real nginx WebDAV tier, on the cost-model backend.
 
-The example's matmul declares a 64-point configuration space. Prewarmed through Ray, its candidate compiles run as
+The example's matmul declares a 96-point configuration space. Prewarmed through Ray, its candidate compiles run as
 Ray CPU tasks (shards of a few configurations) in worker processes other than the tune task's, one of them is
 killed in the middle of its shard and retried, and the stored result equals the single-process search's: the same
 key, the same configurations tried with the same verdicts and model times, the same chosen configuration and
@@ -49,7 +49,7 @@ def _single_process(settings: Any) -> Any:
     from kbuild.prewarm.ray_engine import _build, model_tuner
 
     b = _build(settings, KERNEL, TARGET, "model")
-    assert len(b.space) == 64
+    assert len(b.space) == 96
 
     class Empty:
         def get(self, key: str) -> None:
