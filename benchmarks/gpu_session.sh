@@ -15,6 +15,7 @@
 #   hooks    #7: the example wheel built with tune = auto beside the baseline wheel (HOOKS_TUNE_S per kernel)
 #   runtime  #8: the JIT example built with the tuner's results, substituted into @triton.jit calls
 #   liger    #16: Liger-Kernel through its own API with kbx_liger's shipped cubins (benchmarks/gpu_liger.md)
+#   ppo      #15: PPO (pretrained, carried in .ppo) vs scratch PPO, random and greedy on PPO_KERNELS (benchmarks/ppo_compare.py)
 #
 # Outputs go to $OUT (at most 8 files come back from a device call, so folders are tarred).
 # `bench` also leaves .gpu-state/bench.json (git-ignored), which `tune` reads on the same warm machine
@@ -88,6 +89,20 @@ hooks)
   echo "gpu_hooks_check exit $?"
   grep -E "^ *kbuild:|measured|== " "$OUT/hooks/gpu_hooks_check.log" | tail -25
   tar czf "$OUT/hooks.tar.gz" -C "$OUT" hooks && rm -rf "$OUT/hooks"
+  ;;
+ppo)
+  # Issue 15: PPO (pretrained on the cost model, leave-one-out) against scratch PPO, random and greedy on the GPU,
+  # PPO_EVALS evaluations each. The checkpoints come pretrained from the CPU machine in .ppo/checkpoints (carry
+  # ".ppo"; made by `python benchmarks/ppo_compare.py --backend model --only K... --pretrain-steps N
+  # --cache-dir .ppo/cubins --out .ppo` with the same kernels and steps, reused when their metadata match).
+  args=()
+  for k in ${PPO_KERNELS:-rmsnorm_swiglu flash_attn_d64}; do args+=(--only "$k"); done
+  timeout "$(( $(left "$CALL_S") - 5 ))" python3 benchmarks/ppo_compare.py --backend gpu "${args[@]}" \
+    --budget-evals "${PPO_EVALS:-100}" --budget-seconds "${PPO_SECONDS:-40}" --pretrain-steps "${PPO_STEPS:-2000}" \
+    --cache-dir .ppo/cubins --out .ppo > "$OUT/ppo_compare.log" 2>&1
+  echo "ppo_compare exit $?"
+  cp .ppo/ppo_compare.json .ppo/ppo_compare.md "$OUT/" 2>/dev/null
+  tail -14 "$OUT/ppo_compare.log"
   ;;
 runtime)
   timeout "$(left "$CALL_S")" python3 benchmarks/gpu_runtime_substitution.py --out "$OUT" --evals 1000 \
