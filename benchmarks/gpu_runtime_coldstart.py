@@ -4,6 +4,21 @@ Run on the H200 (kbuild installed offline, as for gpu_runtime_substitution.py)::
 
     python benchmarks/gpu_runtime_coldstart.py --out FILE          # JSON to FILE, table to stdout
     python benchmarks/gpu_runtime_coldstart.py --out FILE --dry-run  # CPU: build + index checks only
+    python benchmarks/gpu_runtime_coldstart.py --out FILE --bytecode plain  # one bytecode state only
+
+Two bytecode states, both measured by default (``--bytecode both``), each row labelled:
+
+* ``plain``: the Python install as it is (the device's Triton and torch have no ``.pyc`` files, so every child
+  compiles the modules it imports from source, inside the clock too: Triton's specialiser imports 46 Gluon modules
+  on its first call); children run with ``PYTHONDONTWRITEBYTECODE=1`` so that no sample changes the state for the
+  next. kbuild's own modules are byte-compiled once by the parent (``compileall``), as an install would be.
+* ``cached``: every child reads one ``PYTHONPYCACHEPREFIX`` that untimed children (one per side and kernel) filled
+  first, as on an install whose ``.pyc`` files pip wrote.
+
+Each child reports whether bytecode for ``torch`` and for ``triton.experimental.gluon`` existed when it started
+(``pyc``), so the label can be checked. ``--budget-s`` (default 170) bounds the measuring: rounds go over every
+(bytecode, kernel) cell in turn, and no round starts that the last one's duration says would end past the budget;
+``--triton-repeats`` (default 3) rounds also time Triton's cold and warm baselines, the others only the shipped side.
 
 1. **build** (this process, CPU work): copies ``examples/jit-package`` to a temp dir, compiles its
    kernels for this GPU with kbuild's pipeline (``tune = "off"``: the baseline cubins; zero-JIT
@@ -58,7 +73,12 @@ CALLS = {
 }
 
 _CHILD = r'''
-import hashlib, json, sys, time
+import hashlib, importlib.util, json, os, sys, time
+def _pyc(*parts):  # bytecode for this source file under this process's cache settings (PYTHONPYCACHEPREFIX)
+    spec = importlib.util.find_spec(parts[0])
+    src = os.path.join(os.path.dirname(spec.origin), *parts[1:], "__init__.py")
+    return os.path.exists(importlib.util.cache_from_source(src))
+pyc = {{"torch": _pyc("torch"), "gluon": _pyc("triton", "experimental", "gluon")}}
 sys.path.insert(0, {src!r})
 import torch
 torch.manual_seed(0)
@@ -98,7 +118,8 @@ else:
     out = make()
     torch.cuda.synchronize()
     seconds = time.perf_counter() - t0
-print(json.dumps({{"seconds": seconds, "compiles": len(compiles), "host_builds": builds, "profile": profile,
+print(json.dumps({{"seconds": seconds, "compiles": len(compiles), "host_builds": builds, "profile": profile, "pyc": pyc,
+                  "gluon_imported": any(m.startswith("triton.experimental.gluon") for m in sys.modules),
                   "events": [e.as_dict() for e in kbuild.runtime.events()],
                   "enabled": kbuild.runtime.enabled_packages(),
                   "out_sha256": hashlib.sha256(out.contiguous().view(torch.uint8).cpu().numpy().tobytes()).hexdigest()}}))
@@ -127,49 +148,87 @@ def build(work: Path, cc: int, example: Path) -> dict[str, Any]:
             "kernels": sorted(e["kernel"] for e in index.entries.values()), "index_version": index.version}
 
 
-def child(src: str, kernel: str, cache: Path, runtime_on: bool, profile: bool = False) -> dict[str, Any]:
+BYTECODE = ("plain", "cached")
+
+
+def child(src: str, kernel: str, cache: Path, runtime_on: bool, profile: bool = False,
+          pycache: str | None = None) -> dict[str, Any]:
+    """One fresh process. ``pycache`` None: plain (no bytecode written); else the shared PYTHONPYCACHEPREFIX."""
     env = dict(os.environ, TRITON_CACHE_DIR=str(cache), KBUILD_RUNTIME="on" if runtime_on else "off")
+    env.pop("PYTHONPYCACHEPREFIX", None)
+    if pycache is None:
+        env["PYTHONDONTWRITEBYTECODE"] = "1"
+    else:
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
+        env["PYTHONPYCACHEPREFIX"] = pycache
     code = _CHILD.format(src=src, call=CALLS[kernel], profile=profile)
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
     if proc.returncode != 0:
-        return {"error": proc.stderr[-2000:]}
+        return {"error": proc.stderr[-3000:]}
     return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
 
 
-def measure(src: str, kernels: list[str], repeats: int, profile: bool = False) -> dict[str, Any]:
-    rows: dict[str, Any] = {}
-    for kernel in kernels:
-        profiled = None
+def measure(src: str, kernels: list[str], repeats: int, profile: bool = False, bytecodes: tuple[str, ...] = BYTECODE,
+            pycache: str | None = None, budget_s: float = 170.0, triton_repeats: int = 3) -> dict[str, Any]:
+    """Rows per bytecode state and kernel. Rounds cycle over every cell so that a budget cut leaves every cell
+    with the same number of samples; Triton's baselines are timed in the first ``triton_repeats`` rounds."""
+    started = time.perf_counter()
+    cells = [(b, k) for b in bytecodes for k in kernels]
+    prefix = {b: (pycache if b == "cached" else None) for b in bytecodes}
+    samples: dict[tuple[str, str], dict[str, list[dict[str, Any]]]] = {cell: {m: [] for m in MODES} for cell in cells}
+    profiled: dict[tuple[str, str], Any] = {}
+    for b, kernel in cells:
+        if b == "cached":  # untimed: each side imports its modules once, writing their bytecode under the prefix
+            for runtime_on in (True, False):
+                with tempfile.TemporaryDirectory(prefix="kbuild-coldstart-cache-") as cache:
+                    child(src, kernel, Path(cache), runtime_on, pycache=prefix[b])
         if profile:  # one extra shipped first call under cProfile (not among the timed samples)
             with tempfile.TemporaryDirectory(prefix="kbuild-coldstart-cache-") as cache:
-                profiled = child(src, kernel, Path(cache), True, profile=True)
-        samples: dict[str, list[dict[str, Any]]] = {m: [] for m in MODES}
-        for _ in range(repeats):
-            for runtime_on, cold, warm in ((True, "shipped_cold", "shipped_warm"), (False, "triton_cold", "triton_warm")):
+                profiled[(b, kernel)] = child(src, kernel, Path(cache), True, profile=True, pycache=prefix[b])
+    rounds_done, last_round, stopped = 0, 0.0, None
+    for r in range(repeats):
+        sides = ((True, "shipped_cold", "shipped_warm"),) + (((False, "triton_cold", "triton_warm"),)
+                                                             if r < triton_repeats else ())
+        elapsed = time.perf_counter() - started
+        if r and elapsed + last_round * (len(sides) / 2 if r == triton_repeats else 1) > budget_s:
+            stopped = f"budget: {elapsed:.0f} s used of {budget_s:.0f} s after {r} rounds"
+            break
+        t_round = time.perf_counter()
+        for b, kernel in cells:
+            for runtime_on, cold, warm in sides:
                 with tempfile.TemporaryDirectory(prefix="kbuild-coldstart-cache-") as cache:
-                    samples[cold].append(child(src, kernel, Path(cache), runtime_on))
-                    samples[warm].append(child(src, kernel, Path(cache), runtime_on))
-        med = {m: statistics.median(s["seconds"] for s in samples[m]) if all("seconds" in s for s in samples[m])
-               else None for m in MODES}
-        outs = {s.get("out_sha256") for m in MODES for s in samples[m]}
-        rows[kernel] = {
+                    samples[(b, kernel)][cold].append(child(src, kernel, Path(cache), runtime_on, pycache=prefix[b]))
+                    samples[(b, kernel)][warm].append(child(src, kernel, Path(cache), runtime_on, pycache=prefix[b]))
+        last_round = time.perf_counter() - t_round
+        rounds_done = r + 1
+        print(f"  round {rounds_done}: {last_round:.0f} s ({'shipped + Triton' if len(sides) == 2 else 'shipped'})",
+              flush=True)
+    rows: dict[str, Any] = {b: {} for b in bytecodes}
+    for (b, kernel), smp in samples.items():
+        ok = {m: [s for s in smp[m] if "seconds" in s] for m in MODES}
+        med = {m: statistics.median(s["seconds"] for s in ok[m]) if ok[m] and len(ok[m]) == len(smp[m]) else None
+               for m in MODES}
+        outs = {s.get("out_sha256") for m in MODES for s in smp[m]}
+        shipped = [s for m in ("shipped_cold", "shipped_warm") for s in smp[m]]
+        rows[b][kernel] = {
             "median_seconds": med,
-            "shipped_compiles": sum(s.get("compiles", 0) for m in ("shipped_cold", "shipped_warm") for s in samples[m]),
-            "zero_jit": all(any(e.get("stage") == "zero-jit" for e in s.get("events", ()))
-                            for m in ("shipped_cold", "shipped_warm") for s in samples[m]),
-            "direct_launch": all(any(e.get("stage") == "direct-launch" for e in s.get("events", ()))
-                                 for m in ("shipped_cold", "shipped_warm") for s in samples[m]),
-            "shipped_host_builds": sorted({b for m in ("shipped_cold", "shipped_warm") for s in samples[m]
-                                           for b in s.get("host_builds", ())}),
+            "n": {m: len(smp[m]) for m in MODES},
+            "zero_jit": all(any(e.get("stage") == "zero-jit" for e in s.get("events", ())) for s in shipped),
+            "direct_launch": all(any(e.get("stage") == "direct-launch" for e in s.get("events", ())) for s in shipped),
+            "shipped_compiles": sum(s.get("compiles", 0) for s in shipped),
+            "shipped_host_builds": sorted({b2 for s in shipped for b2 in s.get("host_builds", ())}),
             "bit_identical": len(outs) == 1 and None not in outs,
+            "shipped_imported_gluon": any(s.get("gluon_imported") for s in shipped),
+            "pyc": sorted({json.dumps(s.get("pyc"), sort_keys=True) for m in MODES for s in smp[m]}),
             # Like for like: an empty Triton cache on both sides, and a warm one on both sides.
             "x_cold_vs_cold": _ratio(med["triton_cold"], med["shipped_cold"]),
             "x_warm_vs_warm": _ratio(med["triton_warm"], med["shipped_warm"]),
-            "samples": samples}
-        if profiled is not None:
-            rows[kernel]["profile_shipped_cold"] = profiled.get("profile") or profiled.get("error")
-        print(table({kernel: rows[kernel]}).splitlines()[-1], flush=True)  # a row as soon as it is measured
-    return rows
+            "samples": smp}
+        if (b, kernel) in profiled:
+            got = profiled[(b, kernel)]
+            rows[b][kernel]["profile_shipped_cold"] = got.get("profile") or got.get("error")
+        print(table({b: {kernel: rows[b][kernel]}}).splitlines()[-1], flush=True)
+    return {"rows": rows, "rounds": rounds_done, "stopped": stopped, "seconds": round(time.perf_counter() - started, 1)}
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:
@@ -177,15 +236,17 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 
 
 def table(rows: dict[str, Any]) -> str:
-    head = (f"{'kernel':<20} " + " ".join(f"{m:>13}" for m in MODES)
-            + "  ×cold  ×warm  compiles  gcc  direct  bit-identical")
+    head = (f"{'bytecode':<8} {'kernel':<18} " + " ".join(f"{m:>13}" for m in MODES)
+            + "  ×cold  ×warm  n(shipped/triton)  compiles  gcc  direct  gluon  bit-identical")
     lines = [head]
-    for kernel, r in rows.items():
-        med = r["median_seconds"]
-        cells = " ".join(f"{med[m]:>12.4f}s" if med[m] is not None else f"{'error':>13}" for m in MODES)
-        lines.append(f"{kernel:<20} {cells}  {r['x_cold_vs_cold']!s:>5}  {r['x_warm_vs_warm']!s:>5}  "
-                     f"{r['shipped_compiles']:>8}  {len(r['shipped_host_builds']):>3}  {r['direct_launch']!s:>6}  "
-                     f"{r['bit_identical']!s:>13}")
+    for b, by_kernel in rows.items():
+        for kernel, r in by_kernel.items():
+            med = r["median_seconds"]
+            cells = " ".join(f"{med[m]:>12.4f}s" if med[m] is not None else f"{'-':>13}" for m in MODES)
+            n = f"{r['n']['shipped_cold']}/{r['n']['triton_cold']}"
+            lines.append(f"{b:<8} {kernel:<18} {cells}  {r['x_cold_vs_cold']!s:>5}  {r['x_warm_vs_warm']!s:>5}  "
+                         f"{n:>17}  {r['shipped_compiles']:>8}  {len(r['shipped_host_builds']):>3}  "
+                         f"{r['direct_launch']!s:>6}  {r['shipped_imported_gluon']!s:>5}  {r['bit_identical']!s:>13}")
     return "\n".join(lines)
 
 
@@ -197,6 +258,11 @@ def main() -> int:
     parser.add_argument("--dry-run", action="store_true", help="CPU: build for sm_90 and check the index; no GPU")
     parser.add_argument("--profile", action="store_true",
                         help="also profile one shipped first call per kernel (cProfile, top 25 cumulative)")
+    parser.add_argument("--bytecode", choices=["both", *BYTECODE], default="both",
+                        help="plain: the install as it is, no bytecode written; cached: one PYTHONPYCACHEPREFIX that "
+                             "untimed children fill first, as on an install whose .pyc files pip wrote")
+    parser.add_argument("--budget-s", type=float, default=170.0, help="seconds for measuring (rounds are not cut)")
+    parser.add_argument("--triton-repeats", type=int, default=3, help="rounds that also time Triton's baselines")
     args = parser.parse_args()
     out = Path(args.out)
     with tempfile.TemporaryDirectory(prefix="kbuild-coldstart-") as tmp:
@@ -212,18 +278,30 @@ def main() -> int:
 
         major, minor = torch.cuda.get_device_capability(0)
         built = build(Path(tmp), major * 10 + minor, args.example)
+        import compileall
+
+        compileall.compile_dir(str(ROOT / "kbuild"), quiet=1)  # kbuild as an install would have it (both states)
+        bytecodes = BYTECODE if args.bytecode == "both" else (args.bytecode,)
         print(table({}), flush=True)  # the header; rows follow as they are measured
-        rows = measure(built["src"], built["kernels"], args.repeats, profile=args.profile)
+        measured = measure(built["src"], built["kernels"], args.repeats, profile=args.profile, bytecodes=bytecodes,
+                           pycache=str(Path(tmp) / "pycache"), budget_s=args.budget_s,
+                           triton_repeats=args.triton_repeats)
+        rows = measured["rows"]
         doc = {"device": torch.cuda.get_device_name(0), "cc": major * 10 + minor, "build": built,
-               "repeats": args.repeats, "rows": rows,
+               "repeats": args.repeats, "triton_repeats": args.triton_repeats, "budget_s": args.budget_s,
+               "rounds": measured["rounds"], "stopped": measured["stopped"], "measure_seconds": measured["seconds"],
+               "bytecode": list(bytecodes), "rows": rows,
                "command": " ".join([Path(sys.executable).name, *sys.argv]),
                "sha256_of_script": hashlib.sha256(Path(__file__).read_bytes()).hexdigest()}
         out.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
+        for b, by_kernel in rows.items():
+            for kernel, row in by_kernel.items():
+                if row.get("profile_shipped_cold"):
+                    print(f"-- {b} {kernel}: shipped first call, cProfile\n" + row["profile_shipped_cold"][:2500])
+        print(f"rounds {measured['rounds']} ({measured['stopped'] or 'all'}), measuring {measured['seconds']} s")
         print(table(rows))
-        for kernel, row in rows.items():
-            if row.get("profile_shipped_cold"):
-                print(f"-- {kernel}: shipped first call, cProfile\n" + row["profile_shipped_cold"][:4000])
-        failed = [k for k, r in rows.items() if r["shipped_compiles"] or not r["zero_jit"] or not r["bit_identical"]]
+        failed = [k for by_kernel in rows.values() for k, r in by_kernel.items()
+                  if r["shipped_compiles"] or not r["zero_jit"] or not r["bit_identical"]]
         return 1 if failed else 0
 
 
