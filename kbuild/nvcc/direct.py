@@ -12,7 +12,9 @@ it writes the stored object and dependency file and runs nothing. A manifest key
 that a few versions of the headers (a branch switch and back) each keep their entry; entries are immutable.
 
 Not answered directly (the full plan runs, with its per-step cache): a compile whose files use ``__DATE__``,
-``__TIME__`` or ``__TIMESTAMP__`` (the object changes with the clock), and one without ``-c`` and ``-o``.
+``__TIME__`` or ``__TIMESTAMP__`` (the object changes with the clock), one without ``-c`` and ``-o``, and one whose
+declared CUDA kernels shipped untuned when a tuning result has reached the store since, or this machine can now
+tune them (:meth:`kbuild.nvcc.tuned.CudaTuning.answers`).
 The known limit of any direct mode stays: a header created *after* the first build, earlier on the include path
 than the one the manifest lists, is not seen; delete the entry (``KBUILD_NVCC_CACHE=off`` for one build) in that
 case.

@@ -177,10 +177,8 @@ class Launcher:
             else:
                 self._save(step, tmp, output, seconds)
                 self._tuned(cmd.tool, step, argv, env)
-        if self.tuning is not None:
-            self._write_records(self.tuning.records)
-            if self.tuning.untuned:
-                invocation = None  # ask the store again next time: a tuning result may arrive (prewarm)
+        if self.tuning is not None:  # a unit that shipped untuned is answered directly only while nothing could
+            self._write_records(self.tuning.records)  # tune it (CudaTuning.answers, checked before a direct answer)
         if invocation is not None:
             self._direct_save(invocation, union(read), [a[0] for a in argvs if a[0] != DEPS_STEP], deps_file)
         return 0
@@ -222,6 +220,12 @@ class Launcher:
                 continue
             if tools_now != meta["tools"]:
                 continue
+            untuned: list[str] = []
+            if meta.get("cuda_records"):
+                said = None if self.tuning is None else self.tuning.answers(meta["cuda_records"])
+                if said is None:
+                    continue  # a kernel that shipped untuned would now ship tuned: compile again
+                untuned = said
             obj = self._get(meta["object"])
             deps = self._get(meta["deps"]) if meta.get("deps") else None
             if obj is None or (meta.get("deps") and deps is None):
@@ -235,6 +239,8 @@ class Launcher:
                 deps_path.write_bytes(deps.cubin)
             if meta.get("cuda_records"):
                 self._write_records(meta["cuda_records"])
+            for line in untuned:  # as the compile that stored the object said them
+                print(line, file=sys.stderr)
             self._event("nvcc", "", "direct-hit", time.perf_counter() - t0, key=invocation)
             return True
         return False

@@ -317,7 +317,6 @@ class CudaTuning:
         self.store = store
         self.emit = emit
         self.records: list[dict[str, Any]] = []
-        self.untuned = False
 
     @classmethod
     def for_invocation(cls, args: Sequence[str], cwd: Path, *, store: Any, emit: Any) -> CudaTuning | None:
@@ -369,9 +368,7 @@ class CudaTuning:
             if art is None:
                 state, shipped = "baseline", data
                 action = "untuned"
-                why = ("tune = \"off\"" if self.settings.tune == "off" else
-                       "no bench spec" if not k.bench else f"no {elf.arch} GPU on this machine")
-                self.untuned = True
+                why = self._why_untuned(k, elf.arch)
                 if self.settings.tune == "require":
                     raise UntunedError(f"{self.settings.config_file}: cuda.kernels[{i}] ({k.name}) would ship untuned "
                                        f"for {elf.arch} ({why}), and tune = \"require\"")
@@ -395,6 +392,32 @@ class CudaTuning:
 
     def _can_tune(self, k: Any, cc: int, has_gpu: Any) -> bool:
         return self.settings.tune != "off" and bool(k.bench) and has_gpu(cc)
+
+    def _why_untuned(self, k: Any, arch: str) -> str:
+        return ("tune = \"off\"" if self.settings.tune == "off" else
+                "no bench spec" if not k.bench else f"no {arch} GPU on this machine")
+
+    def answers(self, records: Sequence[Mapping[str, Any]]) -> list[str] | None:
+        """Whether an object whose compile shipped ``records`` is still what compiling the unit gives now (the direct
+        mode's check; its key already covers the declarations and the tuner's settings): every kernel that shipped
+        untuned still has no tuning result in the store and still cannot be tuned on this machine. None when it is
+        not; else the ``ships untuned`` lines a compile would say, for the caller to say once it answers."""
+        from kbuild.device.probe import has_gpu
+
+        declared = {k.name: k for _, k in self.kernels}
+        lines = []
+        for r in records:
+            if r.get("state") != "baseline":
+                continue
+            k = declared.get(str(r.get("kernel")))
+            target = str(r.get("target", ""))
+            if k is None or not target.startswith("sm_") or not target[3:].isdigit():
+                return None
+            if self.store.get(str(r.get("key"))) is not None or self._can_tune(k, int(target[3:]), has_gpu):
+                return None  # a tuning result arrived (prewarm), or this machine can tune it now
+            arch = str(r.get("arch") or target)
+            lines.append(f"kbuild-nvcc: {k.name} ({arch}) ships untuned: {self._why_untuned(k, arch)}")
+        return lines
 
     @staticmethod
     def _usable(art: Any, data: bytes, cc: int, symbol: str) -> bool:
@@ -439,12 +462,19 @@ class CudaTuning:
 
 
 def write_records(records: Sequence[Mapping[str, Any]], directory: Path | None) -> None:
-    """One JSON file per record into ``directory`` (KBUILD_NVCC_RECORDS), named by kernel and target."""
+    """One JSON file per record into ``directory`` (KBUILD_NVCC_RECORDS), named by kernel and target. A kernel's
+    records of other targets (an earlier compile of its unit, in a build directory that is reused) are removed: the
+    directory holds what the last compile of each unit shipped."""
     if directory is None or not records:
         return
     from kbuild.fsutil import write_atomic
 
     directory.mkdir(parents=True, exist_ok=True)
+    names = {f"{r['kernel']}.{r['target']}.json" for r in records}
+    for kernel in sorted({str(r["kernel"]) for r in records}):
+        for old in directory.glob(f"{kernel}.*.json"):
+            if old.name not in names and old.name.count(".") == 2:
+                old.unlink(missing_ok=True)
     for r in records:
         write_atomic(directory / f"{r['kernel']}.{r['target']}.json", json.dumps(r, sort_keys=True, indent=1) + "\n")
 

@@ -98,6 +98,14 @@ def test_a_stored_tuned_cubin_replaces_ptxas_output_in_the_object(nvcc, launcher
     a_obj = (src / "a.o").read_bytes()
     assert untouched in a_obj  # the fatbin embeds ptxas's cubin as is
 
+    # unchanged, nothing could tune it here: answered directly, with the records and the 'ships untuned' lines
+    (records / "scale.sm_90.json").unlink()
+    unchanged = launcher(nvcc, *args("a.o"), cwd=src, env=env)
+    assert unchanged.count("nvcc", "direct-hit") == 1 and {e["tool"] for e in unchanged.events} == {"nvcc"}
+    assert "scale (sm_90) ships untuned: no sm_90 GPU on this machine" in unchanged.stderr
+    assert json.loads((records / "scale.sm_90.json").read_text())["state"] == "baseline"
+    assert (src / "a.o").read_bytes() == a_obj
+
     # STAND-IN tuned artefact (not a tuning result): the yield bit of the first instruction flipped, stored under
     # the real tuned key
     stand_in, changed = patch_text(untouched, lambda i, w: _flip_yield(w) if i == 0 else w, only=rec["symbol"])
@@ -108,7 +116,7 @@ def test_a_stored_tuned_cubin_replaces_ptxas_output_in_the_object(nvcc, launcher
             "stand_in": "test stand-in: the untouched cubin with reuse flags cleared, not a tuning result"}))
     second = launcher(nvcc, *args("a.o"), cwd=src, env=env)
     assert second.returncode == 0, second.stderr
-    assert second.count("nvcc", "direct-hit") == 0  # an untuned unit is never answered directly
+    assert second.count("nvcc", "direct-hit") == 0  # a tuning result arrived: the unit compiles again
     assert second.count("ptxas", "hit") == 2 and second.count("ptxas", "run") == 0
     assert second.count("tune", "tuned-hit") == 1 and second.count("tune", "untuned") == 1
     obj = (src / "a.o").read_bytes()
