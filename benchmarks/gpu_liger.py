@@ -48,6 +48,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -297,19 +298,27 @@ def run_child(code: str, env: dict[str, str], timeout: float = 300) -> dict[str,
     return dict(json.loads(proc.stdout.strip().splitlines()[-1]))
 
 
-def first_calls(site: Path, repeats: int) -> dict[str, Any]:
+def first_calls(site: Path, repeats: int, only: list[str] | None = None,
+                budget_s: float | None = None) -> dict[str, Any]:
+    """``only``: op/dtype names, measured in that order (a priority; default all 12 in OPS order); ``budget_s``: no
+    op/dtype starts after this many seconds (the rest are recorded as not measured)."""
     rows: dict[str, Any] = {}
-    for op in OPS:
-        for dtype in DTYPES:
-            code = _FIRST_CALL.format(calls=_CALLS, op=op, dtype=dtype)
-            samples: dict[str, list[dict[str, Any]]] = {m: [] for m in MODES}
-            for _ in range(repeats):
-                for on, cold, warm in ((True, "shipped_cold", "shipped_warm"), (False, "triton_cold", "triton_warm")):
-                    with tempfile.TemporaryDirectory(prefix="kbuild-liger-cache-") as cache:
-                        samples[cold].append(run_child(code, child_env(site, Path(cache), on)))
-                        samples[warm].append(run_child(code, child_env(site, Path(cache), on)))
-            rows[f"{op}/{dtype}"] = summarise(samples, len(OPS[op]))
-            print(f"  {op}/{dtype}: {short(rows[f'{op}/{dtype}'])}", flush=True)
+    started = time.perf_counter()
+    for name in only or [f"{op}/{dtype}" for op in OPS for dtype in DTYPES]:
+        op, dtype = name.split("/")
+        if budget_s is not None and time.perf_counter() - started > budget_s:
+            rows[name] = {"not_measured": f"first-call budget of {budget_s:.0f} s used"}
+            print(f"  {name}: not measured (budget)", flush=True)
+            continue
+        code = _FIRST_CALL.format(calls=_CALLS, op=op, dtype=dtype)
+        samples: dict[str, list[dict[str, Any]]] = {m: [] for m in MODES}
+        for _ in range(repeats):
+            for on, cold, warm in ((True, "shipped_cold", "shipped_warm"), (False, "triton_cold", "triton_warm")):
+                with tempfile.TemporaryDirectory(prefix="kbuild-liger-cache-") as cache:
+                    samples[cold].append(run_child(code, child_env(site, Path(cache), on)))
+                    samples[warm].append(run_child(code, child_env(site, Path(cache), on)))
+        rows[name] = summarise(samples, len(OPS[op]))
+        print(f"  {name}: {short(rows[name])}", flush=True)
     return rows
 
 
@@ -357,12 +366,20 @@ def steady_state(site: Path, rounds: int, reps: int) -> dict[str, Any]:
     return out
 
 
+_SUMMARY = re.compile(r"(\d+) (passed|failed|skipped|xfailed|xpassed|errors?|deselected)")
+
+
 def liger_tests(site: Path, sdist: Path, work: Path, timeout: float, *, collect_only: bool = False,
-                tests_site: Path | None = None) -> dict[str, Any]:
+                tests_site: Path | None = None, files: tuple[str, ...] = LIGER_TESTS,
+                workers: int = 0) -> dict[str, Any]:
     """Liger's own unit tests for the covered ops, from its sdist, with kbuild.runtime on.
 
     ``tests_site``: a folder already holding transformers & co. (else ``.whl/liger-tests/*.whl`` are installed);
-    ``collect_only``: pytest ``--collect-only`` (the CPU dry run: imports, conftest, runtime enabled)."""
+    ``collect_only``: pytest ``--collect-only`` (the CPU dry run: imports, conftest, runtime enabled);
+    ``files``: the test files, run in order, each given an equal share of what is left of ``timeout`` (time a file
+    does not use passes to the later ones); a file past its share gets SIGINT, so pytest still writes its junit XML
+    and summary (what ran is counted), then SIGKILL 20 s later; ``workers``: pytest-xdist ``-n`` when xdist is
+    importable (the tests' Triton compiles are CPU work)."""
     wheels = sorted(TEST_WHEELS.glob("*.whl"))
     if tests_site is None and wheels:
         tests_site = work / "liger-tests-site"
@@ -380,30 +397,44 @@ def liger_tests(site: Path, sdist: Path, work: Path, timeout: float, *, collect_
     env["KBX_LIGER_EVENTS"] = str(work / "liger-tests-events.json")
     # One pytest per file, each with its own junit XML, so that a file cut short by the time limit loses only
     # its own counts; the files share ``timeout`` in order (the covered ops first-come).
+    import importlib.util
+
+    xdist = workers > 0 and not collect_only and importlib.util.find_spec("xdist") is not None
     started = time.perf_counter()
     counts: dict[str, dict[str, int]] = {}
+    summaries: dict[str, dict[str, int]] = {}
+    shares: dict[str, float] = {}
     logs: list[str] = []
     rcs: dict[str, int | str] = {}
-    for test_file in LIGER_TESTS:
+    for i, test_file in enumerate(files):
         left = timeout - (time.perf_counter() - started)
         name = Path(test_file).name
         if left < 5:
             rcs[name] = "not run (time)"
             continue
+        share = shares[name] = round(left / (len(files) - i), 1)
         junit = work / f"{Path(test_file).stem}.xml"
+        cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfE", f"--junitxml={junit}",
+               *(["--collect-only"] if collect_only else []), *(["-n", str(workers)] if xdist else []), test_file]
+        proc = subprocess.Popen(cmd, cwd=root, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         try:
-            proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-rfE",
-                                   f"--junitxml={junit}", *(["--collect-only"] if collect_only else []), test_file], cwd=root, env=env, capture_output=True,
-                                  text=True, timeout=left, check=False)
-            logs.append(f"==== {test_file} (exit {proc.returncode})\n{proc.stdout[-6000:]}{proc.stderr[-2000:]}")
+            out, err = proc.communicate(timeout=share)
             rcs[name] = proc.returncode
-            found = re.search(r"(\d+) tests? collected", proc.stdout)
-            if collect_only and found:
-                counts.setdefault(name, {})["collected"] = int(found.group(1))
-        except subprocess.TimeoutExpired as exc:
-            parts = [p.decode(errors="replace") if isinstance(p, bytes) else (p or "") for p in (exc.stdout, exc.stderr)]
-            logs.append(f"==== {test_file} [timed out after {left:.0f} s]\n{parts[0][-6000:]}{parts[1][-2000:]}")
-            rcs[name] = "timed out"
+            logs.append(f"==== {test_file} (exit {proc.returncode}, share {share:.0f} s)\n{out[-6000:]}{err[-2000:]}")
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGINT)  # pytest stops, writes the junit XML and its summary
+            try:
+                out, err = proc.communicate(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                out, err = proc.communicate()
+            rcs[name] = f"cut at its share ({share:.0f} s)"
+            logs.append(f"==== {test_file} [cut at its share of {share:.0f} s]\n{out[-6000:]}{err[-2000:]}")
+        tail = out.strip().splitlines()[-1] if out.strip() else ""
+        summaries[name] = {k.rstrip("s") if k.startswith("error") else k: int(n) for n, k in _SUMMARY.findall(tail)}
+        found = re.search(r"(\d+) tests? collected", out)
+        if collect_only and found:
+            counts.setdefault(name, {})["collected"] = int(found.group(1))
         if junit.is_file():
             for case in ET.parse(junit).getroot().iter("testcase"):
                 kind = next((c.tag for c in case if c.tag in ("failure", "error", "skipped")), "passed")
@@ -416,7 +447,8 @@ def liger_tests(site: Path, sdist: Path, work: Path, timeout: float, *, collect_
     for e in events:
         stages[str(e.get("stage"))] = stages.get(str(e.get("stage")), 0) + 1
     return {"rc": rcs, "seconds": round(time.perf_counter() - started, 1), "counts": counts,
-            "runtime_event_stages": stages, "log": log[-20000:], "files": list(LIGER_TESTS),
+            "summary_line_counts": summaries, "shares_s": shares, "xdist_workers": workers if xdist else 0,
+            "runtime_event_stages": stages, "log": log[-20000:], "files": list(files),
             "extra_wheels": [w.name for w in wheels], "collect_only": collect_only}
 
 
@@ -469,6 +501,9 @@ def table(doc: dict[str, Any]) -> str:
     lines = [f"{'op/dtype':<20} " + " ".join(f"{m:>13}" for m in MODES)
              + "  ×cold  ×warm  zero-JIT  bit-id  steady shipped/triton ms"]
     for name, r in doc.get("first_call", {}).items():
+        if "not_measured" in r:
+            lines.append(f"{name:<20} not measured ({r['not_measured']})")
+            continue
         med = r["median_seconds"]
         op, dtype = name.split("/")
         st = doc.get("steady", {}).get(dtype, {}).get("ops", {}).get(op)
@@ -481,7 +516,8 @@ def table(doc: dict[str, Any]) -> str:
     if tests:
         lines.append(f"Liger's tests (exit per file {tests['rc']}, {tests['seconds']} s, runtime events "
                      f"{tests['runtime_event_stages']}):")
-        lines += [f"  {f}: {c}" for f, c in sorted(tests["counts"].items())]
+        lines += [f"  {f}: junit {tests['counts'].get(f)}, summary line {tests.get('summary_line_counts', {}).get(f)}"
+                  for f in sorted(set(tests["counts"]) | set(tests.get("summary_line_counts", {})))]
     return "\n".join(lines)
 
 
@@ -497,12 +533,25 @@ def main() -> int:
     parser.add_argument("--tests-site", type=Path, default=None,
                         help="a folder holding transformers>=5 & co. for Liger's tests (default: install .whl/liger-tests)")
     parser.add_argument("--skip", action="append", default=[], choices=["first-call", "steady", "tests"])
+    parser.add_argument("--only", action="append", default=[], metavar="OP/DTYPE",
+                        help="first calls of these only (repeat; e.g. geglu/bf16), default all 12")
+    parser.add_argument("--first-call-s", type=float, default=None,
+                        help="no op/dtype's first calls start after this many seconds (the rest: not measured)")
+    parser.add_argument("--test-files", default=None,
+                        help="comma-separated ops whose test files run (e.g. swiglu,geglu), default all six")
+    parser.add_argument("--tests-workers", type=int, default=0, help="pytest-xdist -n for Liger's tests (0: none)")
     parser.add_argument("--wheel", type=Path, default=None,
                         help="a kbx_liger wheel built earlier for this GPU's target (checked, not rebuilt)")
     parser.add_argument("--keep-wheel", type=Path, default=None, help="copy the built wheel here")
     parser.add_argument("--dry-run", action="store_true",
                         help="CPU: build for sm_90, install, check the plan against the index; nothing timed")
     args = parser.parse_args()
+    unknown = [o for o in args.only if o.split("/")[0] not in OPS or o.split("/")[-1] not in DTYPES]
+    files = LIGER_TESTS if args.test_files is None else tuple(f"test/transformers/test_{op}.py"
+                                                              for op in args.test_files.split(","))
+    bad_files = [f for f in files if f not in LIGER_TESTS]
+    if unknown or bad_files:
+        parser.error(f"unknown --only {unknown} / --test-files {bad_files}")
     t0 = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="kbuild-liger-") as tmp:
         work = Path(tmp)
@@ -530,7 +579,7 @@ def main() -> int:
                        sdist_present=args.sdist.is_file(), test_wheels=[w.name for w in TEST_WHEELS.glob("*.whl")])
             if args.sdist.is_file() and "tests" not in args.skip:
                 collected = liger_tests(site, args.sdist, work, args.tests_timeout, collect_only=True,
-                                        tests_site=args.tests_site)
+                                        tests_site=args.tests_site, files=files)
                 doc["liger_tests_collected"] = {k: v for k, v in collected.items() if k != "log"}
                 print(f"collected Liger's tests with kbuild.runtime on: exit {collected['rc']}")
                 if any(rc != 0 for rc in collected["rc"].values()):
@@ -546,15 +595,19 @@ def main() -> int:
 
         doc["device"] = device_report()
         doc["repeats"] = args.repeats
+        write = lambda: args.out.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")  # noqa: E731
         if "first-call" not in args.skip:
             print("== first calls (fresh processes)", flush=True)
-            doc["first_call"] = first_calls(site, args.repeats)
+            doc["first_call"] = first_calls(site, args.repeats, args.only or None, args.first_call_s)
+            write()  # after each part: a call cut by its time limit keeps what was measured
         if "steady" not in args.skip:
             print("== steady state (interleaved)", flush=True)
             doc["steady"] = steady_state(site, args.rounds, args.reps)
+            write()
         if "tests" not in args.skip and args.sdist.is_file():
-            print(f"== Liger's own tests ({', '.join(LIGER_TESTS)})", flush=True)
-            doc["liger_tests"] = liger_tests(site, args.sdist, work, args.tests_timeout, tests_site=args.tests_site)
+            print(f"== Liger's own tests ({', '.join(files)}; {args.tests_timeout:.0f} s shared)", flush=True)
+            doc["liger_tests"] = liger_tests(site, args.sdist, work, args.tests_timeout, tests_site=args.tests_site,
+                                             files=files, workers=args.tests_workers)
             (args.out.parent / "liger_tests.log").write_text(doc["liger_tests"]["log"])
         elif "tests" not in args.skip:
             doc["liger_tests"] = None
@@ -562,7 +615,7 @@ def main() -> int:
         doc["seconds"] = round(time.perf_counter() - t0, 1)
         args.out.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")
         print(table(doc))
-        rows = doc.get("first_call", {}).values()
+        rows = [r for r in doc.get("first_call", {}).values() if "not_measured" not in r]
         bad = [r for r in rows if not r["bit_identical"] or r["served_zero_jit"] < r["kernels"]]
         steady_bad = [o for d in doc.get("steady", {}).values() for o in d.get("ops", {}).values()
                       if not o["bit_identical"]] + [d["error"] for d in doc.get("steady", {}).values() if "error" in d]
