@@ -114,7 +114,8 @@ def plan(config_settings: ConfigSettings, out_dir: Path, *, project: Mapping[str
     the manifest, the C sources rendered as ``kbuild_add_kernels`` would with its defaults, the kernels' source
     files (``depends.txt``) and Triton's include directory (``include_dir.txt``).
 
-    Returns the manifest's path, or None when the project has no ``[tool.kbuild]`` table. ``project``: the
+    Returns the manifest's path, or None when the project has no ``[tool.kbuild]`` table or declares CUDA C++
+    kernels only (``[tool.kbuild.cuda]``: kbuild-nvcc compiles those; :func:`_ship_cuda` lists them). ``project``: the
     file, already read. Raises the pipeline's errors (bad input, ``require``, ``locked``, ``strict``).
     """
     project = _project() if project is None else project
@@ -134,6 +135,9 @@ def plan(config_settings: ConfigSettings, out_dir: Path, *, project: Mapping[str
         raise UsageError(f'{settings.config_file}: [tool.kbuild] ship = "package-data": the backend writes package '
                          "data through setuptools only, and this project builds with scikit-build-core (CMake); "
                          'ship = "extension" there, or run kbuild package-data into the built tree')
+    if not settings.kernels and settings.cuda.kernels:  # CUDA C++ only: nothing to emit, kbuild-nvcc compiles them
+        _say(f"kbuild: no Triton kernels; {len(settings.cuda.kernels)} CUDA C++ kernel(s) through kbuild-nvcc")
+        return None
     part = list(settings.targets) if (config_settings or {}).get("kbuild.targets") else None
     result = pipeline.plan(settings, targets=part)
     tuned = sum(1 for b in result.builds if b.improved)
@@ -175,9 +179,58 @@ def staged_package_data(manifest: Path) -> Path | None:
     return found[0] if found else None
 
 
+#: Where kbuild-nvcc's records go under a scikit-build-core build directory the build names (``build-dir``).
+NVCC_RECORDS_DIR = "kbuild-nvcc-records"
+
+
+def _skbuild_records_dir(config_settings: ConfigSettings, project: Mapping[str, Any], tmp: Path) -> Path:
+    """Where kbuild-nvcc writes its records during a scikit-build-core build: inside the build directory when the
+    build names one without placeholders (``-C build-dir=DIR`` or ``[tool.scikit-build] build-dir``), which later
+    builds reuse, so that units ninja finds up to date keep their records; else in ``tmp`` (scikit-build-core's own
+    build directory is then a new temporary one, and every unit compiles)."""
+    given = (config_settings or {}).get("build-dir")
+    if not isinstance(given, str):
+        tool = _tool(project).get("scikit-build")
+        given = tool.get("build-dir") if isinstance(tool, dict) else None
+    if isinstance(given, str) and given and "{" not in given:
+        return (Path(given) / NVCC_RECORDS_DIR).resolve()
+    return tmp / NVCC_RECORDS_DIR
+
+
+def _ship_cuda(config_settings: ConfigSettings, project: Mapping[str, Any], records: Path, wheel: Path) -> None:
+    """After a scikit-build-core wheel is built: the project's declared CUDA C++ kernels (kbuild-nvcc's records)
+    into the wheel's ``.dist-info/kbuild.json`` (:func:`kbuild.hooks.manifest.write_wheel_manifest`); the manifest
+    ``kbuild_add_kernels`` installed keeps its Triton entries, a wheel without one gets one. Nothing to do for a
+    project that declares none."""
+    from kbuild.config import load_settings
+
+    from .manifest import (
+        build_manifest,
+        declared_cuda_entries,
+        wheel_manifest,
+        with_cuda,
+        write_wheel_manifest,
+    )
+
+    settings = load_settings("pyproject.toml", config_settings=config_settings, document=project)
+    if not settings.cuda.kernels:
+        return
+    entries, lines = declared_cuda_entries(settings, records)
+    for line in lines:
+        _say(line)
+    if not entries:
+        return
+    manifest = wheel_manifest(wheel, missing_ok=True)
+    if manifest is None:  # the project's CMake installs none (no kbuild_add_kernels)
+        manifest = build_manifest([], tune=settings.tune)
+    write_wheel_manifest(wheel, with_cuda(manifest, entries))
+    _say(f"kbuild: {len(entries)} CUDA kernel × target in {wheel.name}'s manifest")
+
+
 @contextlib.contextmanager
-def _planned(config_settings: ConfigSettings) -> Iterator[tuple[ModuleType, dict[str, Any]]]:
-    """Run :func:`plan`; yield the real backend and the config settings for it, with the plan handed over."""
+def _planned(config_settings: ConfigSettings) -> Iterator[tuple[ModuleType, dict[str, Any], Any]]:
+    """Run :func:`plan`; yield the real backend, the config settings for it (with the plan handed over) and the
+    step to run on the wheel it builds (its path)."""
     tmp = Path(tempfile.mkdtemp(prefix="kbuild-plan-"))
     try:
         with _reported():
@@ -185,21 +238,36 @@ def _planned(config_settings: ConfigSettings) -> Iterator[tuple[ModuleType, dict
             manifest = plan(config_settings, tmp, project=project)
         settings = _theirs(config_settings) or {}
         backend = _backend(project)
-        if manifest is None:
-            yield backend, settings
+        if "kbuild" not in _tool(project):
+            yield backend, settings, lambda wheel: None
         elif _backend_spec(project) == _SKBUILD:
-            settings["cmake.define.KBUILD_MANIFEST"] = str(manifest)
-            settings["cmake.define.KBUILD_PRERENDERED"] = str(manifest.parent)
-            depends = (manifest.parent / "depends.txt").read_text().split("\n")
-            settings["cmake.define.KBUILD_DEPENDS"] = ";".join(d for d in depends if d)
-            settings["cmake.define.KBuild_CUDA_INCLUDE_DIR"] = (manifest.parent / "include_dir.txt").read_text().strip()
-            yield backend, settings
+            from .manifest import nvcc_records
+
+            if manifest is not None:
+                settings["cmake.define.KBUILD_MANIFEST"] = str(manifest)
+                settings["cmake.define.KBUILD_PRERENDERED"] = str(manifest.parent)
+                depends = (manifest.parent / "depends.txt").read_text().split("\n")
+                settings["cmake.define.KBUILD_DEPENDS"] = ";".join(d for d in depends if d)
+                settings["cmake.define.KBuild_CUDA_INCLUDE_DIR"] = (
+                    manifest.parent / "include_dir.txt").read_text().strip()
+            with nvcc_records(_skbuild_records_dir(config_settings, project, tmp)) as records:
+                def finish(wheel: Path) -> None:
+                    with _reported():
+                        _ship_cuda(config_settings, project, records, wheel)
+
+                yield backend, settings, finish
+        elif manifest is None:  # CUDA C++ only: the wrapped build_ext lists what kbuild-nvcc compiled
+            from .setuptools_plugin import plugin_applied
+
+            with plugin_applied():
+                yield backend, settings, lambda wheel: None
         else:
             from .setuptools_plugin import planned_manifest
 
-            # setuptools runs in this process: its build_ext emits this plan, its build_py copies the package data
+            # setuptools runs in this process: its build_ext emits this plan (and lists the CUDA C++ kernels
+            # kbuild-nvcc compiled), its build_py copies the package data
             with planned_manifest(manifest, staged_package_data(manifest)):
-                yield backend, settings
+                yield backend, settings, lambda wheel: None
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -248,14 +316,18 @@ def prepare_metadata_for_build_wheel(metadata_directory: str, config_settings: C
 
 def build_wheel(wheel_directory: str, config_settings: ConfigSettings = None,
                 metadata_directory: str | None = None) -> str:
-    with _planned(config_settings) as (backend, settings):
-        return str(backend.build_wheel(wheel_directory, settings, metadata_directory))
+    with _planned(config_settings) as (backend, settings, finish):
+        name = str(backend.build_wheel(wheel_directory, settings, metadata_directory))
+        finish(Path(wheel_directory) / name)
+        return name
 
 
 def build_editable(wheel_directory: str, config_settings: ConfigSettings = None,
                    metadata_directory: str | None = None) -> str:
-    with _planned(config_settings) as (backend, settings):
-        return str(backend.build_editable(wheel_directory, settings, metadata_directory))
+    with _planned(config_settings) as (backend, settings, finish):
+        name = str(backend.build_editable(wheel_directory, settings, metadata_directory))
+        finish(Path(wheel_directory) / name)
+        return name
 
 
 def prepare_metadata_for_build_editable(metadata_directory: str, config_settings: ConfigSettings = None) -> str:

@@ -24,13 +24,18 @@ fields read as before (each is optional).
 
 from __future__ import annotations
 
+import base64
+import contextlib
+import hashlib
 import json
+import os
 import re
+import shutil
 import zipfile
 import zlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, overload
 
 from kbuild import __version__
 from kbuild.errors import UsageError
@@ -125,6 +130,55 @@ def cuda_entries(directory: str | Path) -> list[dict[str, Any]]:
         _check_entry(entry, "record", bad)
         out.append(entry)
     return out
+
+
+def with_cuda(manifest: dict[str, Any], entries: Iterable[dict[str, Any]]) -> dict[str, Any]:
+    """``manifest`` with ``cuda_kernels`` set to ``entries`` (sorted as :func:`build_manifest` sorts them; left out
+    when there are none)."""
+    out = {k: v for k, v in manifest.items() if k != "cuda_kernels"}
+    cuda_list = sorted(entries, key=lambda e: (e["kernel"], e["target"]))
+    if cuda_list:
+        out["cuda_kernels"] = cuda_list
+    return out
+
+
+@contextlib.contextmanager
+def nvcc_records(directory: Path) -> Iterator[Path]:
+    """``KBUILD_NVCC_RECORDS=directory`` while the block runs, so that every kbuild-nvcc the build starts writes its
+    records (:func:`kbuild.nvcc.tuned.write_records`) there; restored afterwards. Yields the directory the records
+    land in: one the user set (``KBUILD_NVCC_RECORDS``) wins over ``directory``. The launcher replaces a kernel's
+    records whenever it compiles the kernel's unit, so ``directory`` may live in a build directory that later builds
+    reuse (a unit ninja finds up to date keeps its records from the build that compiled it)."""
+    from kbuild.config import env_value
+
+    mine = env_value("KBUILD_NVCC_RECORDS")
+    if mine is not None:
+        yield Path(mine)
+        return
+    saved = os.environ.get("KBUILD_NVCC_RECORDS")
+    os.environ["KBUILD_NVCC_RECORDS"] = str(directory)  # written for the children (CMake, ninja, kbuild-nvcc)
+    try:
+        yield directory
+    finally:
+        if saved is None:
+            os.environ.pop("KBUILD_NVCC_RECORDS", None)
+        else:
+            os.environ["KBUILD_NVCC_RECORDS"] = saved
+
+
+def declared_cuda_entries(settings: Any, records: Path) -> tuple[list[dict[str, Any]], list[str]]:
+    """The manifest entries of the project's declared CUDA C++ kernels (``[[tool.kbuild.cuda.kernels]]``) from the
+    records in ``records`` (records of kernels the project no longer declares are left out), and one line per
+    declared kernel that has none: its unit did not compile through kbuild-nvcc in this build directory, so the
+    manifest cannot list it."""
+    declared = {k.name: k for k in settings.cuda.kernels}
+    entries = [e for e in (cuda_entries(records) if records.is_dir() else []) if e["kernel"] in declared]
+    seen = {e["kernel"] for e in entries}
+    lines = [f"kbuild: warning: CUDA kernel {name} ({k.source}): no kbuild-nvcc record in this build, so the "
+             "manifest does not list it (its unit did not compile through kbuild-nvcc: CMAKE_CUDA_COMPILER_LAUNCHER "
+             "or PYTORCH_NVCC not set, or an up-to-date build directory from before the declaration)"
+             for name, k in declared.items() if name not in seen]
+    return entries, lines
 
 
 def manifest_bytes(manifest: dict[str, Any]) -> bytes:
@@ -277,12 +331,19 @@ def open_wheel(wheel: str | Path) -> zipfile.ZipFile:
         raise UsageError(f"{path}: cannot read: {exc.strerror or exc}") from None
 
 
-def wheel_manifest(wheel: str | Path) -> dict[str, Any]:
-    """The manifest inside ``wheel`` (``*.dist-info/kbuild.json``); its size is checked before it is read."""
+@overload
+def wheel_manifest(wheel: str | Path, *, missing_ok: Literal[False] = False) -> dict[str, Any]: ...
+@overload
+def wheel_manifest(wheel: str | Path, *, missing_ok: bool) -> dict[str, Any] | None: ...
+def wheel_manifest(wheel: str | Path, *, missing_ok: bool = False) -> dict[str, Any] | None:
+    """The manifest inside ``wheel`` (``*.dist-info/kbuild.json``); its size is checked before it is read.
+    ``missing_ok``: None for a wheel without one (any other fault is still an error)."""
     path = Path(wheel)
     with open_wheel(path) as zf:
         names = [n for n in zf.namelist() if n.count("/") == 1 and n.split("/")[0].endswith(".dist-info")
                  and n.endswith("/" + MANIFEST_NAME)]
+        if not names and missing_ok:
+            return None
         if not names:
             raise UsageError(f"{path}: has no .dist-info/{MANIFEST_NAME}; it was not built with kbuild's build hooks")
         if len(names) > 1:
@@ -298,6 +359,76 @@ def wheel_manifest(wheel: str | Path) -> dict[str, Any]:
         except (zipfile.BadZipFile, zlib.error, EOFError, OSError, NotImplementedError, RuntimeError) as exc:
             raise UsageError(f"{where}: cannot read the member: {exc}") from None
         return parse_manifest(data, where)
+
+
+def _record_line(name: str, data: bytes) -> str:
+    """A wheel ``RECORD`` row (PEP 376/427: urlsafe base64 sha256 without padding, size)."""
+    digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
+    return f"{name},sha256={digest},{len(data)}"
+
+
+def _without_zip64(extra: bytes) -> bytes:
+    """``extra`` without its zip64 field (id 1): zipfile writes its own where the new entry needs one."""
+    out, i = b"", 0
+    while i + 4 <= len(extra):
+        tag, size = int.from_bytes(extra[i:i + 2], "little"), int.from_bytes(extra[i + 2:i + 4], "little")
+        if tag != 1:
+            out += extra[i:i + 4 + size]
+        i += 4 + size
+    return out + extra[i:]
+
+
+def _entry_like(info: zipfile.ZipInfo, name: str | None = None) -> zipfile.ZipInfo:
+    """A new archive entry with ``info``'s date, mode, compression and extra fields (named ``name`` if given)."""
+    new = zipfile.ZipInfo(info.filename if name is None else name, date_time=info.date_time)
+    for field in ("compress_type", "comment", "create_system", "create_version", "extract_version",
+                  "external_attr", "internal_attr"):
+        setattr(new, field, getattr(info, field))
+    if name is None:
+        new.extra = _without_zip64(info.extra)
+        new.file_size = info.file_size  # the zip64 decision of a streamed copy
+    return new
+
+
+def write_wheel_manifest(wheel: str | Path, manifest: dict[str, Any]) -> str:
+    """Put ``manifest`` into ``wheel`` as ``<name>.dist-info/kbuild.json`` (replacing one it has, else just before
+    ``RECORD``), with its ``RECORD`` row; every other member is copied with its own entry (name, date, mode,
+    compression) and order, so that a reproducible wheel stays reproducible. The wheel is replaced atomically;
+    returns the member's name. A file that is not a wheel is a :class:`UsageError` naming it."""
+    path = Path(wheel)
+    data = manifest_bytes(check_manifest(manifest, f"the manifest for {path}"))
+    with open_wheel(path) as zf:
+        infos = zf.infolist()
+        records = [i.filename for i in infos if i.filename.count("/") == 1
+                   and i.filename.split("/")[0].endswith(".dist-info") and i.filename.endswith("/RECORD")]
+        if len(records) != 1:
+            raise UsageError(f"{path}: not a wheel (expected one .dist-info/RECORD, found {len(records)})")
+        record_name = records[0]
+        member = f"{record_name.split('/')[0]}/{MANIFEST_NAME}"
+        rows = [r for r in zf.read(record_name).decode("utf-8").splitlines()
+                if r and r.split(",", 1)[0] != member]
+        at = next((i for i, r in enumerate(rows) if r.split(",", 1)[0] == record_name), len(rows))
+        rows.insert(at, _record_line(member, data))
+        record_data = ("\n".join(rows) + "\n").encode("utf-8")
+        has_member = any(i.filename == member for i in infos)
+        tmp = path.with_name(f".{path.name}.kbuild-tmp")
+        try:
+            with zipfile.ZipFile(tmp, "w") as out:
+                out.comment = zf.comment
+                for info in infos:
+                    if info.filename == record_name:
+                        if not has_member:
+                            out.writestr(_entry_like(info, member), data)
+                        out.writestr(_entry_like(info), record_data)
+                    elif info.filename == member:
+                        out.writestr(_entry_like(info), data)
+                    else:
+                        with zf.open(info) as src, out.open(_entry_like(info), "w") as dst:
+                            shutil.copyfileobj(src, dst, 1 << 20)
+            os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
+    return member
 
 
 def manifest_kernels(manifest: dict[str, Any], store: Any, *, where: str) -> list[Any]:
@@ -335,10 +466,14 @@ __all__ = [
     "check_manifest",
     "cuda_entries",
     "cuda_entry",
+    "declared_cuda_entries",
     "manifest_bytes",
     "manifest_entry",
     "manifest_kernels",
+    "nvcc_records",
     "parse_manifest",
     "read_manifest",
     "wheel_manifest",
+    "with_cuda",
+    "write_wheel_manifest",
 ]

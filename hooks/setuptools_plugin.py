@@ -29,6 +29,7 @@ files were already written into the backend's temporary directory and are copied
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shlex
 import shutil
@@ -67,7 +68,7 @@ def planned_manifest(manifest: Path, package_data: Path | None = None) -> Iterat
     after setuptools' own ``Distribution.finalize_options``."""
     token = _PLANNED.set(_Handover(manifest, package_data))
     try:
-        with _plugin_applied():
+        with plugin_applied():
             yield
     finally:
         _PLANNED.reset(token)
@@ -83,8 +84,9 @@ def _entry_point_registered() -> bool:
 
 
 @contextlib.contextmanager
-def _plugin_applied() -> Iterator[None]:
-    """Make sure :func:`finalize_distribution_options` runs for distributions finalised in this block."""
+def plugin_applied() -> Iterator[None]:
+    """Make sure :func:`finalize_distribution_options` runs for distributions finalised in this block (the entry
+    point is invisible when kbuild is importable but not installed)."""
     if _entry_point_registered():
         yield
         return
@@ -221,6 +223,19 @@ def pytorch_nvcc(extensions: Sequence[Any], *, config: str | Path = "pyproject.t
                 os.environ[k] = v
 
 
+def _cuda_only(config: str | Path) -> bool:
+    """Whether the project declares CUDA C++ kernels (``[tool.kbuild.cuda]``) and no Triton kernels. Settings that
+    do not load count as no: planning then reports their error."""
+    from kbuild.config import load_settings
+    from kbuild.errors import KBuildError
+
+    try:
+        settings = load_settings(config)
+    except KBuildError:
+        return False
+    return not settings.kernels and bool(settings.cuda.kernels)
+
+
 def kbuild_build_ext(base: type | None = None, *, extensions: Sequence[str] | None = None,
                      config: str = "pyproject.toml", prefix: str = "kbuild_") -> type:
     """A ``build_ext`` command class derived from ``base`` that adds the kernels' launchers.
@@ -237,9 +252,37 @@ def kbuild_build_ext(base: type | None = None, *, extensions: Sequence[str] | No
         _kbuild_wrapped = True
 
         def run(self) -> None:
-            with pytorch_nvcc(self.extensions, config=config):
+            from .manifest import nvcc_records
+
+            self._kbuild_manifest: dict[str, Any] | None = None
+            # kbuild-nvcc's records in build_temp, which a later build in the same tree reuses with its objects
+            records_dir = Path(self.build_temp).resolve() / "kbuild" / "nvcc-records"
+            with pytorch_nvcc(self.extensions, config=config), nvcc_records(records_dir) as records:
                 self._kbuild_add_kernels()
                 super().run()
+            self._kbuild_cuda_manifest(records)
+
+        def _kbuild_cuda_manifest(self, records: Path) -> None:
+            """The declared CUDA C++ kernels that kbuild-nvcc compiled (its records) into the manifest."""
+            from kbuild.config import load_settings
+            from kbuild.errors import KBuildError
+
+            from .manifest import build_manifest, declared_cuda_entries, manifest_bytes, with_cuda
+
+            try:
+                settings = load_settings(config)
+                if not settings.cuda.kernels:
+                    return
+                entries, lines = declared_cuda_entries(settings, records)
+            except KBuildError as exc:
+                _say(f"error: {exc}")
+                raise SystemExit(exc.exit_code) from None
+            for line in lines:
+                _say(line)
+            if entries:
+                manifest = self._kbuild_manifest or build_manifest([], tune=settings.tune)
+                install_manifest(self, manifest_bytes(with_cuda(manifest, entries)))
+                _say(f"kbuild: {len(entries)} CUDA kernel × target in the manifest")
 
         def _kbuild_add_kernels(self) -> None:
             from kbuild.emit import cuda_include_dir
@@ -249,6 +292,8 @@ def kbuild_build_ext(base: type | None = None, *, extensions: Sequence[str] | No
             if not targets:
                 return
             handed = _PLANNED.get()
+            if handed is None and _cuda_only(config):
+                return  # no Triton kernels to launch: kbuild-nvcc compiles the CUDA C++ ones
             try:
                 c_file, inc, _ = emit_for_build(config=config, out_dir=Path(self.build_temp).resolve() / "kbuild", prefix=prefix,
                                                 manifest_path=None if handed is None else handed.manifest)
@@ -264,7 +309,9 @@ def kbuild_build_ext(base: type | None = None, *, extensions: Sequence[str] | No
                 ext.extra_link_args = _add_args(ext.extra_link_args, ["-pthread"])
                 # Reproducible objects: no checkout or build path in debug info.
                 ext.extra_compile_args = _add_args(ext.extra_compile_args, [f"-ffile-prefix-map={root}=."])
-            install_manifest(self, (inc / "kbuild.json").read_bytes())
+            data = (inc / "kbuild.json").read_bytes()
+            install_manifest(self, data)
+            self._kbuild_manifest = json.loads(data)
 
     KBuildBuildExt.__name__ = f"KBuild{base_cls.__name__}"
     KBuildBuildExt.__qualname__ = KBuildBuildExt.__name__
@@ -402,4 +449,5 @@ def finalize_distribution_options(dist: Any) -> None:
 
 
 __all__ = ["copy_package_data", "emit_for_build", "finalize_distribution_options", "install_manifest",
-           "kbuild_build_ext", "kbuild_build_py", "package_dir_in", "planned_manifest", "write_for_build"]
+           "kbuild_build_ext", "kbuild_build_py", "package_dir_in", "planned_manifest", "plugin_applied",
+           "write_for_build"]
