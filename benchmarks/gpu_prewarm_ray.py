@@ -38,18 +38,18 @@ Overhead = (ray wall − single wall) / single wall (target ≤ 5 %); the JSON a
 seconds in both modes (the searches are bounded by seconds, so they should match) and the order of the runs
 (``--order ray-first`` swaps them, to see whether order matters). Writes ``--out`` and prints a table.
 
-**Wheels** (the H200 has no network and no Ray). Ray is not pure Python, so ``../shared/tools/device-wheels``
-(pure-Python only) does not fetch all of them; on a machine with network, from the repository root::
+**Wheels** (the H200 has no network and no Ray). Ray's cp312 manylinux wheel (79.3 MB) is larger than the device
+tool's 64 MiB carry on its own, so ``benchmarks/gpu_ray_pack.sh`` (here, with network) packs a trimmed Ray into
+``.whl-ray/`` (git-ignored): the wheel's tree without the Java jar, the dashboard's web front end, Ray's libraries
+(data, serve, train, tune, rllib, air, llm), the autoscaler's cloud providers and tests, its ELF files stripped
+(a 16.3 MB tar.xz), plus the wheels the device image lacks (Ray's jsonschema stack; gymnasium, stable-baselines3,
+sb3-contrib, optuna with alembic, sqlalchemy, colorlog, mako and greenlet; diskcache): 23.8 MB, about 48 MB with the
+tracked files. On the device, carrying ``[".whl-ray"]``::
 
-    python3 -m pip download -d .whl --only-binary=:all: --python-version 3.12 --implementation cp \\
-        --platform manylinux2014_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux_2_28_x86_64 \\
-        ray==2.60.0
+    bash benchmarks/gpu_ray_setup.sh && . /tmp/site/ray-env.sh && python3 benchmarks/gpu_prewarm_ray.py --out "$OUT/prewarm_ray.json"
 
-which brings ray (cp312 manylinux: 79.3 MB, 75.6 MiB, too big for the device tool's 64 MiB carry on its own; its
-dependencies below add 3.4 MB; ray 2.40.0's wheel is 67.0 MB) and its dependencies: click, filelock, jsonschema (attrs,
-jsonschema-specifications, referencing, rpds-py), msgpack, packaging, protobuf, pyyaml, requests (certifi,
-charset-normalizer, idna, urllib3). The host image already has some (filelock, packaging); pip installs what
-is in ``.whl`` with ``--no-index``. kbuild's own tune dependencies come from ``device-wheels`` as usual.
+``gpu_ray_setup.sh`` installs both into ``/tmp/site``, writes the ``ray`` command and ``/tmp/site/ray-env.sh``
+(PYTHONPATH, PATH), and checks ``ray start --head --num-gpus 1`` with one GPU task (about 15 s).
 """
 
 from __future__ import annotations
