@@ -8,6 +8,7 @@ Needs nvcc: ``kbuild nvcc --where`` (the ``nvidia-cuda-nvcc``, ``-crt``, ``-runt
 accept the CUDA release's cubins (sm_90 SASS runs on any driver that supports sm_90; only the PTX needs a new one).
 
     python benchmarks/gpu_cuda_example.py [--nvcc PATH] [--out $OUT/gpu_cuda_example.json]
+    python benchmarks/gpu_cuda_example.py --dry-run [--nvcc PATH]   # CPU: the build and the wheel only
 
 Writes JSON (correctness, median times, the build's step counts) and prints a short table. About a minute.
 """
@@ -33,7 +34,9 @@ def build(work: Path, nvcc: str | None) -> tuple[Path, dict[str, int]]:
     project = work / "project"
     shutil.copytree(EXAMPLE, project, ignore=shutil.ignore_patterns("build", "__pycache__"))
     log = work / "steps.jsonl"
-    env = {**os.environ, "KBUILD_STORE": str(work / "store"), "KBUILD_NVCC_LOG": str(log), "PIP_NO_INDEX": "1"}
+    # tune off: the example declares its kernels in [tool.kbuild.cuda]; this run checks and times them as compiled
+    env = {**os.environ, "KBUILD_STORE": str(work / "store"), "KBUILD_NVCC_LOG": str(log), "PIP_NO_INDEX": "1",
+           "KBUILD_TUNE": "off"}
     cmd = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(work / "dist"),
            str(project)]
     if nvcc:
@@ -71,7 +74,18 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--nvcc", default=None, help="the nvcc to build with (default: kbuild nvcc --where)")
     ap.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", ".")) / "gpu_cuda_example.json")
+    ap.add_argument("--dry-run", action="store_true", help="CPU: build the wheel and stop (no torch, no GPU)")
     args = ap.parse_args()
+    if args.dry_run:
+        with tempfile.TemporaryDirectory(prefix="kbx-cuda-") as tmp:
+            site, steps = build(Path(tmp), args.nvcc)
+            ext = sorted(p.name for p in (site / "kbx_cuda").glob("_kernels*.so"))
+        doc = {"command": "python benchmarks/gpu_cuda_example.py --dry-run", "dry_run": True, "build_steps": steps,
+               "extension": ext}
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(doc, indent=2) + "\n")
+        print(f"dry run: built {ext}; build steps {steps}; wrote {args.out}")
+        return 0 if ext else 1
     import torch
 
     rows: list[dict[str, Any]] = []
