@@ -9,7 +9,9 @@
 # image lacks (diskcache) come from .whl/ (../shared/tools/device-wheels), carried along:
 #   device run (carry [".whl"]):  bash benchmarks/gpu_hooks_check.sh
 # Results: $OUT/gpu_hooks_check.json, $OUT/gpu_hooks_check_*.json, $OUT/manifest.json, $OUT/gpu_hooks_check.log
-# TUNE=1 adds stage 5: build with tune = auto and a small budget (TUNE_EVALS=100, TUNE_SECONDS=50 per
+# TUNE=1 adds stage 5: build with tune = auto and a small budget (TUNE_ONLY=k1,k2: only these kernels keep their
+# bench specs in a copy of the example, the others ship baselines; $OUT/build_tuned.log and $OUT/tune_reports.json
+# keep the build's log and the store's records of what shipped) (TUNE_EVALS=100, TUNE_SECONDS=50 per
 # kernel; the matmul's space shares both between its two levels), aimed at < 4 minutes for the three kernels
 # on the H200, then run the tuned wheel beside the baseline wheel: each kernel bit for bit against its
 # shipped configuration's untouched compile (the baseline wheel, or Triton's JIT of a tuned config that is
@@ -100,11 +102,37 @@ fi
 if on 5; then
   echo "== 5. tune = auto with a small budget: the tuned wheel against the baseline wheel, side by side"
   t5=$(date +%s)
+  tuned_project="$WORK/project"
+  if [ -n "${TUNE_ONLY:-}" ]; then  # the others' bench specs dropped, so they ship baselines and the budget is theirs
+    cp -r examples/cmake-extension "$WORK/project_only"
+    "$PY" - "$WORK/project_only/pyproject.toml" "$TUNE_ONLY" <<'PY'
+import re, sys
+path, keep = sys.argv[1], set(sys.argv[2].split(","))
+blocks = re.split(r"(?m)^(?=\[\[tool\.kbuild\.kernels\]\])", open(path).read())
+out = [b if re.search(r'(?m)^name = "(%s)"' % "|".join(map(re.escape, keep)), b) else
+       re.sub(r"(?m)^bench = .*\n", "", b) for b in blocks]
+open(path, "w").write("".join(out))
+PY
+    grep -c '^bench = ' "$WORK/project_only/pyproject.toml" | xargs echo "stage 5: bench specs kept (TUNE_ONLY=$TUNE_ONLY):"
+    tuned_project="$WORK/project_only"
+  fi
   KBUILD_TUNE=auto KBUILD_BUDGET_EVALUATIONS=${TUNE_EVALS:-100} KBUILD_BUDGET_SECONDS=${TUNE_SECONDS:-50} \
-    build "$WORK/project" "$WORK/disttuned"
-  echo "stage 5: the tuned build (three kernels) took $(( $(date +%s) - t5 )) s"
+    build "$tuned_project" "$WORK/disttuned"
+  echo "stage 5: the tuned build took $(( $(date +%s) - t5 )) s"
+  cp "$WORK/disttuned.log" "$OUT/build_tuned.log"
   (cd "$WORK" && "$PY" -m kbuild inspect "$WORK"/disttuned/*.whl --json > "$OUT/manifest_tuned.json" \
      && "$PY" -m kbuild inspect "$WORK"/disttuned/*.whl)
+  # what the tuner decided and why (levels, trials, notes): the store's records of the manifest's entries
+  (cd "$WORK" && "$PY" - "$OUT/manifest_tuned.json" > "$OUT/tune_reports.json" <<'PY'
+import json, subprocess, sys
+out = {}
+for e in json.load(open(sys.argv[1]))["kernels"]:
+    r = subprocess.run([sys.executable, "-m", "kbuild", "cache", "get", e["key"], "--json"], capture_output=True,
+                       text=True)
+    out[f"{e['kernel']}.{e['target']}"] = json.loads(r.stdout) if r.stdout.strip() else {"error": r.stderr[-800:]}
+json.dump(out, sys.stdout, indent=1)
+PY
+  ) || true
   (cd "$WORK" && "$PY" "$ROOT/benchmarks/gpu_hooks_check.py" --dry-run "$OUT/manifest_tuned.json" \
      --target "$("$PY" -c 'import torch; print("sm_%d%d" % torch.cuda.get_device_capability(0))')" \
      > "$OUT/compare_plan.json") || true
