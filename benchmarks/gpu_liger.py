@@ -121,7 +121,7 @@ def make(op, dtype, device):
     raise KeyError(op)
 
 def digest(outs):
-    return {k: hashlib.sha256(v.detach().contiguous().view(torch.uint8).cpu().numpy().tobytes()).hexdigest()
+    return {k: hashlib.sha256(v.detach().contiguous().reshape(-1).view(torch.uint8).cpu().numpy().tobytes()).hexdigest()
             for k, v in outs.items()}
 '''
 
