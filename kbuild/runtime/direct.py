@@ -151,6 +151,19 @@ def launchable(signature: dict[str, Any], md: Any) -> str | None:
     return None
 
 
+def make_current(device: int) -> None:
+    """A CUDA context current on this thread: the one already current, else ``device``'s primary context (retained
+    and made current), as Triton's ``load_binary`` does. ``cuModuleLoadData`` needs one: torch creates its context
+    only at its first allocation or launch, so a cubin loaded before that fails with "invalid device context"
+    (seen on the H200 when the measurement worker loaded a CUDA C++ kernel's baseline)."""
+    cuda = _cuda()
+    ctx = ctypes.c_void_p()
+    cuda.check(cuda.lib.cuCtxGetCurrent(ctypes.byref(ctx)))
+    if not ctx.value:
+        cuda.check(cuda.lib.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), device))
+        cuda.check(cuda.lib.cuCtxSetCurrent(ctx))
+
+
 @dataclass
 class DirectKernel:
     """A shipped cubin loaded on one device, launched through ``cuLaunchKernelEx``."""
@@ -168,11 +181,7 @@ class DirectKernel:
     @classmethod
     def load(cls, compiled: Any, signature: dict[str, Any], device: int) -> DirectKernel:
         cuda, md = _cuda(), compiled.metadata
-        ctx = ctypes.c_void_p()
-        cuda.check(cuda.lib.cuCtxGetCurrent(ctypes.byref(ctx)))
-        if not ctx.value:
-            cuda.check(cuda.lib.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), device))
-            cuda.check(cuda.lib.cuCtxSetCurrent(ctx))
+        make_current(device)
         module, function = ctypes.c_void_p(), ctypes.c_void_p()
         cuda.check(cuda.lib.cuModuleLoadData(ctypes.byref(module), compiled.kernel))
         cuda.check(cuda.lib.cuModuleGetFunction(ctypes.byref(function), module, md.name.encode()))
@@ -476,4 +485,4 @@ def uninstall() -> None:
         _direct.installed = False
 
 
-__all__ = ["CudaError", "DirectKernel", "current_cc", "install", "launchable", "uninstall"]
+__all__ = ["CudaError", "DirectKernel", "current_cc", "install", "launchable", "make_current", "uninstall"]

@@ -127,6 +127,8 @@ class FakeCuda:
         self.loaded: list[bytes] = []
         self.names: list[bytes] = []
         self.launches: list[dict[str, Any]] = []
+        self.current = 1  # the context current on the thread (0: none, as before torch's first allocation)
+        self.contexts: list[tuple[str, int]] = []  # (call, argument) of the context calls made
         self.lib = self
         self.launch_ex = self._launch
 
@@ -140,10 +142,23 @@ class FakeCuda:
         ref._obj.value = value
 
     def cuCtxGetCurrent(self, pctx: Any) -> int:
-        self._set(pctx, 1)
+        self._set(pctx, self.current)
+        return 0
+
+    def cuDevicePrimaryCtxRetain(self, pctx: Any, device: int) -> int:
+        self.contexts.append(("retain", device))
+        self._set(pctx, 10 + device)
+        return 0
+
+    def cuCtxSetCurrent(self, ctx: Any) -> int:
+        value = ctx.value if hasattr(ctx, "value") else ctx
+        self.contexts.append(("set", value))
+        self.current = value
         return 0
 
     def cuModuleLoadData(self, pmod: Any, data: bytes) -> int:
+        if not self.current:
+            return 201  # CUDA_ERROR_INVALID_CONTEXT
         self.loaded.append(data)
         self._set(pmod, 2)
         return 0

@@ -36,7 +36,7 @@ class CudaFunction:
         self.cuda = cuda
         import torch
 
-        torch.cuda.init()  # the primary context, current on this thread
+        direct.make_current(torch.cuda.current_device())  # torch.cuda.init() alone makes no context current
         self.module, self.function = ctypes.c_void_p(), ctypes.c_void_p()
         cuda.check(cuda.lib.cuModuleLoadData(ctypes.byref(self.module), cubin))
         cuda.check(cuda.lib.cuModuleGetFunction(ctypes.byref(self.function), self.module, symbol.encode()))
