@@ -18,7 +18,9 @@ kbuild-nvcc compiles the ``source`` of one, after each ``ptxas`` step of the pla
    variant checked bit-exact against the untouched cubin and timed against it in the measurement worker, then the
    SASS level on the fastest; the final cubin is checked and timed once more against the untouched cubin, which is
    the speedup the record claims) and its result, accepted or not, is stored under the key. Without a GPU the
-   cubin ships as ptxas wrote it; ``tune = "require"`` then fails naming the kernel and target.
+   cubin ships as ptxas wrote it; ``tune = "require"`` then fails naming the kernel and target. A tuning run that
+   fails (the measurement worker cannot load or measure the baseline) is the same as no GPU: under ``auto`` ptxas's
+   cubin ships with a warning and nothing is stored (the next compile tries again), under ``require`` it fails.
 
 Several declared kernels of one unit are applied in declaration order, each keyed on the cubin as the previous
 one left it. Each shipped kernel × target gets a record (:data:`RECORD_FORMAT`), in the launcher's log and, with
@@ -362,13 +364,17 @@ class CudaTuning:
                                         tuner=tuner)
             art = self.store.get(key)
             action = "tuned-hit"
+            failed = None
             if art is None and self._can_tune(k, elf.sm, has_gpu):
-                art = self._tune(k, data, symbol, key, components, argv, env=env, cwd=cwd)
-                action = "tuned-stored"
+                try:
+                    art = self._tune(k, data, symbol, key, components, argv, env=env, cwd=cwd)
+                    action = "tuned-stored"
+                except KBuildError as exc:  # as the Triton pipeline: ptxas's cubin ships, nothing is stored
+                    failed = f"tuning failed: {exc}"
             if art is None:
                 state, shipped = "baseline", data
                 action = "untuned"
-                why = self._why_untuned(k, elf.arch)
+                why = failed or self._why_untuned(k, elf.arch)
                 if self.settings.tune == "require":
                     raise UntunedError(f"{self.settings.config_file}: cuda.kernels[{i}] ({k.name}) would ship untuned "
                                        f"for {elf.arch} ({why}), and tune = \"require\"")

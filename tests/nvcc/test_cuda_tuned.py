@@ -254,3 +254,43 @@ def test_a_kernel_with_an_internal_subroutine_is_read_whole_and_the_subroutine_p
     assert all(pinned_tail)
     sched = Schedule.from_cubin(cubin, symbol)
     assert sched.n == len(ins)
+
+
+@pytest.mark.parametrize("tune", ["auto", "require"])
+def test_a_tuning_run_that_fails_ships_ptxas_cubin_under_auto_and_fails_under_require(nvcc, launcher, tmp_path,
+                                                                                       monkeypatch, capsys, tune):
+    """On the H200 the measurement worker could not load a CUDA kernel's baseline (fixed since), and the MeasureError
+    stopped the whole wheel build. As for Triton kernels, a failed tuning run ships the untouched cubin with a
+    warning under ``auto`` and stores nothing; under ``require`` the kernel would ship untuned, which fails."""
+    from kbuild.config import load_settings
+    from kbuild.device import probe
+    from kbuild.errors import MeasureError, UntunedError
+    from kbuild.nvcc.tuned import CudaTuning
+
+    src = project(tmp_path / "proj", tune=tune)
+    first = launcher(nvcc, *args("a.o", *ARCH90), cwd=src)
+    cubin = ptxas_cubin(launcher, first.events, "sm_90")
+    path = tmp_path / "k.cubin"
+    path.write_bytes(cubin)
+    settings = load_settings(tmp_path / "proj" / "pyproject.toml")
+    monkeypatch.setattr(probe, "has_gpu", lambda cc: cc == 90)  # a GPU of the target, as on the H200
+
+    def fail(*a, **k):
+        raise MeasureError("the measurement worker failed while loading the baseline: fault: CudaError: "
+                           "Triton Error [CUDA]: invalid device context")
+
+    monkeypatch.setattr(CudaTuning, "_tune", fail)
+    with store_of(launcher) as store:
+        tuning = CudaTuning(settings, list(enumerate(settings.cuda.kernels)), store=store,
+                            emit=lambda *a, **k: None)
+        if tune == "require":
+            with pytest.raises(UntunedError, match=r"cuda.kernels\[0\] \(scale\) would ship untuned for sm_90a? "
+                                                   r"\(tuning failed: the measurement worker failed"):
+                tuning.after_ptxas(path, ["ptxas"], env={}, cwd=src)
+            return
+        tuning.after_ptxas(path, ["ptxas"], env={}, cwd=src)
+        (record,) = tuning.records
+        assert record["state"] == "baseline" and record["cubin_sha256"] == hashlib.sha256(cubin).hexdigest()
+        assert store.get(record["key"]) is None  # nothing stored: the next compile tries again
+    assert path.read_bytes() == cubin
+    assert "ships untuned: tuning failed: the measurement worker failed" in capsys.readouterr().err
