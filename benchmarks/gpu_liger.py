@@ -81,6 +81,7 @@ TEST_WHEELS = ROOT / ".whl" / "liger-tests"
 # The calls, shared by the first-call and steady-state children (and checked on CPU by --dry-run).
 # ``make(op, dtype, device)`` returns (inputs, run) where run(inputs) -> dict of output tensors.
 _CALLS = r'''
+import hashlib
 import torch
 from liger_kernel.ops import (LigerCrossEntropyFunction, LigerDyTFunction, LigerGELUMulFunction,
                               LigerLayerNormFunction, LigerRMSNormFunction, LigerSiLUMulFunction)
