@@ -50,8 +50,8 @@ def matmul_leaky_relu(small: bool = False) -> BenchSpec:
 
     return BenchSpec(
         name="kbx_demo.matmul_leaky_relu", fn=kernels.matmul_leaky_relu,
-        signature={"a_ptr": "*fp16:16", "b_ptr": "*fp16:16", "c_ptr": "*fp16:16", "M": "i32", "N": "i32",
-                   "K": "i32", "stride_am": "i32:16", "stride_bk": "i32:16", "stride_cm": "i32:16"},
+        signature={"a_ptr": "*fp16:16", "b_ptr": "*fp16:16", "c_ptr": "*fp16:16", "M": "i32", "N": "i32:16",
+                   "K": "i32:16", "stride_am": "i32:16", "stride_bk": "i32:16", "stride_cm": "i32:16"},
         constexprs={"GROUP_M": 8, "SLOPE": 0.01, "stride_ak": 1, "stride_bn": 1, "stride_cn": 1},
         configs=[default],
         make_inputs=make_inputs, grid=grid, outputs={"c_ptr": None},
