@@ -26,7 +26,6 @@ Example counts are small (the whole file runs in well under a minute on two core
 from __future__ import annotations
 
 import http.server
-import importlib.util
 import io
 import json
 import sys
@@ -42,6 +41,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from property_helpers import deep_json, json_values, mutated, toml_document
+from script_helpers import load_benchmark
 
 from kbuild.cache.bundle import BUNDLE_FORMAT, MANIFEST, read_bundle
 from kbuild.cache.http import HttpBackend
@@ -368,15 +368,7 @@ def test_autotuned_configs(data: bytes):
 
 # --- benchmarks/tune_table.py -----------------------------------------------------------------------
 
-def _tune_table() -> Any:
-    spec = importlib.util.spec_from_file_location("tune_table", ROOT / "benchmarks" / "tune_table.py")
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-TUNE_TABLE = _tune_table()
+TUNE_TABLE = load_benchmark("tune_table")
 VALID_REPORT = json.loads((ROOT / "benchmarks" / "results" / "h200" / "softmax.tune.json").read_text())
 
 

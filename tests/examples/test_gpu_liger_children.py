@@ -8,29 +8,19 @@ child here instead.
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _script() -> object:
-    spec = importlib.util.spec_from_file_location("gpu_liger", ROOT / "benchmarks" / "gpu_liger.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+from script_helpers import load_benchmark
 
 
 def test_every_child_script_defines_what_it_uses(tmp_path: Path) -> None:
     ruff = shutil.which("ruff")
     if ruff is None:
         pytest.skip("ruff is not installed (the dev extra has it)")
-    g = _script()
+    g = load_benchmark("gpu_liger")
     children = {
         "first_call.py": g._FIRST_CALL.format(calls=g._CALLS, op="swiglu", dtype="fp16"),  # type: ignore[attr-defined]
         "steady.py": g._STEADY.format(calls=g._CALLS, dtype="bf16", rounds=3, reps=10),  # type: ignore[attr-defined]

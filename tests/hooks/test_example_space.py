@@ -16,7 +16,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import shutil
@@ -28,6 +27,7 @@ from typing import Any
 
 import pytest
 from hooks_helpers import CMAKE_EXAMPLE, ROOT, copy_project, forget_example_modules
+from script_helpers import load_benchmark
 
 from kbuild.config import load_settings
 
@@ -199,11 +199,7 @@ def test_the_example_matmul_launcher_computes_the_grid_of_the_shipped_config(sto
 
 def _helper() -> Any:
     pytest.importorskip("torch")
-    spec = importlib.util.spec_from_file_location("gpu_hooks_check", ROOT / "benchmarks" / "gpu_hooks_check.py")
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("gpu_hooks_check")
 
 
 def _entry(kernel: str, config: dict[str, Any], *, default: bool, grid: list[str], speedup: float | None = None,

@@ -8,11 +8,11 @@ compile of the same config, and the shipped first call must beat Triton's warm-c
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 from typing import Any
 
 from gpu_marks import needs_sm90
+from script_helpers import load_benchmark
 
 pytestmark = needs_sm90
 
@@ -20,11 +20,7 @@ SCRIPT = Path(__file__).resolve().parents[2] / "benchmarks" / "gpu_runtime_colds
 
 
 def _script() -> Any:
-    spec = importlib.util.spec_from_file_location("gpu_runtime_coldstart", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("gpu_runtime_coldstart")
 
 
 def test_first_call_in_a_fresh_process_compiles_nothing(tmp_path: Path) -> None:

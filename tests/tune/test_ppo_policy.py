@@ -3,7 +3,6 @@ fine-tuning within the budget, and the comparison script's judging. All on the C
 
 from __future__ import annotations
 
-import importlib.util
 import io
 import json
 import zipfile
@@ -12,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch as th
+from script_helpers import load_benchmark
 
 from kbuild.errors import UsageError
 from kbuild.sass.schedule import Schedule
@@ -29,7 +29,6 @@ from kbuild.tune.pretrain import TRAINED_ON, SuiteCubin, SuiteEnv, pretrain
 from kbuild.tune.search import ALGORITHMS, DEFAULT_ALGORITHM, ppo_search
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "sass"
-ROOT = Path(__file__).resolve().parents[2]
 
 
 def _env(name: str, evaluations: int = 10_000, horizon: int = 8) -> SassScheduleEnv:
@@ -191,11 +190,7 @@ def test_a_checkpoint_that_is_not_a_zip_or_does_not_fit_is_refused(tmp_path, env
 
 
 def _compare_module():
-    spec = importlib.util.spec_from_file_location("ppo_compare", ROOT / "benchmarks" / "ppo_compare.py")
-    assert spec and spec.loader
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("ppo_compare")
 
 
 def test_compare_judges_ties_by_noise_and_keeps_folds_disjoint():
