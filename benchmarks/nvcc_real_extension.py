@@ -3,14 +3,15 @@ build on an empty store, second build from a freshly unpacked sdist, and sccache
 
 The project: ``torchsort`` 0.1.10's sdist (one ``.cu`` file, ``isotonic_cuda.cu``, compiled with torch's
 ``BuildExtension``/``CUDAExtension``; a CPU extension beside it). It is downloaded with pip (or ``--sdist``) and
-built with ``pip wheel --no-build-isolation`` in a venv holding torch 2.14.1+cu130 (the CUDA build pip takes from
-this machine's disk) and nvcc from the package index as torch pins it (``cuda-toolkit[nvcc,cccl]==13.0.3``:
-nvcc 13.0.88). The route a user takes without touching the package:
+built with ``pip wheel --no-build-isolation`` in a venv holding torch 2.11.0+cu130 (a CUDA build; no GPU is needed
+to build extensions) and nvcc from the package index as torch pins it (``cuda-toolkit[nvcc,cccl]==13.0.2``: nvcc
+13.0.88; ``nvidia-nvvm`` and ``nvidia-cuda-crt`` pinned to 13.0.88 too, else pip resolves them to the newest, 13.5,
+whose cicc does not belong to nvcc 13.0). The route a user takes without touching the package:
 
     PYTORCH_NVCC="<kbuild's venv>/bin/kbuild-nvcc $CUDA_HOME/bin/nvcc" pip wheel --no-build-isolation torchsort
 
-kbuild runs from its own venv: kbuild pins ``triton<3.7`` and torch 2.14.1 pins ``triton~=3.8``, so both cannot be
-installed in one environment; kbuild-nvcc never imports torch, so a launcher from another venv is enough. Settings
+kbuild runs from its own venv (``--venv`` is only the build environment): kbuild-nvcc never imports torch, so a
+launcher from another venv is enough, and the build environment stays the package's own. Settings
 of the build environment (not of the package): ``CUDA_HOME`` = the pip toolkit (``site-packages/nvidia/cu13``; else
 torch takes ``which nvcc``'s parent), ``TORCH_CUDA_ARCH_LIST="8.0;9.0"`` (no GPU to ask), ``PATH`` with that nvcc
 (torchsort's setup.py builds the CUDA extension only when ``nvcc`` runs), and ``LIBRARY_PATH`` with a
@@ -25,13 +26,14 @@ the duration of the ``.cu`` edges in ninja's log (launcher start-up included); s
     python benchmarks/nvcc_real_extension.py [--venv DIR] [--create-venv] [--sdist FILE] [--sccache PATH]
         [--skip plain,moved,sccache] [--out benchmarks/results/nvcc_real_extension_cpu.json]
 
-About 13 minutes on 2 cores with every run (3 min per cold build, 1 min per warm one), 1.5 more with
-``--create-venv`` (5.4 GB): the author's figures; no result of it is recorded under benchmarks/results yet.
+17 min 49 s on 2 cores with every run (measured: 3.5-4 min per cold build, 1.1-1.5 min per warm one), more with
+``--create-venv``. Recorded: ``benchmarks/results/nvcc_real_extension_cpu.json`` (and ``.md`` beside it).
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import platform
@@ -41,13 +43,16 @@ import sys
 import tarfile
 import tempfile
 import time
+import zipfile
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = "torchsort==0.1.10"
-TORCH = "torch==2.14.1"
-TOOLKIT = "cuda-toolkit[nvcc,cccl]==13.0.3"  # the nvcc, crt, nvvm and cccl wheels torch 2.14.1+cu130 pins
+TORCH = "torch==2.11.0"  # the cu130 build
+# nvcc, crt, nvvm and cccl as torch 2.11.0+cu130 pins the toolkit (cuda-toolkit 13.0.2); nvvm and crt pinned, since
+# the toolkit's nvcc extra leaves them open and pip takes 13.5
+TOOLKIT = ["cuda-toolkit[nvcc,cccl]==13.0.2", "nvidia-nvvm==13.0.88", "nvidia-cuda-crt==13.0.88"]
 ARCH_LIST = "8.0;9.0"
 EPOCH = "1700000000"
 
@@ -64,7 +69,7 @@ def create_venv(venv: Path) -> float:
     """A new venv with the CUDA torch, torch's nvcc and ninja; the seconds it took."""
     t0 = time.perf_counter()
     for cmd in ([sys.executable, "-m", "venv", str(venv)],
-                [str(venv / "bin" / "pip"), "install", "-q", TORCH, TOOLKIT, "ninja"]):
+                [str(venv / "bin" / "pip"), "install", "-q", TORCH, *TOOLKIT, "ninja"]):
         proc = run(cmd)
         if proc.returncode != 0:
             raise SystemExit(f"{' '.join(cmd)} failed:\n{proc.stdout[-2000:]}{proc.stderr[-2000:]}")
@@ -82,7 +87,7 @@ def toolchain(venv: Path) -> dict[str, Any]:
     info = json.loads(proc.stdout.strip().splitlines()[-1])
     nvcc = Path(info["toolkit"]) / "bin" / "nvcc"
     if not nvcc.is_file():
-        raise SystemExit(f"{nvcc}: missing; pip install '{TOOLKIT}' into {venv}")
+        raise SystemExit(f"{nvcc}: missing; pip install {' '.join(map(repr, TOOLKIT))} into {venv}")
     info["nvcc"] = str(nvcc)
     info["nvcc_version"] = run([str(nvcc), "--version"]).stdout.strip().splitlines()[-1]
     return info
@@ -136,6 +141,20 @@ def steps(log: Path) -> dict[str, int]:
     return counts
 
 
+def hit_rate(counts: dict[str, int]) -> dict[str, Any]:
+    """kbuild-nvcc's hits in one build: whole compiles answered by the direct mode over nvcc invocations that compile
+    CUDA, and cicc/ptxas/cudafe++ steps answered from the store over those looked up (a direct hit looks none up)."""
+    def n(key: str) -> int:
+        return counts.get(key, 0)
+    compiles = n("nvcc:total")
+    step_hits = sum(n(f"{t}:hit") for t in ("cicc", "ptxas", "cudafe++"))
+    lookups = step_hits + sum(n(f"{t}:{a}") for t in ("cicc", "ptxas", "cudafe++") for a in ("stored", "uncached"))
+    return {"compiles": compiles, "direct_hits": n("nvcc:direct-hit"),
+            "direct": round(n("nvcc:direct-hit") / compiles, 3) if compiles else None,
+            "step_lookups": lookups, "step_hits": step_hits,
+            "steps": round(step_hits / lookups, 3) if lookups else None}
+
+
 def build(name: str, sdist: Path, where: Path, out: Path, venv: Path, env: dict[str, str]) -> dict[str, Any]:
     src = unpack(sdist, where)
     wheels = out / f"wheels-{name}"
@@ -148,8 +167,12 @@ def build(name: str, sdist: Path, where: Path, out: Path, venv: Path, env: dict[
         raise BuildFailed(f"{name}: pip wheel failed:\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}")
     cuda, units = cuda_seconds(src)
     wheel = next(wheels.glob("*.whl"))
+    data = wheel.read_bytes()
+    with zipfile.ZipFile(wheel) as zf:
+        exts = {i.filename: hashlib.sha256(zf.read(i)).hexdigest() for i in zf.infolist() if i.filename.endswith(".so")}
     return {"name": name, "source_dir": str(src), "cuda_compile_s": round(cuda, 3), "cuda_units": units,
-            "build_wall_s": round(wall, 3), "wheel": wheel.name, "wheel_bytes": wheel.read_bytes()}
+            "build_wall_s": round(wall, 3), "wheel": wheel.name, "wheel_sha256": hashlib.sha256(data).hexdigest(),
+            "wheel_extensions": exts, "wheel_bytes": data}
 
 
 def sccache_stats(sccache: str, env: dict[str, str]) -> dict[str, Any]:
@@ -176,7 +199,9 @@ def main() -> int:
     launcher = Path(sys.executable).parent / "kbuild-nvcc"
     if not launcher.is_file():
         raise SystemExit(f"{launcher}: missing; run with kbuild's venv (scripts/setup-venv)")
-    doc: dict[str, Any] = {"command": "python " + " ".join([f"benchmarks/{Path(__file__).name}", *sys.argv[1:]]),
+    exe = Path(sys.executable)
+    exe_s = str(exe.relative_to(ROOT)) if exe.is_relative_to(ROOT) else str(exe)
+    doc: dict[str, Any] = {"command": " ".join([exe_s, f"benchmarks/{Path(__file__).name}", *sys.argv[1:]]),
                            "machine": {"cpus": os.cpu_count(), "platform": platform.platform(),
                                        "python": platform.python_version()},
                            "package": PACKAGE, "torch_cuda_arch_list": ARCH_LIST}
@@ -184,7 +209,7 @@ def main() -> int:
         if args.venv.exists():
             shutil.rmtree(args.venv)
         doc["venv_install_s"] = round(create_venv(args.venv), 1)
-        doc["venv_install"] = f"pip install {TORCH} '{TOOLKIT}' ninja (from this machine's disk)"
+        doc["venv_install"] = f"pip install {TORCH} {' '.join(map(repr, TOOLKIT))} ninja"
     tools = toolchain(args.venv)
     doc["toolchain"] = tools
     toolkit = Path(tools["toolkit"])
@@ -200,6 +225,7 @@ def main() -> int:
                      "PATH": os.pathsep.join([str(args.venv / "bin"), str(toolkit / "bin"), os.environ["PATH"]])})
         sdist = args.sdist or fetch_sdist(args.venv, work / "sdist", base)
         doc["sdist"] = sdist.name
+        doc["sdist_sha256"] = hashlib.sha256(sdist.read_bytes()).hexdigest()
         base["PIP_NO_INDEX"] = "1"
         here = work / "src" / "here"
         log = work / "steps.jsonl"
@@ -235,6 +261,9 @@ def main() -> int:
         ran = {k: v for k, v in second["steps"].items() if k.split(":")[0] in ("cicc", "ptxas") and not
                k.endswith((":hit", ":direct-hit"))}
         doc["second_ran_cicc_or_ptxas"] = ran
+        for r in runs:
+            if "steps" in r:
+                r["hit_rate"] = hit_rate(r["steps"])
         doc["second_over_first"] = round(second["cuda_compile_s"] / first["cuda_compile_s"], 4)
         doc["wheels_identical_first_second"] = first["wheel_bytes"] == second["wheel_bytes"]
         if "kbuild-moved" in by:
