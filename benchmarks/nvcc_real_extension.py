@@ -47,6 +47,9 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from nvcc_rebuild import steps  # kbuild-nvcc step log, counted as nvcc_rebuild.py counts it
+
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = "torchsort==0.1.10"
 TORCH = "torch==2.11.0"  # the cu130 build
@@ -129,16 +132,6 @@ def cuda_seconds(src: Path) -> tuple[float, int]:
         total += sum(last.values())
         units += len(last)
     return total, units
-
-
-def steps(log: Path) -> dict[str, int]:
-    counts: dict[str, int] = {}
-    if log.exists():
-        for line in log.read_text().splitlines():
-            e = json.loads(line)
-            counts[f"{e['tool']}:{e['action']}"] = counts.get(f"{e['tool']}:{e['action']}", 0) + 1
-        log.unlink()
-    return counts
 
 
 def hit_rate(counts: dict[str, int]) -> dict[str, Any]:
