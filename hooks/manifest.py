@@ -149,21 +149,22 @@ def nvcc_records(directory: Path) -> Iterator[Path]:
     land in: one the user set (``KBUILD_NVCC_RECORDS``) wins over ``directory``. The launcher replaces a kernel's
     records whenever it compiles the kernel's unit, so ``directory`` may live in a build directory that later builds
     reuse (a unit ninja finds up to date keeps its records from the build that compiled it)."""
-    from kbuild.config import env_value
+    from kbuild.config import env_setting, env_var
 
-    mine = env_value("KBUILD_NVCC_RECORDS")
+    mine = env_setting("nvcc_records")
     if mine is not None:
         yield Path(mine)
         return
-    saved = os.environ.get("KBUILD_NVCC_RECORDS")
-    os.environ["KBUILD_NVCC_RECORDS"] = str(directory)  # written for the children (CMake, ninja, kbuild-nvcc)
+    var = env_var("nvcc_records")
+    saved = os.environ.get(var)
+    os.environ[var] = str(directory)  # written for the children (CMake, ninja, kbuild-nvcc)
     try:
         yield directory
     finally:
         if saved is None:
-            os.environ.pop("KBUILD_NVCC_RECORDS", None)
+            os.environ.pop(var, None)
         else:
-            os.environ["KBUILD_NVCC_RECORDS"] = saved
+            os.environ[var] = saved
 
 
 def declared_cuda_entries(settings: Any, records: Path) -> tuple[list[dict[str, Any]], list[str]]:

@@ -522,6 +522,13 @@ def env_setting(name: str, environ: Mapping[str, str] | None = None) -> Any:
     return f.default if f.default_factory is dataclasses.MISSING else f.default_factory()
 
 
+def env_var(name: str) -> str:
+    """The environment variable of the :class:`Settings` field ``name`` (``nvcc_records`` → ``KBUILD_NVCC_RECORDS``),
+    for code that sets it for the processes it starts (a build's compilers); reading it goes through
+    :func:`env_setting`."""
+    return str(Settings.__dataclass_fields__[name].metadata["env"])
+
+
 def env_raw(*names: str, environ: Mapping[str, str] | None = None) -> tuple[str | None, ...]:
     """The raw values of the variables of the :class:`Settings` fields ``names`` (None where unset): a cheap
     memo key for code asked on every call, such as a kernel launch, whether its settings changed."""
