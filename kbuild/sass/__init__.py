@@ -10,6 +10,9 @@ Public API::
     s.apply(slot, UP); s.undo(); print(s.diff())
     data = s.to_cubin()                                  # verified, re-decoded bytes
 
+:mod:`kbuild.sass.hazards` checks a kernel's wgmma register operands for races (an A fragment or accumulator
+touched before the wait that retires it), for code kbuild generates and code it is given.
+
 The package knows cubins and instructions only; nothing here touches a GPU.
 """
 

@@ -186,21 +186,29 @@ def _finish(qp: QuantProgram, store: list[str], rows: str, cols: str) -> list[st
 def _body_sm90(qp: QuantProgram, kept: Sequence[QuantPlan]) -> list[str]:
     x, w, s, y = qp.x.name, qp.w.name, qp.scales.name, qp.y.name
     acc = f"v{qp.acc.id}"
-    loop = [
-        "s = k % STAGES",
-        "mbarrier.wait(bars.index(s), (k // STAGES) & 1)",
-        "words = w_s.index(s).load(WL)  # thread t: row t, its contiguous run",
-        "sc = s_s.index(s).reshape([BLOCK_N]).load(gl.SliceLayout(1, DW))  # the scales of its rows",
-        *_dequant(kept, "a"),
-        f"{acc} = warpgroup_mma(a, x_s.index(s).permute((1, 0)), {acc}, is_async=True)",
-        "# one group in flight: the previous step's operands (registers and stage) are free after this wait",
-        f"{acc}, a_prev = warpgroup_mma_wait(num_outstanding=1, deps=({acc}, a_prev))",
-        "a_prev = a",
-        "nk = k + STAGES - 1",
-        "ns = nk % STAGES",
-        "mbarrier.expect(bars.index(ns), step_bytes, pred=nk < n_k)",
-        *_copies("nk", "ns", x),
-    ]
+    def step(k: str, a: str, a_prev: str) -> list[str]:
+        """K step ``k``: its weights dequantised into ``a`` while the previous step's wgmma (operand ``a_prev``)
+        may still run; then this step's wgmma, the wait that retires the previous one, and the refill."""
+        return [
+            f"k = {k}",
+            "s = k % STAGES",
+            "mbarrier.wait(bars.index(s), (k // STAGES) & 1)",
+            "words = w_s.index(s).load(WL)  # thread t: row t, its contiguous run",
+            "sc = s_s.index(s).reshape([BLOCK_N]).load(gl.SliceLayout(1, DW))  # the scales of its rows",
+            *_dequant(kept, a),
+            f"{acc} = warpgroup_mma({a}, x_s.index(s).permute((1, 0)), {acc}, is_async=True)",
+            "# one group in flight: the previous step's operands (registers and stage) are free after this wait",
+            f"{acc}, {a_prev} = warpgroup_mma_wait(num_outstanding=1, deps=({acc}, {a_prev}))",
+            "nk = k + STAGES - 1",
+            "ns = nk % STAGES",
+            "mbarrier.expect(bars.index(ns), step_bytes, pred=nk < n_k)",
+            *_copies("nk", "ns", x),
+        ]
+
+    # The A fragment is read from registers while its wgmma runs, so the next step must dequantise into other
+    # registers: two steps per iteration, alternating between a0 and a1 (a loop of one step reuses the registers
+    # of the fragment in flight: kbuild.sass.hazards finds that race, and on the H200 it gave wrong products).
+    pair = [*step("2 * kk", "a0", "a1"), *step("2 * kk + 1", "a1", "a0")]
     store = [
         *(_epilogue(op) for op in qp.epilogue),
         f"y_s = gl.allocate_shared_memory({_GL_DTYPE[qp.y.dtype]}, [BLOCK_T, BLOCK_N], SY)",
@@ -232,9 +240,12 @@ def _body_sm90(qp: QuantProgram, kept: Sequence[QuantPlan]) -> list[str]:
         "    mbarrier.expect(bars.index(i), step_bytes, pred=i < n_k)",
         *(f"    {line}" for line in _copies("i", "i", x)),
         f"{acc} = gl.zeros([BLOCK_N, BLOCK_T], gl.float32, ACC)",
-        "a_prev = gl.zeros([BLOCK_N, BLOCK_K], gl.float16, DW)",
-        "for k in range(n_k):",
-        *(f"    {line}" for line in loop),
+        "a0 = gl.zeros([BLOCK_N, BLOCK_K], gl.float16, DW)",
+        "a1 = gl.zeros([BLOCK_N, BLOCK_K], gl.float16, DW)",
+        "for kk in range(n_k // 2):",
+        *(f"    {line}" for line in pair),
+        "if n_k % 2 == 1:  # an odd split's last step",
+        *(f"    {line}" for line in step("n_k - 1", "a0", "a1")),
         f"{acc} = warpgroup_mma_wait(num_outstanding=0, deps=({acc},))",
         "for i in gl.static_range(STAGES):",
         "    mbarrier.invalidate(bars.index(i))",

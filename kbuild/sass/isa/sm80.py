@@ -22,6 +22,14 @@ def _load(space: str, width: int = MODS, latency: str | None = None, tensor: boo
                   pin_modifiers=_MEM_PIN, variable=True, latency=latency or space, tensor=tensor)
 
 
+def ldsm_count(mods: tuple[str, ...]) -> int:
+    """Registers an ``LDSM`` writes per thread: the number of 8 × 8 matrices, ``.2`` or ``.4`` (PTX ldmatrix
+    ``.x2``/``.x4``), one without (``.x1``; ``LDSM.16.MT88 R118`` is ``ldmatrix.x1.trans``). The table's entry
+    keeps width 4 for every LDSM: the rewriter over-approximates, the wgmma hazard check
+    (:mod:`kbuild.sass.hazards`) needs the exact set."""
+    return 4 if "4" in mods else 2 if "2" in mods else 1
+
+
 def _store(space: str, width: int = MODS, latency: str | None = None) -> OpInfo:
     return OpInfo(outs="", src_width=width, space=space, mem_write=True, cap=LONG_CAP,
                   pin_modifiers=_MEM_PIN, variable=True, latency=latency or space)

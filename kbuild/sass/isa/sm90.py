@@ -30,5 +30,33 @@ TABLE: dict[str, OpInfo] = {
     "STAS": _pin("distributed shared memory"),
 }
 
+#: wgmma (``HGMMA``/``QGMMA``/``IGMMA``/``BGMMA``) reads and writes registers asynchronously. PTX ISA, wgmma.mma_async:
+#: "accessing the accumulator register or the input registers containing fragments of matrix A of a
+#: wgmma.mma_async instruction before wgmma.wait_group ... that waits on a wgmma-group including that instruction
+#: is undefined behaviour". In SASS an instruction's operands are ``D, A, B, C`` (``A`` a register or ``gdesc[..]``
+#: for shared memory); the group's last instruction carries ``gsb0`` (``wgmma.commit_group``), and
+#: ``WARPGROUP.DEPBAR.LE gsb0, N`` (``wgmma.wait_group N``) returns when at most ``N`` groups are in flight.
+#: Seen on the H200 (kbuild.tile's int4 GEMM, 2026-12-04): ptxas does not keep an in-flight A fragment's registers
+#: out of the next loop iteration's writes, and the products came out wrong and different from run to run.
+ASYNC_MMA = frozenset({"HGMMA", "QGMMA", "IGMMA", "BGMMA"})
+#: registers of an A fragment per thread: a 64 × K slice over the warpgroup's 128 threads is 16 bytes whatever
+#: the type (k16 for 16-bit types, k32 for 8-bit, k256 for 1-bit)
+ASYNC_MMA_A_REGS = 4
+#: the operand that closes a wgmma group, and the wait's opcode
+ASYNC_MMA_COMMIT = "gsb0"
+ASYNC_MMA_WAIT = "WARPGROUP.DEPBAR"
+
+
+def async_mma_acc_regs(opcode: str) -> int:
+    """Accumulator registers per thread of a wgmma opcode such as ``HGMMA.64x128x16.F32``: 64 × N over 128
+    threads, one element per register for 32-bit accumulators, two for ``F16``."""
+    mods = opcode.split(".")[1:]
+    shape = next((m for m in mods if m.count("x") == 2), None)
+    if shape is None:
+        raise ValueError(f"{opcode}: no MxNxK shape")
+    n = int(shape.split("x")[1])
+    return n // 4 if "F16" in mods[mods.index(shape) + 1:mods.index(shape) + 2] else n // 2
+
+
 SPEC = ArchSpec(family="sm_90", sms=(90,), table=freeze(TABLE), nvinfo=SM80.nvinfo, latencies=SM80.latencies,
                 nvdisasm_suffix="a")

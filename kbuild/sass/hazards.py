@@ -1,0 +1,177 @@
+"""Static check of wgmma's asynchronous register operands in sm_90 SASS.
+
+A ``HGMMA`` reads its A fragment and reads and writes its accumulator after it issues, until a
+``WARPGROUP.DEPBAR`` retires its group (the rule and its history are in :mod:`kbuild.sass.isa.sm90`). This module
+walks a kernel's control-flow graph with the groups in flight as the state and reports every instruction that
+writes a register of an in-flight A fragment or accumulator, or reads an in-flight accumulator: each such
+instruction is a race whose outcome depends on timing, so code that has one is wrong even when a run happens to
+produce the right numbers.
+
+    from kbuild.sass.hazards import async_mma_hazards
+    for h in async_mma_hazards(instructions):     # kbuild.sass.disasm.disassemble(cubin, kernel)
+        print(h)
+
+The analysis is conservative where the SASS does not say: an indirect branch is taken to fall through, a pinned
+instruction (one the opcode table does not describe) is taken to write its first operand when that is a plain
+register, and at a join the groups in flight are the union of both paths' groups.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from .deps import branch_targets, semantics
+from .disasm import Instruction
+from .isa import ArchSpec, arch_spec
+from .isa.sm80 import ldsm_count
+from .isa.sm90 import ASYNC_MMA, ASYNC_MMA_A_REGS, ASYNC_MMA_COMMIT, ASYNC_MMA_WAIT, async_mma_acc_regs
+from .operands import describe, is_plain_reg, reg_bits, registers, width_from_mods
+
+_REG = re.compile(r"^R(\d+)$")
+#: groups tracked at most; older ones are merged into the oldest (conservative: they retire last)
+MAX_GROUPS = 8
+
+Group = tuple[int, int]  # (accumulator registers, A-fragment registers)
+
+
+@dataclass(frozen=True)
+class Hazard:
+    """One instruction that touches a register of a wgmma group still in flight."""
+
+    index: int
+    instruction: str
+    registers: str
+    kind: str  # "writes an in-flight A fragment", "writes an in-flight accumulator", "reads an in-flight accumulator"
+
+    def __str__(self) -> str:
+        return f"slot {self.index} ({self.instruction}) {self.kind}: {self.registers}"
+
+
+def mma_operands(ins: Instruction) -> Group:
+    """(accumulator, A fragment) register masks of one wgmma instruction (A is 0 when it is read from shared
+    memory through a descriptor)."""
+    acc = a = 0
+    m = _REG.match(ins.operands[0].removesuffix(".reuse")) if ins.operands else None
+    if m:
+        acc = reg_bits("R", int(m.group(1)), async_mma_acc_regs(ins.opcode))
+    if len(ins.operands) > 1:
+        m = _REG.match(ins.operands[1].removesuffix(".reuse"))
+        if m:
+            a = reg_bits("R", int(m.group(1)), ASYNC_MMA_A_REGS)
+    return acc, a
+
+
+def _wait_count(ins: Instruction) -> int | None:
+    """N of ``WARPGROUP.DEPBAR.LE gsb0, N``; None for another WARPGROUP instruction."""
+    if not ins.opcode.startswith(ASYNC_MMA_WAIT):
+        return None
+    for op in reversed(ins.operands):
+        try:
+            return int(op, 0)
+        except ValueError:
+            continue
+    return 0
+
+
+def _successors(ins: list[Instruction], i: int) -> list[int]:
+    x = ins[i]
+    n = len(ins)
+    if not x.control_flow:
+        return [i + 1] if i + 1 < n else []
+    base = x.base
+    falls = [i + 1] if i + 1 < n else []
+    if base == "EXIT" or base == "RET":
+        return falls if x.guard else []
+    if base in ("BRA", "JMP"):
+        targets = branch_targets(x, n)
+        return targets + falls if x.guard or not targets else targets
+    return falls + branch_targets(x, n)
+
+
+def _join(a: tuple[tuple[Group, ...], Group], b: tuple[tuple[Group, ...], Group]) -> tuple[tuple[Group, ...], Group]:
+    qa, oa = a
+    qb, ob = b
+    n = max(len(qa), len(qb))
+    qa = ((0, 0),) * (n - len(qa)) + qa
+    qb = ((0, 0),) * (n - len(qb)) + qb
+    return tuple((x[0] | y[0], x[1] | y[1]) for x, y in zip(qa, qb)), (oa[0] | ob[0], oa[1] | ob[1])
+
+
+def _commit(queue: tuple[Group, ...], group: Group) -> tuple[Group, ...]:
+    """``queue`` with ``group`` appended; past :data:`MAX_GROUPS`, the two oldest are merged (they retire
+    together at the latest)."""
+    if len(queue) >= MAX_GROUPS:
+        queue = ((queue[0][0] | queue[1][0], queue[0][1] | queue[1][1]), *queue[2:])
+    return (*queue, group)
+
+
+def _writes(x: Instruction, spec: ArchSpec) -> tuple[int, int]:
+    sem = semantics(x, spec)
+    info = spec.lookup(x.base)
+    if sem.pinned is None and info is not None:
+        writes = sem.writes
+        if x.base == "LDSM":  # the table's width 4 over-approximates; the check needs the registers written
+            writes = registers(x.operands[0], ldsm_count(x.modifiers))
+        # The table's read sets are generous for the rewriter (an address is read as wide as the access);
+        # here an address in brackets reads its registers only (two with .64), a value operand its width.
+        n_out = sum(1 for p in info.outs.split(",") if p in ("R", "P"))
+        width = max(width_from_mods(x.modifiers), info.src_width if info.src_width > 0 else 1)
+        reads = 0
+        for o in x.operands[n_out:]:
+            reads |= registers(o, 1 if "[" in o else width)
+        return writes, reads
+    reads = 0
+    for o in x.operands[1:]:
+        reads |= registers(o, 1)
+    if x.operands and is_plain_reg(x.operands[0].removesuffix(".reuse")):
+        return registers(x.operands[0], 1), reads
+    return 0, reads
+
+
+def async_mma_hazards(ins: Sequence[Instruction], spec: ArchSpec | None = None) -> list[Hazard]:
+    """Every instruction of ``ins`` (one kernel, in slot order) that races with a wgmma still in flight."""
+    spec = spec or arch_spec(90)
+    ins = list(ins)
+    if not any(x.base in ASYNC_MMA for x in ins):
+        return []
+    empty: tuple[tuple[Group, ...], Group] = ((), (0, 0))
+    state_in: dict[int, tuple[tuple[Group, ...], Group]] = {0: empty}
+    work = [0]
+    found: dict[tuple[int, str], Hazard] = {}
+    while work:
+        i = work.pop()
+        queue, open_ = state_in[i]
+        x = ins[i]
+        if x.base in ASYNC_MMA:
+            acc, a = mma_operands(x)
+            open_ = (open_[0] | acc, open_[1] | a)
+            if ASYNC_MMA_COMMIT in x.operands:
+                queue = _commit(queue, open_)
+                open_ = (0, 0)
+        elif (n := _wait_count(x)) is not None:
+            queue = queue[len(queue) - n:] if len(queue) > n else queue
+        else:
+            writes, reads = _writes(x, spec)
+            acc_live = open_[0]
+            a_live = open_[1]
+            for g in queue:
+                acc_live |= g[0]
+                a_live |= g[1]
+            for bits, kind in ((writes & a_live & ~acc_live, "writes an in-flight A fragment"),
+                               (writes & acc_live, "writes an in-flight accumulator"),
+                               (reads & acc_live, "reads an in-flight accumulator")):
+                if bits:
+                    found.setdefault((i, kind), Hazard(i, x.text, describe(bits), kind))
+        out = (queue, open_)
+        for j in _successors(ins, i):
+            old = state_in.get(j)
+            new = out if old is None else _join(old, out)
+            if new != old:
+                state_in[j] = new
+                work.append(j)
+    return sorted(found.values(), key=lambda h: (h.index, h.kind))
+
+
+__all__ = ["MAX_GROUPS", "Hazard", "async_mma_hazards", "mma_operands"]
