@@ -141,3 +141,23 @@ def test_a_module_attribute_read_by_a_kernel_is_part_of_its_key(tmp_path: Path):
     fresh = compile_json(tmp_path / "fresh-store")
     assert after["key"] != before["key"] and not after["store_hit"]
     assert after["key"] == fresh["key"] and after["cubin_sha256"] == fresh["cubin_sha256"] != before["cubin_sha256"]
+
+
+@pytest.mark.slow
+def test_a_wgmma_register_race_is_recorded_and_warned(tmp_path: Path, caplog: pytest.LogCaptureFixture):
+    """kbuild compile runs kbuild.sass.hazards on sm_90 cubins with a register-operand wgmma: the suite's
+    rmsnorm_swiglu, declared from the installed kbuild as a user's project would, compiles with Triton 3.6's race
+    (triton-lang/triton#9433); the compile warns and records it, and ships nothing different."""
+    (tmp_path / "pyproject.toml").write_text(
+        "[tool.kbuild]\ntargets=['sm_90']\n[[tool.kbuild.kernels]]\nname='rs'\n"
+        "source='kbuild.bench.kernels.swiglu:rmsnorm_swiglu'\n"
+        "signature={x_ptr='*fp16:16', nw_ptr='*fp16:16', wg_ptr='*fp16:16', wu_ptr='*fp16:16', h_ptr='*fp16:16', "
+        "M='i32', N='i32:16', K='i32:16'}\n"
+        "constexprs={BLOCK_M=128, BLOCK_N=128, BLOCK_K=64, GROUP_M=8, EPS=1e-6}\nnum_warps=8\nnum_stages=3\n")
+    s = load_settings(tmp_path / "pyproject.toml", environ={})
+    (b,) = resolve(s, s.kernels, select_targets(s, ["sm_90"]))
+    with caplog.at_level("WARNING", logger="kbuild.compile.triton_aot"):
+        ck = compile_kernel(s, b.spec, b.target, fn=b.fn)
+    hazards = ck.metadata["wgmma_register_hazards"]
+    assert hazards and all("writes an in-flight A fragment" in h for h in hazards)
+    assert "triton-lang/triton#9433" in caplog.text and "'rs'" in caplog.text

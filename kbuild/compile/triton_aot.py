@@ -22,6 +22,7 @@ import importlib
 import inspect
 import io
 import json
+import logging
 import os
 import shlex
 import signal
@@ -40,6 +41,8 @@ from kbuild.config import KernelSettings, Settings, env_value
 from kbuild.errors import CompileError, KernelSourceError, MissingDependencyError
 from kbuild.targets import Target
 from kbuild.toolchain import ptxas_version, triton_version
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -681,7 +684,31 @@ def compile_kernel(settings: Settings, spec: KernelSettings, target: Target, fn:
         # kbuild.runtime.loader needs to launch this cubin without running Triton's compiler (issue 16).
         "triton_metadata": triton_metadata(compiled),
     }
+    if target.cc == 90:  # wgmma is sm_90's
+        hazards = _wgmma_hazards(compiled, spec, target)
+        if hazards:  # recorded only when present: every other kernel's metadata stays as it was
+            metadata["wgmma_register_hazards"] = hazards
     return CompiledKernel(kernel=spec.name, target=target, cubin=cubin, metadata=metadata, compile_seconds=seconds)
+
+
+def _wgmma_hazards(compiled: Any, spec: KernelSettings, target: Target) -> list[str]:
+    """:mod:`kbuild.sass.hazards` on an sm_90 cubin with a register-operand wgmma, with a warning when it finds a
+    race: Triton 3.6 pipelines such a wgmma over registers the next iteration overwrites (triton-lang/triton#9433),
+    and the results then depend on timing. Nothing is refused: the cubin is what Triton produced."""
+    from kbuild.errors import KBuildError
+    from kbuild.sass.hazards import register_wgmma_hazards
+
+    try:
+        found = register_wgmma_hazards(compiled.asm["cubin"], compiled.metadata.name, compiled.asm.get("ptx"))
+    except (KBuildError, OSError) as exc:  # no nvdisasm here: the check is skipped, the compile is not
+        log.debug("wgmma hazard check of %s skipped: %s", spec.name, exc)
+        return []
+    if found:
+        log.warning("kernel %r (%s) for %s: %d instruction(s) touch a wgmma operand register before the wait that "
+                    "retires it, first %s; its results can differ from run to run on the GPU (Triton's pipelining of "
+                    "a wgmma with a register operand, triton-lang/triton#9433)", spec.name, spec.source, target.name,
+                    len(found), found[0])
+    return [str(h) for h in found[:20]]
 
 
 def triton_metadata(compiled: Any) -> dict[str, Any]:

@@ -174,4 +174,20 @@ def async_mma_hazards(ins: Sequence[Instruction], spec: ArchSpec | None = None) 
     return sorted(found.values(), key=lambda h: (h.index, h.kind))
 
 
-__all__ = ["MAX_GROUPS", "Hazard", "async_mma_hazards", "mma_operands"]
+#: a wgmma in PTX whose A operand is a register vector (``{acc...}, {%r..}, desc``): the only kind with an A fragment
+_PTX_REGISTER_WGMMA = re.compile(r"wgmma\.mma_async[^\n;]*\}\s*,\s*\{")
+
+
+def register_wgmma_hazards(cubin: bytes, kernel: str, ptx: str | None = None) -> list[Hazard]:
+    """The hazards of one compiled kernel; when its ``ptx`` is given and has no wgmma with a register A operand,
+    nothing is disassembled (the common case costs a regular-expression search)."""
+    if ptx is not None and not _PTX_REGISTER_WGMMA.search(ptx):
+        return []
+    from .disasm import disassemble
+    from .elf import Cubin
+
+    binary = Cubin(cubin, origin=f"the cubin of {kernel}")
+    return async_mma_hazards(disassemble(binary, kernel), arch_spec(90))
+
+
+__all__ = ["MAX_GROUPS", "Hazard", "async_mma_hazards", "mma_operands", "register_wgmma_hazards"]

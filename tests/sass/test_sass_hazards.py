@@ -89,3 +89,25 @@ def test_the_int4_tile_gemm_has_no_wgmma_register_race():
             compiled = compile_spec(spec, cfg, 90)
             cubin = Cubin(compiled.asm["cubin"], origin=f"{spec.name} [{cfg.label()}]")
             assert async_mma_hazards(disassemble(cubin, compiled.metadata.name)) == [], cfg.label()
+
+
+def test_a_kernel_without_a_register_wgmma_is_not_disassembled():
+    from kbuild.sass.hazards import register_wgmma_hazards
+
+    ss = "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 {%r1,%r2}, %rd1, %rd2, p, 1, 1, 0, 0;"
+    assert register_wgmma_hazards(b"not a cubin", "k", ptx=ss) == []  # a shared-memory A operand: nothing to read
+
+
+@pytest.mark.slow
+def test_triton_36_pipelines_a_register_wgmma_with_the_race():
+    """The suite's rmsnorm_swiglu (its normalised A operand in registers): Triton 3.6 issues the next iteration's
+    ldmatrix into the fragment of a wgmma still in flight (``wait_group 7``), triton-lang/triton#9433. When a Triton
+    release fixes it, this test fails and says so."""
+    from kbuild.bench.kernels import SUITE
+    from kbuild.bench.spec import compile_spec, load_spec
+    from kbuild.sass.hazards import register_wgmma_hazards
+
+    spec = load_spec(SUITE["rmsnorm_swiglu"])
+    compiled = compile_spec(spec, spec.configs[0], 90)
+    found = register_wgmma_hazards(compiled.asm["cubin"], compiled.metadata.name, compiled.asm["ptx"])
+    assert found and all(h.kind == "writes an in-flight A fragment" for h in found)
