@@ -49,7 +49,15 @@ from .plan import (
     is_preprocess,
     which,
 )
-from .steps import TMP_PLACEHOLDER, NotCacheable, Step, cicc_step, cudafe_step, ptxas_step
+from .steps import (
+    TMP_PLACEHOLDER,
+    NotCacheable,
+    Step,
+    cicc_step,
+    cudafe_step,
+    module_id_placeholder,
+    ptxas_step,
+)
 
 log = logging.getLogger(__name__)
 
@@ -142,6 +150,7 @@ class Launcher:
             return self.plain(str(exc))
         read: list[list[str]] = []
         deps_file: tuple[Path, str] | None = None
+        module_id: str | None = None  # the unit's, from its cicc steps: its ptxas steps relocate it
         for cmd, argv in zip(plan.commands, argvs):
             if cmd.argv[0] == DEPS_STEP:
                 assert deps_target is not None
@@ -155,7 +164,10 @@ class Launcher:
             make = _STEPS.get(cmd.tool)
             if make is not None and self.store is not None:
                 try:
-                    step = make(argv, cwd=self.cwd, tmp=tmp, identity=self.identity(env, argv[0]))
+                    extra = {"module_id": module_id} if cmd.tool == "ptxas" else {}
+                    step = make(argv, cwd=self.cwd, tmp=tmp, identity=self.identity(env, argv[0]), **extra)
+                    if cmd.tool == "cicc":
+                        module_id = step.volatile.get("module_id") or module_id
                 except NotCacheable as exc:
                     log.warning("kbuild-nvcc: %s runs uncached: %s", cmd.tool, exc)
                     step = None
@@ -314,8 +326,14 @@ class Launcher:
         """Write a stored step's outputs; False on a miss (or an incomplete entry: the step then runs)."""
         t0 = time.perf_counter()
         head = self._get(step.key)
+        relocate = step.relocate
         if head is not None and head.meta.get("kind") == KIND_POINTER:
-            head = self._get(step.volatile_key())
+            module_id = step.volatile.get("module_id")
+            moved = self._get(step.relocated_key(module_id)) if module_id else None
+            if moved is not None and moved.meta.get("relocated"):
+                head, relocate = moved, module_id
+            else:
+                head = self._get(step.volatile_key())
         if head is None or head.meta.get("kind") != KIND_STEP:
             return False
         outputs = head.meta.get("outputs", {})
@@ -329,6 +347,8 @@ class Launcher:
             data = art.cubin
             if role in _TEXT_ROLES:
                 data = data.replace(TMP_PLACEHOLDER.encode(), tmp.encode())
+            if relocate:
+                data = data.replace(module_id_placeholder(relocate).encode(), relocate.encode())
             blobs[role] = data
         for role, data in blobs.items():
             path = step.outputs[role]
@@ -354,10 +374,25 @@ class Launcher:
                 data = data.replace(tmp.encode(), TMP_PLACEHOLDER.encode())
             blobs[role] = data
         key = step.key
-        if any(v and v.encode() in data for v in step.volatile.values() for data in blobs.values()):
-            # The outputs depend on where the source lives: the first key points at a second one that covers it.
+        relocated = False
+        if step.relocate:  # a ptxas step of a unit whose PTX names the module id (its key reads the placeholder)
+            if not self._relocatable(blobs, step.relocate):
+                self._event(step.tool, step.arch, "uncached", seconds, reason="the module id's placeholder occurs")
+                return
+            blobs = _relocated(blobs, step.relocate)
+            relocated = True
+        elif any(v and v.encode() in data for v in step.volatile.values() for data in blobs.values()):
+            # The outputs depend on where the source lives: the first key points at a second one that covers it,
+            # or, when only the module id appears, at outputs stored with the id as its placeholder.
             self._put(_artefact(key, b"", {"kind": KIND_POINTER, "tool": step.tool}))
-            key = step.volatile_key()
+            module_id = step.volatile.get("module_id")
+            src = step.volatile.get("--orig_src_path_name")
+            if module_id and not (src and any(src.encode() in d for d in blobs.values())) \
+                    and self._relocatable(blobs, module_id):
+                blobs = _relocated(blobs, module_id)
+                key, relocated = step.relocated_key(module_id), True
+            else:
+                key = step.volatile_key()
         outputs: dict[str, str] = {}
         for role, data in blobs.items():
             sub = hashlib.sha256(f"{key}:{role}".encode()).hexdigest()
@@ -366,10 +401,17 @@ class Launcher:
             outputs[role] = sub
         meta = {"kind": KIND_STEP, "tool": step.tool, "target": step.arch, "outputs": outputs,
                 "key_components": step.components, "compile_seconds": round(seconds, 4),
-                "output": output.replace(tmp, TMP_PLACEHOLDER)}
+                "output": output.replace(tmp, TMP_PLACEHOLDER), "relocated": relocated}
         main_role = {"cicc": "ptx", "ptxas": "cubin"}.get(step.tool, "gen_c")
         self._put(_artefact(key, blobs[main_role], meta))  # the step's record last: a partial entry is a miss
         self._event(step.tool, step.arch, "stored", seconds, key=step.key)
+
+    @staticmethod
+    def _relocatable(blobs: dict[str, bytes], module_id: str) -> bool:
+        """Whether the outputs can be stored with ``module_id`` as its placeholder and restored exactly: the
+        placeholder must not occur in them already."""
+        placeholder = module_id_placeholder(module_id).encode()
+        return all(placeholder not in data for data in blobs.values())
 
     # --- identities ---------------------------------------------------------------------------------------------
     def identity(self, env: Mapping[str, str], exe: str) -> dict[str, Any]:
@@ -409,6 +451,11 @@ class Launcher:
                     f.write(json.dumps(ev, sort_keys=True) + "\n")
             except OSError as exc:
                 log.warning("kbuild-nvcc: cannot write %s: %s", self.log_path, exc)
+
+
+def _relocated(blobs: dict[str, bytes], module_id: str) -> dict[str, bytes]:
+    placeholder = module_id_placeholder(module_id).encode()
+    return {role: data.replace(module_id.encode(), placeholder) for role, data in blobs.items()}
 
 
 def _artefact(key: str, data: bytes, meta: dict[str, Any]) -> Any:

@@ -13,9 +13,15 @@ contents (the temporary directory's path in them written as ``@TMP@`` too).
 Two values of a ``cicc`` command depend on where the source lives: the source's absolute path
 (``--orig_src_path_name``) and the module id nvcc derives from it (the file ``--module_id_file_name``
 names). They are left out of the first key so that two projects compiling the same translation unit
-share the PTX; when either value appears in cicc's outputs (static or anonymous-namespace device
-symbols carry the module id), the entry under the first key is only a pointer, and the outputs are
-stored under a second key that includes them (:func:`volatile_key`).
+share the PTX. When the module id appears in cicc's outputs (static, anonymous-namespace and CCCL's
+internal-linkage device symbols carry it: ``_ZN47_INTERNAL_<module id>…``) and the path does not, the
+outputs are stored with the module id written as a placeholder of the same length
+(:func:`module_id_placeholder`) under a key that adds that length (:meth:`Step.relocated_key`), and a
+restore writes the current unit's module id back: equal lengths keep every mangled name's length
+prefix and every offset in a cubin as they are. ``ptxas`` steps of such a unit are keyed by their PTX
+with the module id so replaced, and store their cubin the same way. When the path appears too, or the
+placeholder already occurs in an output, the entry under the first key is only a pointer and the
+outputs are stored under a second key that includes both values (:meth:`Step.volatile_key`).
 """
 
 from __future__ import annotations
@@ -56,6 +62,8 @@ class Step:
     volatile: dict[str, str]
     """Values left out of the first key (cicc only): the source's path and the module id."""
     arch: str
+    relocate: str | None = None
+    """A ptxas step's module id, written as its placeholder in the key's PTX digest and in the stored cubin."""
 
     @property
     def key(self) -> str:
@@ -67,9 +75,26 @@ class Step:
                                              ascii_only=True)).hexdigest()
 
 
-def _file_digest(path: Path, tmp: str) -> str:
-    data = path.read_bytes()
-    return hashlib.sha256(data.replace(tmp.encode(), TMP_PLACEHOLDER.encode())).hexdigest()
+    def relocated_key(self, module_id: str) -> str:
+        """The key of outputs stored with ``module_id`` written as its placeholder: the first key and the length."""
+        return hashlib.sha256(canonical_json({"first": self.key, "module_id_length": len(module_id)},
+                                             ascii_only=True)).hexdigest()
+
+
+#: What :func:`module_id_placeholder` repeats.
+MODULE_ID_SEED = "KBUILDMODULEID"
+
+
+def module_id_placeholder(module_id: str) -> str:
+    """The stand-in for ``module_id`` in stored outputs: as long as it, so that nothing around it moves."""
+    return (MODULE_ID_SEED * (len(module_id) // len(MODULE_ID_SEED) + 1))[:len(module_id)]
+
+
+def _file_digest(path: Path, tmp: str, module_id: str | None = None) -> str:
+    data = path.read_bytes().replace(tmp.encode(), TMP_PLACEHOLDER.encode())
+    if module_id:
+        data = data.replace(module_id.encode(), module_id_placeholder(module_id).encode())
+    return hashlib.sha256(data).hexdigest()
 
 
 def _norm(arg: str, tmp: str) -> str:
@@ -176,8 +201,11 @@ def cudafe_step(argv: tuple[str, ...], *, cwd: Path, tmp: str, identity: dict[st
     return Step("cudafe++", components, outputs, {}, "host")
 
 
-def ptxas_step(argv: tuple[str, ...], *, cwd: Path, tmp: str, identity: dict[str, Any]) -> Step:
-    """The :class:`Step` of one ``ptxas`` command (one ``*.ptx`` input, ``-o`` the cubin)."""
+def ptxas_step(argv: tuple[str, ...], *, cwd: Path, tmp: str, identity: dict[str, Any],
+               module_id: str | None = None) -> Step:
+    """The :class:`Step` of one ``ptxas`` command (one ``*.ptx`` input, ``-o`` the cubin). With the unit's
+    ``module_id`` (from its cicc step) and that id in the PTX, the key reads the PTX with the id as its
+    placeholder, and the step relocates its cubin."""
     args = list(argv[1:])
     kept: list[str] = []
     inputs: list[Path] = []
@@ -205,14 +233,18 @@ def ptxas_step(argv: tuple[str, ...], *, cwd: Path, tmp: str, identity: dict[str
         raise NotCacheable("ptxas writes no cubin (-o)")
     arch = next((a.split("=", 1)[1] for a in args if a.startswith("-arch=")),
                 next((args[j + 1] for j, a in enumerate(args[:-1]) if a == "-arch"), "?"))
-    components = {
+    relocate = module_id if module_id and module_id.encode() in inputs[0].read_bytes() else None
+    components: dict[str, Any] = {
         "schema": STEP_KEY_SCHEMA,
         "tool": "ptxas",
         "identity": identity,
         "args": kept,
-        "input_sha256": _file_digest(inputs[0], tmp),
+        "input_sha256": _file_digest(inputs[0], tmp, relocate),
     }
-    return Step("ptxas", components, {"cubin": out}, {}, arch)
+    if relocate:
+        components["module_id_length"] = len(relocate)
+    return Step("ptxas", components, {"cubin": out}, {}, arch, relocate)
 
 
-__all__ = ["TMP_PLACEHOLDER", "NotCacheable", "Step", "cicc_step", "cudafe_step", "ptxas_step"]
+__all__ = ["MODULE_ID_SEED", "TMP_PLACEHOLDER", "NotCacheable", "Step", "cicc_step", "cudafe_step", "module_id_placeholder",
+           "ptxas_step"]

@@ -179,3 +179,38 @@ def test_torch_build_extension_flags_are_handled_without_fallback(nvcc, launcher
     assert res.returncode == 0 and "warning" not in res.stderr, res.stderr
     assert res.count("cicc", "stored") == 2
     assert (cu / "mine.d").read_text() == (cu / "plain.d").read_text()
+
+
+#: internal linkage: nvcc names the device function after the unit's module id (``_ZN..._INTERNAL_<id>...``),
+#: which it derives from the source's path
+INTERNAL = """
+namespace { __device__ float twice(float v) { return 2.f * v; } }
+static __device__ __noinline__ float thrice(float v) { return 3.f * v; }
+extern "C" __global__ void scale(float *x, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) x[i] = twice(x[i]) + thrice(x[i]);
+}
+"""
+
+
+def test_a_unit_with_internal_linkage_device_code_is_reused_across_checkouts(nvcc, launcher, cu, tmp_path):
+    (cu / "k.cu").write_text(INTERNAL)
+    first = launcher(nvcc, *compile_args(), cwd=cu)
+    assert first.returncode == 0, first.stderr
+    other = tmp_path / "elsewhere" / "checkout"  # the same file name: the module id keeps its length
+    shutil.copytree(cu, other)
+    (other / "k.o").unlink()
+    moved = launcher(nvcc, *compile_args(), cwd=other)
+    assert moved.returncode == 0, moved.stderr
+    # the module id differs between the checkouts and is in the PTX and the cubins, yet both steps are answered
+    # (stored with the id as a same-length placeholder, the moved unit's id written back) ...
+    assert moved.count("cicc", "hit") == 2 and moved.count("ptxas", "hit") == 2
+    # ... and the object is byte for byte the one an uncached compile there writes, which is not the first one's
+    assert launcher(nvcc, *compile_args("ref.o"), cwd=other, env={"KBUILD_NVCC_CACHE": "off"}).returncode == 0
+    ref = (other / "ref.o").read_bytes()
+    assert (other / "k.o").read_bytes() == ref != (cu / "k.o").read_bytes()
+    assert b"_INTERNAL_" in ref
+    # a unit in a file of another name has a module id of another length: compiled, not relocated
+    (other / "kk.cu").write_text(INTERNAL)
+    renamed = launcher(nvcc, "-c", "kk.cu", "-o", "kk.o", "-O3", *ARCHS, cwd=other)
+    assert renamed.returncode == 0 and renamed.count("ptxas", "hit") == 0
