@@ -233,6 +233,10 @@ def main() -> int:
             runs[-1]["steps"] = steps(log)
             print(f"{name}: {runs[-1]['cuda_compile_s']:.2f} s CUDA, {runs[-1]['build_wall_s']:.1f} s wall",
                   file=sys.stderr)
+        if "moved" not in skip:  # the reference for the moved build: the same build there with nothing from the store
+            runs.append(build("kbuild-moved-uncached", sdist, work / "src" / "elsewhere", work, args.venv,
+                              {**kenv, "KBUILD_NVCC_CACHE": "off"}))
+            runs[-1]["steps"] = steps(log)
         sccache = args.sccache or shutil.which("sccache")
         if "sccache" not in skip and sccache:
             senv = {**base, "SCCACHE_DIR": str(work / "sccache"), "SCCACHE_IDLE_TIMEOUT": "0",
@@ -261,6 +265,8 @@ def main() -> int:
         doc["wheels_identical_first_second"] = first["wheel_bytes"] == second["wheel_bytes"]
         if "kbuild-moved" in by:
             doc["wheels_identical_first_moved"] = first["wheel_bytes"] == by["kbuild-moved"]["wheel_bytes"]
+            doc["wheels_identical_moved_uncached"] = \
+                by["kbuild-moved"]["wheel_bytes"] == by["kbuild-moved-uncached"]["wheel_bytes"]
         if "plain-nvcc" in by:
             doc["first_over_plain"] = round(first["cuda_compile_s"] / by["plain-nvcc"]["cuda_compile_s"], 3)
         if "sccache-second" in by:
