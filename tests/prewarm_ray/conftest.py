@@ -42,6 +42,12 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         stop(proc)
 
 
+#: Ray starts its worker processes at niceness 15 unless told otherwise. Next to other tests (pytest-xdist runs a
+#: second worker beside this one) each nice-0 process then took nearly all of a core from the tasks: with two busy
+#: processes beside it the node-kill test took 546 s instead of 39. Ray's own job submission sets 0 too.
+RAY_WORKER_NICENESS = "RAY_worker_niceness"
+
+
 @dataclass
 class RayCluster:
     cluster: object
@@ -61,6 +67,7 @@ def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayCluster
     with pytest.MonkeyPatch.context() as env:  # the nodes' workers inherit it: no developer cache is touched
         env.setenv("XDG_CACHE_HOME", str(home))
         env.setenv("TRITON_CACHE_DIR", str(home / "triton"))
+        env.setenv(RAY_WORKER_NICENESS, "0")
         cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 1, "include_dashboard": False})
         workers = [cluster.add_node(num_cpus=1, resources=stand_in) for _ in range(2)]
         cluster.wait_for_nodes()

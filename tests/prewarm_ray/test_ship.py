@@ -31,6 +31,7 @@ pytestmark = [pytest.mark.nginx, pytest.mark.slow]
 ray = pytest.importorskip("ray", reason="kbuild[ray] is not installed")
 
 ROOT = Path(__file__).resolve().parents[2]
+RAY_WORKER_NICENESS = "RAY_worker_niceness"  # set to 0, not Ray's 15: conftest.py says why
 KERNELS = ["softmax", "layernorm"]
 
 
@@ -55,9 +56,11 @@ def elsewhere_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tupl
     assert out.stdout.strip() == "True", ("the worker's Python must not see kbuild", out.stdout, out.stderr)
 
     env = {**os.environ, "XDG_CACHE_HOME": str(work / "cache"), "TRITON_CACHE_DIR": str(work / "cache" / "triton"),
-           "RAY_USAGE_STATS_ENABLED": "0"}
+           "RAY_USAGE_STATS_ENABLED": "0", RAY_WORKER_NICENESS: "0"}
     env.pop("PYTHONPATH", None)
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False})
+    with pytest.MonkeyPatch.context() as head_env:  # the head's workers (the board actor) as the node's
+        head_env.setenv(RAY_WORKER_NICENESS, "0")
+        cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 0, "include_dashboard": False})
     node = subprocess.Popen([python, "-m", "ray.scripts.scripts", "start", "--address", cluster.address,
                              "--num-cpus", "1", "--num-gpus", "0", "--resources", json.dumps({"kbuild_sm_90": 1}),
                              "--block", "--disable-usage-stats"], cwd=work, env=env,
