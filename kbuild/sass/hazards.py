@@ -22,7 +22,6 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .deps import branch_targets, semantics
 from .disasm import Instruction
 from .isa import ArchSpec, arch_spec
 from .isa.sm80 import ldsm_count
@@ -76,6 +75,8 @@ def _wait_count(ins: Instruction) -> int | None:
 
 
 def _successors(ins: list[Instruction], i: int) -> list[int]:
+    from .deps import branch_targets  # numpy (the tune extra); register_wgmma_hazards' PTX test needs none
+
     x = ins[i]
     n = len(ins)
     if not x.control_flow:
@@ -108,6 +109,8 @@ def _commit(queue: tuple[Group, ...], group: Group) -> tuple[Group, ...]:
 
 
 def _writes(x: Instruction, spec: ArchSpec) -> tuple[int, int]:
+    from .deps import semantics
+
     sem = semantics(x, spec)
     info = spec.lookup(x.base)
     if sem.pinned is None and info is not None:
