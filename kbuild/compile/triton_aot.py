@@ -699,10 +699,7 @@ def _wgmma_hazards(compiled: Any, spec: KernelSettings, target: Target) -> list[
 
     try:
         from kbuild.sass.hazards import register_wgmma_hazards
-    except ImportError as exc:  # a core-only install: the SASS engine needs numpy (the tune extra)
-        log.debug("wgmma hazard check of %s skipped: %s", spec.name, exc)
-        return []
-    try:
+
         found = register_wgmma_hazards(compiled.asm["cubin"], compiled.metadata.name, compiled.asm.get("ptx"))
     except (KBuildError, OSError, ImportError) as exc:  # no nvdisasm, or no numpy (the core install without the
         log.debug("wgmma hazard check of %s skipped: %s", spec.name, exc)  # tune extra): skipped, not the compile
