@@ -38,7 +38,7 @@ from typing import Any
 
 from kbuild.compile import signature
 from kbuild.config import KernelSettings, Settings, env_value
-from kbuild.errors import CompileError, KernelSourceError, MissingDependencyError
+from kbuild.errors import CompileError, KBuildError, KernelSourceError, MissingDependencyError
 from kbuild.targets import Target
 from kbuild.toolchain import ptxas_version, triton_version
 
@@ -695,8 +695,6 @@ def _wgmma_hazards(compiled: Any, spec: KernelSettings, target: Target) -> list[
     """:mod:`kbuild.sass.hazards` on an sm_90 cubin with a register-operand wgmma, with a warning when it finds a
     race: Triton 3.6 pipelines such a wgmma over registers the next iteration overwrites (triton-lang/triton#9433),
     and the results then depend on timing. Nothing is refused: the cubin is what Triton produced."""
-    from kbuild.errors import KBuildError
-
     try:
         from kbuild.sass.hazards import register_wgmma_hazards
 

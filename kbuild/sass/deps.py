@@ -82,8 +82,13 @@ def _resolve(width: int, mods: tuple[str, ...]) -> int:
     return width_from_mods(mods) if width == MODS else width
 
 
-def semantics(ins: Instruction, spec: ArchSpec) -> Sem:
-    """Read/write sets, memory class and pin reason of ``ins`` under ``spec``'s table."""
+def semantics(ins: Instruction, spec: ArchSpec, *, exact: bool = False) -> Sem:
+    """Read/write sets, memory class and pin reason of ``ins`` under ``spec``'s table.
+
+    The sets over-approximate where that is the safe side for moving instructions: an address in brackets is
+    read as wide as the access, an ``LDSM`` writes four registers. ``exact`` gives the registers really named
+    instead (an address its own registers, two with ``.64``; the table's ``exact_out_width``), for checks where
+    an extra register is a false report (:mod:`kbuild.sass.hazards`)."""
     sem = Sem()
     info: OpInfo | None = spec.lookup(ins.base)
     if ins.control_flow:
@@ -114,6 +119,8 @@ def semantics(ins: Instruction, spec: ArchSpec) -> Sem:
             return sem
     # never narrower than the modifiers say (.64/.128/WIDE), whatever the table entry
     out_w = max(_resolve(info.out_width, mods), width_from_mods(mods))
+    if exact and info.exact_out_width is not None:
+        out_w = info.exact_out_width(mods)
     src_w = max(_resolve(info.src_width, mods), width_from_mods(mods))
     # leading outputs
     i = 0
@@ -139,7 +146,10 @@ def semantics(ins: Instruction, spec: ArchSpec) -> Sem:
                 else:
                     break
     for o in ops[i:]:
-        sem.reads |= registers(o, src_w, bracket_min=2 if info.space else 1)
+        if exact and "[" in o:
+            sem.reads |= registers(o, 1)
+        else:
+            sem.reads |= registers(o, src_w, bracket_min=2 if info.space else 1)
     if ins.guard:
         sem.reads |= registers(ins.guard.lstrip("@!"), 1)
     for imp in info.implicit_reads:

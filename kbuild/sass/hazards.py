@@ -24,9 +24,8 @@ from dataclasses import dataclass
 
 from .disasm import Instruction
 from .isa import ArchSpec, arch_spec
-from .isa.sm80 import ldsm_count
 from .isa.sm90 import ASYNC_MMA, ASYNC_MMA_A_REGS, ASYNC_MMA_COMMIT, ASYNC_MMA_WAIT, async_mma_acc_regs
-from .operands import describe, is_plain_reg, reg_bits, registers, width_from_mods
+from .operands import describe, is_plain_reg, reg_bits, registers
 
 _REG = re.compile(r"^R(\d+)$")
 #: groups tracked at most; older ones are merged into the oldest (conservative: they retire last)
@@ -74,21 +73,21 @@ def _wait_count(ins: Instruction) -> int | None:
     return 0
 
 
-def _successors(ins: list[Instruction], i: int) -> list[int]:
+def _successors(ins: list[Instruction], i: int, spec: ArchSpec) -> list[int]:
     from .deps import branch_targets  # numpy (the tune extra); register_wgmma_hazards' PTX test needs none
 
     x = ins[i]
     n = len(ins)
-    if not x.control_flow:
-        return [i + 1] if i + 1 < n else []
-    base = x.base
     falls = [i + 1] if i + 1 < n else []
-    if base == "EXIT" or base == "RET":
+    if not x.control_flow:
+        return falls
+    info = spec.lookup(x.base)
+    if info is not None and info.exits:
         return falls if x.guard else []
-    if base in ("BRA", "JMP"):
-        targets = branch_targets(x, n)
-        return targets + falls if x.guard or not targets else targets
-    return falls + branch_targets(x, n)
+    targets = branch_targets(x, n)
+    if info is not None and info.branch and targets and not x.guard:
+        return targets
+    return targets + falls  # a guarded branch, or control flow the table does not say more of: both ways
 
 
 def _join(a: tuple[tuple[Group, ...], Group], b: tuple[tuple[Group, ...], Group]) -> tuple[tuple[Group, ...], Group]:
@@ -109,22 +108,13 @@ def _commit(queue: tuple[Group, ...], group: Group) -> tuple[Group, ...]:
 
 
 def _writes(x: Instruction, spec: ArchSpec) -> tuple[int, int]:
+    """(registers written, registers read) as named; a pinned instruction the table does not describe is taken to
+    write its first operand when that is a plain register and to read the others."""
     from .deps import semantics
 
-    sem = semantics(x, spec)
-    info = spec.lookup(x.base)
-    if sem.pinned is None and info is not None:
-        writes = sem.writes
-        if x.base == "LDSM":  # the table's width 4 over-approximates; the check needs the registers written
-            writes = registers(x.operands[0], ldsm_count(x.modifiers))
-        # The table's read sets are generous for the rewriter (an address is read as wide as the access);
-        # here an address in brackets reads its registers only (two with .64), a value operand its width.
-        n_out = sum(1 for p in info.outs.split(",") if p in ("R", "P"))
-        width = max(width_from_mods(x.modifiers), info.src_width if info.src_width > 0 else 1)
-        reads = 0
-        for o in x.operands[n_out:]:
-            reads |= registers(o, 1 if "[" in o else width)
-        return writes, reads
+    sem = semantics(x, spec, exact=True)
+    if sem.pinned is None:
+        return sem.writes, sem.reads
     reads = 0
     for o in x.operands[1:]:
         reads |= registers(o, 1)
@@ -168,7 +158,7 @@ def async_mma_hazards(ins: Sequence[Instruction], spec: ArchSpec | None = None) 
                 if bits:
                     found.setdefault((i, kind), Hazard(i, x.text, describe(bits), kind))
         out = (queue, open_)
-        for j in _successors(ins, i):
+        for j in _successors(ins, i, spec):
             old = state_in.get(j)
             new = out if old is None else _join(old, out)
             if new != old:

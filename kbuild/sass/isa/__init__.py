@@ -22,7 +22,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
@@ -81,6 +81,11 @@ class OpInfo:
     ends_block: bool = False
     #: A relative jump (``BRA``): one that jumps backwards closes a loop.
     branch: bool = False
+    #: Control leaves the kernel or the subroutine (``EXIT``, ``RET``): no fall-through unless guarded.
+    exits: bool = False
+    #: The registers the first operand really gets, from the modifiers, where ``out_width`` over-approximates
+    #: for the rewriter (``LDSM``: the table says 4 whatever the matrix count). ``semantics(..., exact=True)``.
+    exact_out_width: Callable[[tuple[str, ...]], int] | None = None
     #: ``DEPBAR``: waits until few enough of the scoreboards its operands name are pending, so two
     #: setters of a counted scoreboard keep their order (:func:`counted_scoreboards` reads the operands).
     counts_scoreboards: bool = False

@@ -25,8 +25,8 @@ def _load(space: str, width: int = MODS, latency: str | None = None, tensor: boo
 def ldsm_count(mods: tuple[str, ...]) -> int:
     """Registers an ``LDSM`` writes per thread: the number of 8 × 8 matrices, ``.2`` or ``.4`` (PTX ldmatrix
     ``.x2``/``.x4``), one without (``.x1``; ``LDSM.16.MT88 R118`` is ``ldmatrix.x1.trans``). The table's entry
-    keeps width 4 for every LDSM: the rewriter over-approximates, the wgmma hazard check
-    (:mod:`kbuild.sass.hazards`) needs the exact set."""
+    keeps width 4 for every LDSM (the rewriter over-approximates) and this as its ``exact_out_width``, which the
+    wgmma hazard check (:mod:`kbuild.sass.hazards`) reads through ``semantics(..., exact=True)``."""
     return 4 if "4" in mods else 2 if "2" in mods else 1
 
 
@@ -41,9 +41,9 @@ def _pin(reason: str, latency: str = "fixed", *, tensor: bool = False, counts_sc
                   polls=polls)
 
 
-def _flow(latency: str = "fixed", *, branch: bool = False) -> OpInfo:
+def _flow(latency: str = "fixed", *, branch: bool = False, exits: bool = False) -> OpInfo:
     """Control flow: pinned, and a basic block of its own."""
-    return OpInfo(outs="", pinned="control flow", latency=latency, ends_block=True, branch=branch)
+    return OpInfo(outs="", pinned="control flow", latency=latency, ends_block=True, branch=branch, exits=exits)
 
 
 TABLE: dict[str, OpInfo] = {
@@ -81,14 +81,14 @@ TABLE: dict[str, OpInfo] = {
     # --- memory
     "LDG": _load("global"), "STG": _store("global"),
     "LDS": _load("shared"), "STS": _store("shared"),
-    "LDSM": _load("shared", width=4, tensor=True), "STSM": _store("shared", width=4),
+    "LDSM": replace(_load("shared", width=4, tensor=True), exact_out_width=ldsm_count), "STSM": _store("shared", width=4),
     "LDL": _load("local"), "STL": _store("local"),
     "LD": _load("unknown", latency="global"), "ST": _store("unknown", latency="global"),
     # --- pinned: control flow, synchronisation, fences, async copies, atomics, warp-wide votes
     "NOP": _pin("NOP (padding/timing)", "control"),
     "BRA": _flow("control", branch=True), "BRX": _flow("control"), "JMP": _flow("control"),
-    "JMX": _flow(), "CALL": _flow("control"), "RET": _flow("control"),
-    "EXIT": _flow("control"), "BSSY": _flow("control"), "BSYNC": _flow("control"),
+    "JMX": _flow(), "CALL": _flow("control"), "RET": _flow("control", exits=True),
+    "EXIT": _flow("control", exits=True), "BSSY": _flow("control"), "BSYNC": _flow("control"),
     "BREAK": _flow(), "WARPSYNC": _flow("barrier"), "BPT": _flow(),
     "KILL": _flow(), "BMOV": _flow(),
     "YIELD": _pin("control flow", polls=True),  # a scheduling hint: pinned, but it does not split its basic block
