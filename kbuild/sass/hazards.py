@@ -19,6 +19,7 @@ register, and at a join the groups in flight are the union of both paths' groups
 from __future__ import annotations
 
 import re
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -167,6 +168,34 @@ def async_mma_hazards(ins: Sequence[Instruction], spec: ArchSpec | None = None) 
     return sorted(found.values(), key=lambda h: (h.index, h.kind))
 
 
+def has_register_wgmma(ins: Sequence[Instruction]) -> bool:
+    """Whether one kernel's SASS has a wgmma whose A operand is in registers (``HGMMA ... R24, R100, gdesc...``): the
+    only kind with an A fragment, and what Triton 3.6 pipelines with the race (triton-lang/triton#9433). One scan,
+    no control-flow walk: the cheap test before :func:`async_mma_hazards`, as the PTX test below is for a compile."""
+    return any(x.base in ASYNC_MMA and mma_operands(x)[1] for x in ins)
+
+
+def hazard_key(h: Hazard) -> tuple[str, str, str]:
+    """A hazard without its slot: the same race in a reordered schedule of the kernel has the same key."""
+    return h.instruction, h.kind, h.registers
+
+
+def new_hazards(before: Sequence[Instruction], after: Sequence[Instruction],
+                spec: ArchSpec | None = None) -> list[Hazard]:
+    """The hazards of ``after`` (a reordered schedule of one kernel) that ``before`` (its untouched SASS) does not
+    have, compared without their slots; ``[]`` without a walk when ``before`` has no wgmma at all."""
+    if not any(x.base in ASYNC_MMA for x in before):
+        return []
+    had = Counter(hazard_key(h) for h in async_mma_hazards(before, spec))
+    out = []
+    for h in async_mma_hazards(after, spec):
+        if had[hazard_key(h)]:
+            had[hazard_key(h)] -= 1
+        else:
+            out.append(h)
+    return out
+
+
 #: a wgmma in PTX whose A operand is a register vector (``{acc...}, {%r..}, desc``): the only kind with an A fragment
 _PTX_REGISTER_WGMMA = re.compile(r"wgmma\.mma_async[^\n;]*\}\s*,\s*\{")
 
@@ -183,4 +212,5 @@ def register_wgmma_hazards(cubin: bytes, kernel: str, ptx: str | None = None) ->
     return async_mma_hazards(disassemble(binary, kernel), arch_spec(90))
 
 
-__all__ = ["MAX_GROUPS", "Hazard", "async_mma_hazards", "mma_operands", "register_wgmma_hazards"]
+__all__ = ["MAX_GROUPS", "Hazard", "async_mma_hazards", "has_register_wgmma", "hazard_key", "mma_operands",
+           "new_hazards", "register_wgmma_hazards"]

@@ -11,11 +11,19 @@ A candidate is accepted only when all of these hold:
 
 Anything else is "baseline kept", with the reason. A result from the CPU cost model is never
 accepted for shipping: it is labelled an estimate.
+
+Two rules come before the search and the evidence, on any backend: a kernel whose untouched cubin has a
+wgmma register race (:mod:`kbuild.sass.hazards`; Triton 3.6's pipelining of a wgmma with a register
+operand, triton-lang/triton#9433) keeps its baseline without a search (:func:`racy_baseline`): its own
+outputs depend on timing, so a bit-exact check against it proves nothing, and a reorder can make the race
+land more often. And a schedule with a race its baseline does not have is never accepted
+(``new_races`` of :func:`decide`).
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -44,10 +52,34 @@ def aa_spread(t: TimeResult) -> float:
     return max(abs(1.0 - lo), abs(hi - 1.0), abs(1.0 - t.aa_ratio))
 
 
-def decide(*, verifier_problems: list[str], check: CheckResult | None, timing: TimeResult | None) -> Decision:
-    """Apply the rule to the three pieces of evidence."""
+#: The Triton issue of the wgmma register race that :mod:`kbuild.sass.hazards` finds.
+WGMMA_RACE_ISSUE = "triton-lang/triton#9433"
+
+
+def _races(hazards: Sequence[Any], shown: int = 1) -> str:
+    more = f" (and {len(hazards) - shown} more)" if len(hazards) > shown else ""
+    return "; ".join(str(h) for h in hazards[:shown]) + more
+
+
+def racy_baseline(hazards: Sequence[Any]) -> Decision:
+    """The decision for a kernel whose untouched cubin has wgmma register races (``hazards``, each a
+    :class:`kbuild.sass.hazards.Hazard`): the baseline, without a search."""
+    return Decision(False, f"baseline kept: the untouched cubin has a wgmma register race ({WGMMA_RACE_ISSUE}) at "
+                           f"{_races(hazards)}; its outputs depend on timing, so a schedule of it cannot be verified "
+                           "(none was searched)",
+                    details={"wgmma_register_hazards": [str(h) for h in hazards[:20]]})
+
+
+def decide(*, verifier_problems: list[str], check: CheckResult | None, timing: TimeResult | None,
+           new_races: Sequence[Any] = ()) -> Decision:
+    """Apply the rule to the three pieces of evidence; ``new_races``: the wgmma register races of the schedule that
+    the baseline has not (:func:`kbuild.sass.hazards.new_hazards`), which reject it whatever the rest says."""
     if verifier_problems:
         return Decision(False, "baseline kept: the SASS verifier rejected the schedule: " + "; ".join(verifier_problems[:3]))
+    if new_races:
+        return Decision(False, f"baseline kept: the schedule has a wgmma register race ({WGMMA_RACE_ISSUE}) that the "
+                               f"untouched cubin has not, at {_races(new_races)}",
+                        details={"wgmma_register_hazards": [str(h) for h in new_races[:20]]})
     if check is None or not check.valid:
         why = check.reason if check is not None else "not checked"
         return Decision(False, f"baseline kept: candidate failed the bit-exact check ({why})",

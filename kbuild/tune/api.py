@@ -10,6 +10,10 @@ its moves, written with the engine's own disassembly check, re-checked by the in
 verifier, then re-checked bit-exact on ``K_ACCEPT`` fresh input sets and re-timed against the
 baseline in a fresh interleaved run; :func:`kbuild.tune.accept.decide` says whether it ships.
 Stores are never touched here.
+
+A kernel whose untouched cubin has a wgmma register race (:func:`baseline_races`; triton-lang/triton#9433) keeps
+its baseline before anything is searched or loaded, on any backend; a winner with a race its baseline has not
+(:func:`candidate_races`) is rejected before the acceptance run.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ from kbuild import __version__
 from kbuild.extras import needs
 from kbuild.fsutil import write_atomic
 from kbuild.tune import TUNER_VERSION
-from kbuild.tune.accept import Decision, aa_spread, decide
+from kbuild.tune.accept import Decision, aa_spread, decide, racy_baseline
 from kbuild.tune.measure.backend import K_ACCEPT, MODEL_BACKEND, Backend, KernelRef, TimeResult
 
 # The [tune] extra (gymnasium, numpy, torch, ...): without it, importing the tuner is one MissingDependencyError
@@ -169,6 +173,15 @@ def tune(baseline: bytes, *, kernel: str | None = None, backend: Backend | None 
         import sb3_contrib  # noqa: F401
     started = time.monotonic()
     schedule = Schedule.from_cubin(baseline, kernel)
+    backend_name = backend.name if backend is not None else MODEL_BACKEND
+    pinned_fraction = float(sum(s.pinned is not None for s in schedule.analysis.sems)) / max(schedule.n, 1)
+    races = baseline_races(schedule)
+    if races:  # before the backend loads anything: no budget is spent on a kernel whose outputs depend on timing
+        for algorithm in algorithms:
+            if on_progress is not None:
+                on_progress(algorithm, 0, 1.0)
+        return TuneResult(schedule.kernel, backend_name, baseline, baseline, racy_baseline(races), {}, None,
+                          "no moves", time.monotonic() - started, pinned_fraction, 0)
     if backend is not None:
         if kernel_ref is None:
             raise ValueError("a measurement backend needs the kernel's bench spec (kernel_ref)")
@@ -192,8 +205,6 @@ def tune(baseline: bytes, *, kernel: str | None = None, backend: Backend | None 
         confirm(schedule, searches, backend)
     winner = min((a for a in searches if searches[a].best_moves and not math.isnan(_score(searches[a]))),
                  key=lambda a: _score(searches[a]), default=None)
-    backend_name = backend.name if backend is not None else MODEL_BACKEND
-    pinned_fraction = float(sum(s.pinned is not None for s in schedule.analysis.sems)) / max(schedule.n, 1)
     if winner is None or _score(searches[winner]) >= 1.0:
         confirmed = [r.confirmed_ratio for r in searches.values()
                      if r.confirmed_ratio is not None and not math.isnan(r.confirmed_ratio)]
@@ -206,19 +217,46 @@ def tune(baseline: bytes, *, kernel: str | None = None, backend: Backend | None 
         schedule.apply_edit(record)
     candidate = schedule.to_cubin(verify=True, disassemble_check=True)
     problems = Verifier.from_bytes(baseline, schedule.kernel).check(candidate, disassemble_check=True)
+    new_races = candidate_races(schedule, candidate) if not problems else []
     check = timing = None
-    if backend is not None and not problems:
+    if backend is not None and not problems and not new_races:
         check = backend.check(candidate, K_ACCEPT, seed=10_000 + seed)
         if check.valid:
             timing = backend.time(candidate, rounds=15, reps=20)
-    elif not problems:
+    elif not problems and not new_races:
         from kbuild.tune.measure.backend import CheckResult
 
         check = CheckResult(valid=True, backend=MODEL_BACKEND, executed=False)
-    decision = decide(verifier_problems=problems, check=check, timing=timing)
+    decision = decide(verifier_problems=problems, check=check, timing=timing, new_races=new_races)
     shipped = candidate if decision.accepted else baseline
     return TuneResult(schedule.kernel, backend_name, baseline, shipped, decision, searches, winner, schedule.diff(),
                       time.monotonic() - started, pinned_fraction, movable, region)
+
+
+def baseline_races(schedule: Any) -> list[Any]:
+    """The wgmma register races of the untouched kernel (:mod:`kbuild.sass.hazards`, on the instructions the schedule
+    already decoded); ``[]`` after one scan for a kernel without a register-operand wgmma, as a compile checks."""
+    from kbuild.sass.hazards import async_mma_hazards, has_register_wgmma
+
+    an = schedule.analysis
+    return async_mma_hazards(an.instructions, an.spec) if has_register_wgmma(an.instructions) else []
+
+
+def candidate_races(schedule: Any, candidate: bytes) -> list[Any]:
+    """The wgmma races of ``candidate`` (the rewritten cubin, disassembled afresh) that the untouched kernel has
+    not. The rewriter pins every HGMMA and WARPGROUP instruction and nothing crosses them, so this should always
+    be empty: a guard that a rule missing from the ISA table cannot ship a race. A kernel without any wgmma is not
+    disassembled again."""
+    from kbuild.sass.disasm import disassemble
+    from kbuild.sass.elf import Cubin
+    from kbuild.sass.hazards import new_hazards
+    from kbuild.sass.isa.sm90 import ASYNC_MMA
+
+    an = schedule.analysis
+    if not any(x.base in ASYNC_MMA for x in an.instructions):
+        return []
+    after = disassemble(Cubin(candidate, origin=f"the tuned cubin of {schedule.kernel}"), schedule.kernel)
+    return new_hazards(an.instructions, after, an.spec)
 
 
 def describe_region(schedule: Any, region: tuple[int, int]) -> dict[str, Any]:
