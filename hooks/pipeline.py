@@ -11,8 +11,9 @@ anything in the store:
 3. **require** (:func:`require_tuned`): under ``tune = "require"``, fail before anything is compiled
    or written, listing every kernel × target that would ship untuned.
 4. **compile** (:func:`compile_baselines`): the rest get their stored baseline, or one compiled
-   now. A compile error stops here, still before any write; then the new baselines are put into
-   the writable store tiers.
+   now. A compile error stops here, still before any write, and so does a wgmma register race under
+   ``wgmma_hazards = "error"`` (:func:`refuse_wgmma_hazards`: in a new compile or a stored artefact);
+   then the new baselines are put into the writable store tiers.
 5. **tune** (:func:`tune_missing`): for each kernel × target without a tuning result, when ``tune``
    is not ``off``, a GPU of that architecture is here and the kernel has a ``bench`` spec, the tuner
    (:func:`kbuild.tune.api.tune`, measuring in an isolated worker) searches within the budget and
@@ -605,6 +606,35 @@ def _compile_baseline(settings: Settings, b: KernelBuild) -> Any:
     return Artefact.create(key=b.baseline_key.hex, cubin=ck.cubin, meta=meta)
 
 
+def refuse_wgmma_hazards(settings: Settings, builds: Sequence[KernelBuild]) -> None:
+    """``wgmma_hazards = "error"``: fail when the artefact a build ships records a wgmma register race
+    (``meta["wgmma_register_hazards"]``, which :func:`kbuild.compile.compile_kernel` writes): one compiled now,
+    one from the store (compiled by an earlier build under ``"warn"``) or a stored tuning result of such a kernel.
+    :func:`run_pipeline` calls it before anything is written."""
+    if settings.wgmma_hazards != "error":
+        return
+    for b in builds:
+        found = b.artefact.meta.get("wgmma_register_hazards") if b.artefact is not None else None
+        if found:
+            where = "its stored cubin (compiled earlier under \"warn\")" if b.hit else "its cubin"
+            raise wgmma_hazard_error(settings, b, where, [str(h) for h in found])
+
+
+def wgmma_hazard_error(settings: Settings, b: KernelBuild, where: str, hazards: list[str]) -> ConfigError:
+    """The error of ``wgmma_hazards = "error"`` for ``b``, whose cubin (``where``) has wgmma register races
+    (``hazards``, at most 20, as :func:`kbuild.compile.compile_kernel` records them)."""
+    count = f"{len(hazards)} instruction(s)" if len(hazards) < 20 else "20 or more instructions"
+    return ConfigError(
+        settings.config_file, "wgmma_hazards",
+        f"\"error\" refuses kernel {b.spec.name!r} ({b.spec.source}) for {b.target.name}: {where} has a wgmma "
+        f"register race, {count} touching a wgmma operand register before the wait that retires it, first "
+        f"{hazards[0]}; its results can differ from run to run on the GPU (Triton's pipelining of a wgmma with a "
+        "register operand, triton-lang/triton#9433)"
+        "\n  next step: a Triton release that fixes triton-lang/triton#9433, or a kernel whose wgmma reads its A "
+        f"operand from shared memory; or wgmma_hazards = \"warn\" ([tool.kbuild] in {settings.config_file}, or "
+        "KBUILD_WGMMA_HAZARDS) to build it anyway, with a warning")
+
+
 def tune_missing(settings: Settings, builds: Sequence[KernelBuild], store: Any, tuner: Tuner,
                  on_step: Callable[[KernelBuild], None] | None) -> None:
     """Phase tune: each build without a tuning result that can be tuned here is; each result is stored at once
@@ -623,6 +653,10 @@ def tune_missing(settings: Settings, builds: Sequence[KernelBuild], store: Any, 
             if on_step is not None:
                 on_step(b)
             continue
+        found = art.meta.get("wgmma_register_hazards") if settings.wgmma_hazards == "error" else None
+        if found:  # the tuner chose a configuration whose compile has the race
+            raise wgmma_hazard_error(settings, b, "the cubin of the configuration the tuner chose",
+                                     [str(h) for h in found])
         store.put(art)
         b.artefact, b.tuned, b.hit = art, True, False
         b.status = _tuned_status(art)
@@ -659,7 +693,9 @@ def run_pipeline(settings: Settings, store: Any = None, *, kernels: Sequence[str
     if store is None:
         store = open_store(settings, strict=settings.strict if strict is None else strict)
     if locked is not None:
-        return _from_lock(builds, store, locked, on_step, subset=bool(kernels or targets))
+        builds = _from_lock(builds, store, locked, on_step, subset=bool(kernels or targets))
+        refuse_wgmma_hazards(settings, builds)
+        return builds
     look_up_tuned(builds, store)
     if from_memo and not baselines_stored(builds, store):
         log.debug("memo keys miss the store; resolving in full")
@@ -673,7 +709,8 @@ def run_pipeline(settings: Settings, store: Any = None, *, kernels: Sequence[str
             on_step(b)
 
     new = compile_baselines(settings, builds, store, report)
-    for art in new:  # only after everything compiled
+    refuse_wgmma_hazards(settings, builds)
+    for art in new:  # only after everything compiled (and nothing refused)
         store.put(art)
     if tune_on_miss:
         tune_missing(settings, builds, store, tuner or gpu_tuner, on_step)

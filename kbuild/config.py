@@ -54,6 +54,7 @@ ShipMode = Literal["extension", "package-data"]
 PackageDataMode = Literal["all", "tuned"]
 PrewarmEngine = Literal["local", "ray"]
 RuntimeLaunch = Literal["direct", "triton"]
+WgmmaHazardMode = Literal["warn", "error"]
 
 #: Scalars allowed as constexpr values.
 Constexpr = bool | int | float | str
@@ -447,6 +448,14 @@ class Settings:
                                       schema={"exclusiveMinimum": 0})
     """Most seconds ptxas may run on one kernel × target (wall clock). Past it ptxas is stopped and the build
     fails with an error naming the kernel and the target."""
+
+    wgmma_hazards: WgmmaHazardMode = _setting("warn", env="KBUILD_WGMMA_HAZARDS")
+    """What a wgmma register race in an sm_90 cubin does: an instruction that touches a register of a wgmma still
+    in flight (:mod:`kbuild.sass.hazards`), as Triton 3.6 pipelines a wgmma whose A operand is in registers
+    (triton-lang/triton#9433), so that the kernel's results can differ from run to run. ``warn``: a warning, and
+    the findings in the artefact's metadata (``wgmma_register_hazards``); ``error``: ``kbuild compile`` and the
+    build stop with an error naming the kernel and target (exit status 2) before anything is stored, for a
+    kernel compiled now or found in the store. Either way the tuner keeps such a kernel's baseline."""
 
     # Resolved context, not read from TOML.
     project_dir: Path = field(default=Path("."), metadata={"internal": True})

@@ -685,22 +685,31 @@ def compile_kernel(settings: Settings, spec: KernelSettings, target: Target, fn:
         "triton_metadata": triton_metadata(compiled),
     }
     if target.cc == 90:  # wgmma is sm_90's
-        hazards = _wgmma_hazards(compiled, spec, target)
+        hazards = _wgmma_hazards(settings, compiled, spec, target)
         if hazards:  # recorded only when present: every other kernel's metadata stays as it was
-            metadata["wgmma_register_hazards"] = hazards
+            metadata["wgmma_register_hazards"] = hazards  # refused by the pipeline under wgmma_hazards = "error"
     return CompiledKernel(kernel=spec.name, target=target, cubin=cubin, metadata=metadata, compile_seconds=seconds)
 
 
-def _wgmma_hazards(compiled: Any, spec: KernelSettings, target: Target) -> list[str]:
+def _wgmma_hazards(settings: Settings, compiled: Any, spec: KernelSettings, target: Target) -> list[str]:
     """:mod:`kbuild.sass.hazards` on an sm_90 cubin with a register-operand wgmma, with a warning when it finds a
     race: Triton 3.6 pipelines such a wgmma over registers the next iteration overwrites (triton-lang/triton#9433),
-    and the results then depend on timing. Nothing is refused: the cubin is what Triton produced."""
+    and the results then depend on timing. The cubin is what Triton produced: under ``wgmma_hazards = "error"``
+    the pipeline refuses it (:func:`kbuild.hooks.pipeline.refuse_wgmma_hazards`), and a check that cannot run here
+    is an error instead of a skip."""
     try:
         from kbuild.sass.hazards import register_wgmma_hazards
 
         found = register_wgmma_hazards(compiled.asm["cubin"], compiled.metadata.name, compiled.asm.get("ptx"))
     except (KBuildError, OSError, ImportError) as exc:  # no nvdisasm, or no numpy (the core install without the
-        log.debug("wgmma hazard check of %s skipped: %s", spec.name, exc)  # tune extra): skipped, not the compile
+        if settings.wgmma_hazards == "error":  # tune extra): skipped, not the compile, unless it was asked for
+            raise MissingDependencyError(
+                f"{settings.config_file}: wgmma_hazards: \"error\" needs the wgmma hazard check of kernel "
+                f"{spec.name!r} ({spec.source}) for {target.name}, whose PTX has a wgmma with a register operand, "
+                f"and the check cannot run here: {type(exc).__name__}: {exc}\n  next step: pip install 'kbuild[tune]' "
+                "(the SASS engine's numpy) and make nvdisasm available (KBUILD_NVDISASM), or set wgmma_hazards = "
+                "\"warn\"") from None
+        log.debug("wgmma hazard check of %s skipped: %s", spec.name, exc)
         return []
     if found:
         log.warning("kernel %r (%s) for %s: %d instruction(s) touch a wgmma operand register before the wait that "
