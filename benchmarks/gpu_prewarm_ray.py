@@ -28,11 +28,14 @@ CPU back while it waits on a shard), while the racing stays in the one GPU task.
 The level-1 screening is bounded by the seconds (45% of ``--seconds``), so both modes take about the budget;
 what the shards change is how many configurations that time screens (``level1_tried`` per entry, both modes).
 
-``--dry-run`` (CPU, no GPU): both modes on the cost model (the single mode with
-:func:`kbuild.prewarm.ray_engine.model_tuner`, a GPU faked for the pipeline's check; the ray mode with
-``backend="model"``), the cluster started with ``ray.cluster_utils.Cluster`` (its own processes, stopped by
-their ids) instead of ``ray start``/``ray stop --force``, which would stop every Ray process of the machine. It
-checks the script's plumbing and that shards appear; its times say nothing about the H200.
+``--dry-run`` (CPU, no GPU): both modes tune with the cost model
+(:func:`kbuild.prewarm.ray_engine.model_tuner`; the single mode with a GPU faked for the pipeline's check), the
+cluster started with ``ray.cluster_utils.Cluster`` (its own processes, stopped by their ids) instead of
+``ray start``/``ray stop --force``, which would stop every Ray process of the machine. The ray mode keeps the GPU
+run's shape: ``backend="gpu"`` with the model as its tuner, and the head declares one (stand-in) GPU, so its tune
+work asks for ``num_gpus=1`` and Ray schedules it as on the H200 (a process that ran a CPU task is not reused for
+a GPU one). It checks the script's plumbing and that shards appear, and shows where the Ray run's fixed costs go
+on this machine; its times are not the H200's.
 
 Overhead = (ray wall − single wall) / single wall (target ≤ 5 %); the JSON also holds every entry's tune
 seconds in both modes (the searches are bounded by seconds, so they should match) and the order of the runs
@@ -60,6 +63,7 @@ import http.server
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -211,7 +215,8 @@ def head(env: dict[str, str], dry_run: bool) -> Any:
         from ray.cluster_utils import Cluster
 
         cluster = Cluster(initialize_head=True, head_node_args={
-            "num_cpus": os.cpu_count() or 1, "resources": {"kbuild_sm_90": 1}, "include_dashboard": False})
+            "num_cpus": os.cpu_count() or 1, "num_gpus": 1, "resources": {"kbuild_sm_90": 1},
+            "include_dashboard": False})
         try:
             yield cluster.address
         finally:
@@ -228,14 +233,14 @@ def head(env: dict[str, str], dry_run: bool) -> Any:
 
 def run_ray(settings: Any, kernels: list[str], remote: str, env: dict[str, str], ship: bool = True,
             dry_run: bool = False) -> dict[str, Any]:
-    from kbuild.prewarm.ray_engine import prewarm_ray, shared_store
+    from kbuild.prewarm.ray_engine import model_tuner, prewarm_ray, shared_store
 
     t0 = time.perf_counter()
     with head(env, dry_run) as address:
         started = time.perf_counter() - t0
         t1, e1 = time.perf_counter(), time.time()
         result = prewarm_ray(settings, address=address, targets=["sm_90"], kernels=kernels, remote=remote,
-                             ship=ship, backend="model" if dry_run else "gpu")
+                             ship=ship, backend="gpu", tuner=model_tuner if dry_run else None)
         wall = time.perf_counter() - t1
     from kbuild.hooks.prewarm import with_remote
 
@@ -250,8 +255,32 @@ def run_ray(settings: Any, kernels: list[str], remote: str, env: dict[str, str],
     starts = [t["started"] for e in result["entries"] for t in (e, e.get("compile") or {}) if t.get("started")]
     first = round(min(starts) - e1, 3) if starts else None
     return {"wall_s": round(wall, 3), "ray_start_s": round(started, 3), "first_task_start_s": first,
-            "shipped": result.get("shipped"), "summary": result, "tune_seconds": tune_s, "level1_tried": tried,
-            "shards": shard_summary(result)}
+            "timeline": timeline(result, e1), "shipped": result.get("shipped"), "summary": result,
+            "tune_seconds": tune_s, "level1_tried": tried, "shards": shard_summary(result)}
+
+
+def timeline(result: dict[str, Any], t0: float) -> dict[str, Any]:
+    """Seconds from the call (``t0``, epoch) to each step of the Ray run: the driver's keys, joining the cluster
+    (with the runtime_env upload when shipping), the first compile task's start and the last one's end, the first
+    tune worker ready (its warm-up imports done), the first tune's start, the last tune's end; and the tune
+    workers' warm-up seconds."""
+    def rel(xs: list[Any], pick: Any) -> float | None:
+        xs = [x for x in xs if x is not None]
+        return round(pick(xs) - t0, 3) if xs else None
+
+    entries = result["entries"]
+    compiles = [e.get("compile") or {} for e in entries]
+    workers = result.get("workers") or []
+    phases = result.get("phases") or {}
+    keys = phases.get("keys_seconds")
+    return {"keys_done": keys,
+            "ray_joined": round(keys + phases["ray_init_seconds"], 3) if keys is not None else None,
+            "first_compile_start": rel([c.get("started") for c in compiles], min),
+            "last_compile_end": rel([c.get("finished") for c in compiles], max),
+            "first_worker_ready": rel([w.get("ready") for w in workers], min),
+            "first_tune_start": rel([e.get("started") for e in entries], min),
+            "last_tune_end": rel([e.get("finished") for e in entries], max),
+            "worker_warm_seconds": [w.get("warm_seconds") for w in workers]}
 
 
 def main() -> int:
@@ -262,6 +291,8 @@ def main() -> int:
     ap.add_argument("--seconds", type=float, default=20.0, help="tuning budget per kernel (seconds)")
     ap.add_argument("--evaluations", type=int, default=200)
     ap.add_argument("--order", choices=["single-first", "ray-first"], default="single-first")
+    ap.add_argument("--repeat", type=int, default=1,
+                    help="rounds of both modes (each from empty tiers and caches); the overhead is of the medians")
     ap.add_argument("--no-ship", dest="ship", action="store_false",
                     help="ray mode without shipping the project and kbuild through runtime_env (as --no-ship)")
     ap.add_argument("--dry-run", action="store_true",
@@ -281,26 +312,32 @@ def main() -> int:
     from kbuild.config import load_settings
 
     results: dict[str, Any] = {}
+    rounds: list[dict[str, float]] = []
+    modes = ["single", "ray"] if args.order == "single-first" else ["ray", "single"]
     with dav_server(work / "dav") as url:
-        for mode in (["single", "ray"] if args.order == "single-first" else ["ray", "single"]):
-            # Each mode: an empty shared tier (its own prefix), an empty local store and an empty Triton cache.
-            env = {**os.environ, "KBUILD_STORE": str(work / f"store-{mode}"),
-                   "TRITON_CACHE_DIR": str(work / f"triton-{mode}"), "KBUILD_BUDGET_SECONDS": str(args.seconds),
-                   "KBUILD_BUDGET_EVALUATIONS": str(args.evaluations), "KBUILD_TARGETS": "sm_90"}
-            os.environ.update(env)  # this process (single) and the `ray start` children (ray) read the same
-            settings = load_settings(project / "pyproject.toml")
-            remote = f"{url}/{mode}"
-            print(f"{mode}: prewarming {', '.join(kernels)} for sm_90 ...", file=sys.stderr, flush=True)
-            results[mode] = run_single(settings, kernels, remote, args.dry_run) if mode == "single" else run_ray(
-                settings, kernels, remote, env, args.ship, args.dry_run)
-    single, ray_ = results["single"]["wall_s"], results["ray"]["wall_s"]
+        for r in range(args.repeat):
+            for mode in modes:
+                # Each mode: an empty shared tier (its own prefix), an empty local store and an empty Triton cache.
+                env = {**os.environ, "KBUILD_STORE": str(work / f"store-{mode}-{r}"),
+                       "TRITON_CACHE_DIR": str(work / f"triton-{mode}-{r}"), "KBUILD_BUDGET_SECONDS": str(args.seconds),
+                       "KBUILD_BUDGET_EVALUATIONS": str(args.evaluations), "KBUILD_TARGETS": "sm_90"}
+                os.environ.update(env)  # this process (single) and the `ray start` children (ray) read the same
+                settings = load_settings(project / "pyproject.toml")
+                remote = f"{url}/{mode}-{r}"
+                print(f"{mode} (round {r + 1}): prewarming {', '.join(kernels)} for sm_90 ...", file=sys.stderr, flush=True)
+                results[mode] = run_single(settings, kernels, remote, args.dry_run) if mode == "single" else run_ray(
+                    settings, kernels, remote, env, args.ship, args.dry_run)
+            rounds.append({m: results[m]["wall_s"] for m in modes})
+    single = statistics.median(x["single"] for x in rounds)
+    ray_ = statistics.median(x["ray"] for x in rounds)
     overhead = (ray_ - single) / single
     failures = results["ray"]["summary"]["failures"]
     ok = overhead <= 0.05 and not failures  # a failed entry did less work: its time says nothing
     doc = {"benchmark": "gpu_prewarm_ray", "command": " ".join([sys.executable, *sys.argv]),
            "gpu": gpus[0].name if gpus else "none (dry run, cost model)", "dry_run": args.dry_run,
            "kernels": kernels, "budget": {"seconds": args.seconds, "evaluations": args.evaluations},
-           "order": args.order, "ship": args.ship, "single": results["single"], "ray": results["ray"],
+           "order": args.order, "ship": args.ship, "rounds": rounds, "median_wall_s": {"single": single, "ray": ray_},
+           "single": results["single"], "ray": results["ray"],
            "overhead": round(overhead, 4), "target_overhead": 0.05, "meets_target": ok}
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(doc, indent=2, default=str))
@@ -309,6 +346,9 @@ def main() -> int:
         print(f"{mode:8} {results[mode]['wall_s']:8.1f}  {results[mode]['tune_seconds']}")
     print(f"ray: shipped={results['ray']['shipped']}, first task started {results['ray']['first_task_start_s']} s "
           "after the call")
+    print(f"ray timeline (s from the call, last round): {results['ray']['timeline']}")
+    if len(rounds) > 1:
+        print(f"rounds (wall s): {rounds}; medians single {single:.1f}, ray {ray_:.1f}")
     for entry, sh in results["ray"]["shards"].items():
         print(f"ray: {entry}: {sh['shards']} compile shards ({sh['configs']} configurations, {sh['done']} done, "
               f"{sh['failed']} failed, {sh['retried']} retried) on {len(sh['nodes'])} node(s); level 1 tried "

@@ -3,12 +3,14 @@
 This package owns the distributed prewarm; the single-machine one stays in :mod:`kbuild.hooks.prewarm`, and
 both run the same pipeline phases (:mod:`kbuild.hooks.pipeline`: resolve and key, compile, tune, store).
 
-* :mod:`kbuild.prewarm.ray_engine` — the driver (:func:`~kbuild.prewarm.ray_engine.prewarm_ray`) and the two
-  Ray tasks: a compile task on any CPU worker that stores the baseline in the shared tier, and a tune task
-  that asks for one GPU of the target's compute capability through the custom resource ``kbuild_sm_<cc>``
-  (:func:`~kbuild.prewarm.ray_engine.resource_name`), holds a lease on the tuned key in the shared tier
-  (:mod:`kbuild.cache.lease`), tunes, and stores the result the moment it is accepted. Ray retries a task
-  whose node died (``max_retries``); a tuner that fails reports its node, GPU and error and the run goes on.
+* :mod:`kbuild.prewarm.ray_engine` — the driver (:func:`~kbuild.prewarm.ray_engine.prewarm_ray`), the compile
+  task (any CPU worker; stores the baseline in the shared tier) and the tune (one GPU of the target's compute
+  capability through the custom resource ``kbuild_sm_<cc>``, :func:`~kbuild.prewarm.ray_engine.resource_name`:
+  a lease on the tuned key in the shared tier, :mod:`kbuild.cache.lease`, the tuner, the result stored the
+  moment it is accepted). A tuner that fails reports its node, GPU and error and the run goes on.
+* :mod:`kbuild.prewarm.workers` — the tune workers: one long-lived Ray actor per GPU the run uses, started as
+  the run starts and warmed up while the baselines compile, each tuning entry after entry; a worker whose node
+  or process dies is replaced and its entry given to another (``max_retries``).
 * :mod:`kbuild.prewarm.shards` — level 1 of a kernel with a configuration space: its candidate compiles as Ray
   CPU tasks, a few configurations each, read by the one GPU task that races them.
 

@@ -2,31 +2,36 @@
 
 **The driver** (:func:`prewarm_ray`, on the machine that runs ``kbuild prewarm``) resolves every kernel and
 computes its keys exactly as a build does (:func:`kbuild.hooks.pipeline.specs_and_keys`), looks the tuned keys
-up in the shared writable tier, and submits two Ray tasks for each one missing:
+up in the shared writable tier, and for each one missing:
 
-1. :func:`compile_task` (one CPU, any node): the baseline from the shared tier, or compiled now and put there;
-2. :func:`tune_task`, which takes the first's result as its argument (Ray starts it once the baseline exists)
-   and asks for **one GPU of the target's compute capability**: ``num_gpus=1`` plus one unit of the custom
-   resource ``kbuild_sm_<cc>`` (:func:`resource_name`), which each GPU node declares once per GPU, e.g.
-   ``ray start --address HEAD:6379 --num-gpus 8 --resources '{"kbuild_sm_90": 8}'``
-   (``kbuild prewarm --ray-resources`` prints this machine's). On the node, the task takes a lease on the tuned
-   key in the shared tier (:mod:`kbuild.cache.lease`; renewed while it works), looks the key up again, tunes
+1. submits a compile task (:func:`_compile_task`; one CPU, any node): the baseline from the shared tier, or
+   compiled now and put there;
+2. once that baseline exists, hands the entry to a **tune worker** of its target (:mod:`kbuild.prewarm.workers`):
+   a long-lived Ray actor holding **one GPU of the target's compute capability**, ``num_gpus=1`` plus one unit of
+   the custom resource ``kbuild_sm_<cc>`` (:func:`resource_name`), which each GPU node declares once per GPU,
+   e.g. ``ray start --address HEAD:6379 --num-gpus 8 --resources '{"kbuild_sm_90": 8}'``
+   (``kbuild prewarm --ray-resources`` prints this machine's). The driver starts one worker per unit of the
+   resource (at most one per entry) as the run starts, so they import what a tune needs while the baselines
+   compile, and each then tunes entry after entry (:func:`_tune_task`): it takes a lease on the tuned key in the
+   shared tier (:mod:`kbuild.cache.lease`; renewed while it works), looks the key up again, tunes
    (:func:`kbuild.hooks.pipeline.gpu_tuner`, or the CPU cost model with ``backend="model"``), puts the result
-   into the shared tier at once and gives the lease up.
+   into the shared tier at once and gives the lease up. A target's workers are killed once it has no more work.
 
 **Kernels with a configuration space** (level 1, :mod:`kbuild.tune.level1`): the tune task runs the racing
 search itself, but its candidate configurations are compiled by Ray CPU tasks (``num_gpus=0``), a few per task,
 on any node with a free CPU, their results handed to the tune task through Ray's object store
 (:mod:`kbuild.prewarm.shards`: why the racing stays in one GPU task, why the object store, the shard size).
 
-Every task of a run holds leases as the same holder (the run id), so a task Ray retries after its node died
-(``max_retries``) takes its own lease again at once, while another prewarm that wants the same entry waits:
+Every task of a run holds leases as the same holder (the run id), so an entry tuned again after its worker's
+node or process died (the driver gives it to another worker, up to ``max_retries`` times, and asks Ray for a
+replacement worker) takes its own lease again at once, while another prewarm that wants the same entry waits:
 its task answers "leased" and the driver asks again later, until the entry is stored (then "found") or the
 lease expired (then it tunes). An interrupted run resumes: what was stored is found, the rest is submitted.
 
 **Failures** never end the run: a tuner that raises (a GPU fault, a kernel that does not run) is reported
-with the node, its GPU and the error; a task whose retries are used up (its nodes kept dying) is reported
-with Ray's error; everything else finishes.
+with the node, its GPU and the error; an entry whose workers kept dying (more than ``max_retries`` times), or
+whose target has no worker left (they died or could not start, and the replacements are used up, or no node
+offers its resource any more), is reported with Ray's error; everything else finishes.
 
 **The cost-model backend** (``backend="model"``) is the CPU stand-in that CI runs: it asks for the custom
 resource only (no GPU), searches the SASS schedule with the cost model, and stores its result — the baseline,
@@ -57,7 +62,9 @@ driver's settings carry it.
 ``gpu_ids`` (Ray's GPU ids given to it), ``started``/``finished`` (epoch seconds) and ``seconds``, and
 ``compile`` (the same for the compile task that made or found its baseline) and ``shards`` (its level-1 compile
 shards: node, host, pid, state, attempts, seconds); :func:`prewarm_ray`'s summary adds ``nodes``, what each
-node and GPU did (tasks, busy seconds, entries), and per target the shards done, running and failed.
+node and GPU did (tasks, busy seconds, entries), per target the shards done, running and failed, ``workers``
+(each tune worker: resource, where, when it was asked for and ready, its warm-up seconds, the entries it was
+given, how it ended) and ``phases`` (the driver's seconds to compute the keys and to join the cluster).
 """
 
 from __future__ import annotations
@@ -487,6 +494,7 @@ def prewarm_ray(settings: Settings, *, address: str | None = None, targets: Sequ
                 e.state, e.result = "found", {"kernel": e.kernel, "target": e.target, "key": e.key, "state": "found",
                                               "host": "(driver)"}
             entries.append(e)
+    keyed = time.time()
     started_ray = not ray.is_initialized()
     shipped = started_ray and ship
     if started_ray:
@@ -495,8 +503,9 @@ def prewarm_ray(settings: Settings, *, address: str | None = None, targets: Sequ
             _init(ray, address or settings.prewarm.address, backend, sorted({e.cc for e in entries}), env)
     elif ship:
         log.info("Ray was initialised by the caller: its runtime_env applies, kbuild ships nothing")
+    joined = time.time()
     try:
-        _run(ray, settings, entries, run_id=run_id, backend=backend, lease_seconds=lease_seconds,
+        workers = _run(ray, settings, entries, run_id=run_id, backend=backend, lease_seconds=lease_seconds,
              max_retries=max_retries, tuner=tuner, on_update=on_update, shipped=shipped)
     finally:
         if started_ray:
@@ -508,7 +517,8 @@ def prewarm_ray(settings: Settings, *, address: str | None = None, targets: Sequ
         "counts": {t: dataclasses.asdict(c) for t, c in counts_by_target(entries).items()},
         "entries": [{**e.result, "kernel": e.kernel, "target": e.target, "key": e.key, "state": e.state,
                      "attempts": e.attempts, "shards": e.shards} for e in entries],
-        "failures": failures, "shipped": shipped, "nodes": by_node(entries),
+        "failures": failures, "shipped": shipped, "nodes": by_node(entries), "workers": workers,
+        "phases": {"keys_seconds": round(keyed - started, 3), "ray_init_seconds": round(joined - keyed, 3)},
     }
 
 
@@ -578,78 +588,143 @@ def _init(ray: Any, address: str | None, backend: str, ccs: Sequence[int],
 
 def _run(ray: Any, settings: Settings, entries: list[Entry], *, run_id: str, backend: str, lease_seconds: float,
          max_retries: int, tuner: Callable[..., Any] | None, on_update: Callable[[Sequence[Entry]], None] | None,
-         shipped: bool = False) -> None:
+         shipped: bool = False) -> list[dict[str, Any]]:
+    """Run every unfinished entry: its compile task, then its tune on a worker of its target
+    (:mod:`kbuild.prewarm.workers`); the workers' records."""
+    from collections import deque
+
+    from kbuild.prewarm.workers import WorkerPool, wanted_per_cc
+
+    exceptions = ray.exceptions
     compile_remote = ray.remote(num_cpus=1, max_retries=max_retries)(_compile_task)
-    tune_remote = ray.remote(max_retries=max_retries)(_tune_task)
     board = _board(ray)
     resources = ray.cluster_resources()
-    pending: dict[Any, int] = {}
+    pool = WorkerPool(ray, backend=backend, max_retries=max_retries,
+                      units={e.cc: int(resources.get(resource_name(e.cc), 0)) for e in entries},
+                      settings=settings, kernels=sorted({e.kernel for e in entries if not e.finished}),
+                      shipped=shipped)
+    compiles: dict[Any, int] = {}  # compile task → entry
+    baselines: dict[int, Any] = {}  # entry → its compile task's result (an object ref)
+    queues: dict[int, deque[int]] = {}  # per cc: entries whose baseline is done, waiting for a worker
+    tunes: dict[Any, tuple[int, Any]] = {}  # tune call → (entry, worker)
+    lost: dict[int, int] = {}  # entry → how often the worker tuning it died
 
     def notify() -> None:
         if on_update is not None:
             on_update(entries)
 
-    def submit(i: int) -> None:
+    def fail(i: int, error: str, where: dict[str, Any] | None = None) -> None:
         e = entries[i]
-        res = resource_name(e.cc)
-        if resources.get(res, 0) < 1:
-            e.state = "failed"
-            e.result = {"kernel": e.kernel, "target": e.target, "key": e.key, "state": "failed", "node": None,
-                        "gpu": None, "error": f"no node of the cluster offers the resource {res} (start GPU nodes "
-                        f"with ray start --resources '{{\"{res}\": <GPUs>}}')"}
-            return
-        e.attempts += 1
-        e.state = "queued"
-        base = compile_remote.remote(settings, e.kernel, e.target, shipped=shipped)
-        opts: dict[str, Any] = {"resources": {res: 1}, "num_cpus": 1}
-        if backend == "gpu":
-            opts["num_gpus"] = 1
-        ref = tune_remote.options(**opts).remote(settings, e.kernel, e.target, base, run_id=run_id,
-                                                 expected_key=e.key, backend=backend, lease_seconds=lease_seconds,
-                                                 tuner=tuner, board=board, index=i, shipped=shipped,
-                                                 max_retries=max_retries)
-        pending[ref] = i
+        where = where or {}
+        e.state = "failed"
+        e.result = {"kernel": e.kernel, "target": e.target, "key": e.key, "state": "failed", "node": where.get("node"),
+                    "gpu": where.get("gpu"), "host": where.get("host"), "error": error}
 
     for i, e in enumerate(entries):
-        if not e.finished:
-            submit(i)
-    notify()
-    while pending or any(e.state == "waiting" for e in entries):
-        if pending:
-            ready, _ = ray.wait(list(pending), num_returns=1, timeout=0.5)
-        else:
-            ready = []
-            time.sleep(0.5)
-        for ref in ready:
-            i = pending.pop(ref)
-            e = entries[i]
-            try:
-                out = ray.get(ref)
-            except Exception as exc:
-                last = _board_snapshot(ray, board)["tune"].get(i, {})  # where it last started
-                e.state = "failed"
-                e.result = {"kernel": e.kernel, "target": e.target, "key": e.key, "state": "failed",
-                            "node": last.get("node"), "gpu": last.get("gpu"), "host": last.get("host"),
-                            "error": _ray_error(exc)}
-                continue
-            if out["state"] == "leased":
-                e.state, e.result = "waiting", out
-                wait = min(LEASE_POLL_SECONDS, max(0.5, (out.get("expires") or time.time()) - time.time()))
-                e.retry_at = time.time() + wait
+        if e.finished:
+            continue
+        res = resource_name(e.cc)
+        if resources.get(res, 0) < 1:
+            fail(i, f"no node of the cluster offers the resource {res} (start GPU nodes with ray start --resources "
+                    f"'{{\"{res}\": <GPUs>}}')")
+            continue
+        compiles[compile_remote.remote(settings, e.kernel, e.target, shipped=shipped)] = i
+    for cc, n in wanted_per_cc(entries).items():  # started now: they warm up while the baselines compile
+        pool.ensure(cc, n)
+
+    def dispatch() -> None:
+        for cc, queue in queues.items():
+            while queue:
+                w = pool.idle(cc)
+                if w is None:
+                    break
+                i = queue.popleft()
+                e = entries[i]
+                e.attempts += 1
+                e.state = "queued"
+                w.state = "busy"
+                w.entries.append(f"{e.kernel}/{e.target}")
+                ref = w.handle.tune.remote(settings, e.kernel, e.target, baselines[i], run_id=run_id,
+                                           expected_key=e.key, backend=backend, lease_seconds=lease_seconds,
+                                           tuner=tuner, board=board, index=i, shipped=shipped,
+                                           max_retries=max_retries)
+                tunes[ref] = (i, w)
+
+    def tuned(ref: Any) -> None:
+        i, w = tunes.pop(ref)
+        e = entries[i]
+        try:
+            out = ray.get(ref)
+        except exceptions.RayActorError as exc:  # its node or process died: another worker takes the entry
+            where = _board_snapshot(ray, board)["tune"].get(i, {})
+            pool.lost(w, _ray_error(exc))
+            lost[i] = lost.get(i, 0) + 1
+            if lost[i] > max_retries:
+                fail(i, f"its tune worker died {lost[i]} times; the last: {_ray_error(exc)}", where)
             else:
-                e.state, e.result = out["state"], out
-        now = time.time()
-        for i, e in enumerate(entries):
-            if e.state == "waiting" and e.retry_at <= now:
-                submit(i)
-        snap = _board_snapshot(ray, board)
-        for i in pending.values():
-            if i in snap["tune"] and entries[i].state == "queued":
-                entries[i].state = "running"
-        _update_shards(entries, snap["shards"])
-        notify()
+                e.state = "queued"
+                queues.setdefault(e.cc, deque()).appendleft(i)
+            return
+        except Exception as exc:  # the task raised (its compile failed, or the tune itself outside the tuner)
+            w.state = "idle"
+            fail(i, _ray_error(exc), _board_snapshot(ray, board)["tune"].get(i, {}))
+            return
+        w.state = "idle"
+        if out["state"] == "leased":
+            e.state, e.result = "waiting", out
+            wait = min(LEASE_POLL_SECONDS, max(0.5, (out.get("expires") or time.time()) - time.time()))
+            e.retry_at = time.time() + wait
+        else:
+            e.state, e.result = out["state"], out
+
+    notify()
+    last_look = 0.0
+    try:
+        while compiles or tunes or any(not e.finished for e in entries):
+            waitable = [*compiles, *tunes, *pool.starting_refs()]
+            ready = ray.wait(waitable, num_returns=1, timeout=0.5)[0] if waitable else []
+            if not waitable:
+                time.sleep(0.5)
+            for ref in ready:
+                if ref in compiles:
+                    i = compiles.pop(ref)
+                    baselines[i] = ref
+                    queues.setdefault(entries[i].cc, deque()).append(i)
+                elif ref in tunes:
+                    tuned(ref)
+                else:
+                    w = pool.by_ready_ref(ref)
+                    if w is not None:
+                        pool.started(w)
+            now = time.time()
+            for i, e in enumerate(entries):
+                if e.state == "waiting" and e.retry_at <= now and i not in queues.get(e.cc, ()):
+                    queues.setdefault(e.cc, deque()).append(i)
+            for cc, queue in queues.items():
+                why = pool.exhausted(cc) if queue else None
+                if queue and not why and not any(w.state in ("idle", "busy") for w in pool.of(cc)) \
+                        and now - last_look >= 2.0:  # only workers Ray has not placed: is a node left to take them?
+                    last_look = now
+                    if ray.cluster_resources().get(resource_name(cc), 0) < 1:
+                        why = f"no node of the cluster offers the resource {resource_name(cc)} any more"
+                while why and queue:
+                    fail(queue.popleft(), why)
+            dispatch()
+            busy = {entries[i].cc for i, _ in tunes.values()}
+            for cc in {w.cc for w in pool.workers if w.live}:
+                if cc not in busy and not any(e.cc == cc and not e.finished for e in entries):
+                    pool.retire(cc)
+            snap = _board_snapshot(ray, board)
+            for i, _ in tunes.values():
+                if i in snap["tune"] and entries[i].state == "queued":
+                    entries[i].state = "running"
+            _update_shards(entries, snap["shards"])
+            notify()
+    finally:
+        pool.shutdown()
     _update_shards(entries, _board_snapshot(ray, board)["shards"])
     notify()
+    return pool.summary()
 
 
 def _update_shards(entries: list[Entry], shards: dict[str, dict[str, Any]]) -> None:
