@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import pytest
 from server_helpers import Server, start_nginx, start_redis, stop
@@ -77,3 +79,29 @@ def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayCluster
         if ray.is_initialized():
             ray.shutdown()
         cluster.shutdown()
+
+
+@pytest.fixture
+def entry_settings(example_project: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Any:
+    """The example project's settings for the runs about kernels × targets, nodes, workers and leases: an
+    evaluation budget (the cost model spends it in full, a few seconds per tune, so a node can be killed in the
+    middle of one) and no level-1 space (level 1 and its compile shards are test_shards.py's); the stand-in
+    tuners pickled by value (Ray's workers cannot import the tests folder).
+
+    A count of evaluations, not seconds: a 2 s budget got fewer evaluations on a loaded machine (tests run side
+    by side under pytest-xdist), and matmul_leaky_relu/sm_90's first improvement comes at evaluation 61 (about
+    130 in 2 s on an idle core), so under load its search found none and its decision did not name the cost
+    model. A count makes every search, and so every decision, the same however busy the machine is."""
+    ray = pytest.importorskip("ray", reason="kbuild[ray] is not installed")
+    import stand_in
+
+    from kbuild.config import load_settings
+
+    monkeypatch.setenv("KBUILD_BUDGET_EVALUATIONS", "100")
+    monkeypatch.setenv("KBUILD_STORE", str(tmp_path / "local-store"))
+    ray.cloudpickle.register_pickle_by_value(stand_in)  # Ray's own copy of cloudpickle
+    cfg = example_project / "pyproject.toml"
+    text = cfg.read_text()
+    space = next(line for line in text.splitlines() if line.startswith("space = "))
+    cfg.write_text(text.replace(space + "\n", ""))
+    return load_settings(cfg)

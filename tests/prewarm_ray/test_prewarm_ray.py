@@ -21,7 +21,6 @@ import stand_in
 from kbuild.cache import backend_for_url
 from kbuild.cache.lease import leases_for
 from kbuild.cli import main
-from kbuild.config import load_settings
 from kbuild.prewarm.ray_engine import prewarm_ray, shared_store
 
 pytestmark = [pytest.mark.nginx, pytest.mark.slow]
@@ -31,22 +30,8 @@ FAULT = ("layernorm", "sm_80")
 
 
 @pytest.fixture
-def settings(example_project: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Any:
-    # A budget of evaluations the cost model spends in full (each tune lasts a few seconds, so a node can be killed
-    # in the middle of one), not of seconds: a 2 s budget got fewer evaluations on a loaded machine (tests run side
-    # by side under pytest-xdist), and matmul_leaky_relu/sm_90's first improvement comes at evaluation 61 (about
-    # 130 in 2 s on an idle core), so under load its search found none and its decision did not name the cost
-    # model. A count makes every search, and so every decision, the same however busy the machine is.
-    monkeypatch.setenv("KBUILD_BUDGET_EVALUATIONS", "100")
-    monkeypatch.setenv("KBUILD_STORE", str(tmp_path / "local-store"))
-    ray.cloudpickle.register_pickle_by_value(stand_in)  # Ray's own copy of cloudpickle
-    # Without the matmul's configuration space: these runs are about kernels × targets, nodes and leases, each
-    # tune a few seconds of the cost model; level 1 and its compile shards are test_shards.py's.
-    cfg = example_project / "pyproject.toml"
-    text = cfg.read_text()
-    space = next(line for line in text.splitlines() if line.startswith("space = "))
-    cfg.write_text(text.replace(space + "\n", ""))
-    return load_settings(cfg)
+def settings(entry_settings: Any) -> Any:
+    return entry_settings
 
 
 def _stored_records(root: Path, prefix: str) -> list[str]:

@@ -19,7 +19,6 @@ from typing import Any
 import pytest
 import stand_in
 
-from kbuild.config import load_settings
 from kbuild.prewarm.ray_engine import prewarm_ray
 from kbuild.prewarm.workers import WARM_MODULES, WorkerPool
 
@@ -28,16 +27,8 @@ ray = pytest.importorskip("ray", reason="kbuild[ray] is not installed")
 
 
 @pytest.fixture
-def settings(example_project: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Any:
-    # As in test_prewarm_ray.py: an evaluation budget (the same search however loaded the machine), no level-1 space.
-    monkeypatch.setenv("KBUILD_BUDGET_EVALUATIONS", "100")
-    monkeypatch.setenv("KBUILD_STORE", str(tmp_path / "local-store"))
-    ray.cloudpickle.register_pickle_by_value(stand_in)
-    cfg = example_project / "pyproject.toml"
-    text = cfg.read_text()
-    space = next(line for line in text.splitlines() if line.startswith("space = "))
-    cfg.write_text(text.replace(space + "\n", ""))
-    return load_settings(cfg)
+def settings(entry_settings: Any) -> Any:
+    return entry_settings
 
 
 def test_workers_tune_entry_after_entry_and_a_killed_one_is_replaced(settings, dav_server, ray_cluster,
