@@ -105,6 +105,13 @@ def run_ray(args: argparse.Namespace, settings: Any) -> int:
                         [(k, t, sh["id"], len(sh.get("configs") or []), sh.get("state", ""),
                           len(sh.get("attempts") or []), sh.get("host", ""), (sh.get("node") or "?")[:12],
                           sh.get("seconds", "")) for k, t, sh in shards])
+        if result.get("workers"):
+            print_table("tune workers (one Ray actor per GPU used)",
+                        ["resource", "host", "node", "pid", "gpu ids", "warm-up s", "entries", "state"],
+                        [(w["resource"], w.get("host") or "?", (w.get("node") or "?")[:12], w.get("pid") or "?",
+                          ",".join(w.get("gpu_ids") or []) or "-", w.get("warm_seconds") or "",
+                          len(w["entries"]), w["state"] + (f": {w['error']}" if w.get("error") else ""))
+                         for w in result["workers"]])
         if result["failures"]:
             print_table("failed (the rest were stored)", ["kernel", "target", "node", "gpu", "error"],
                         [(f["kernel"], f["target"], (f.get("node") or "?")[:12], f.get("gpu") or "?", f["error"])
