@@ -1,14 +1,19 @@
 """Tune workers: the long-lived Ray actors that run ``kbuild prewarm --ray``'s tune work, one per GPU it uses.
 
-**Why actors, not a task per entry.** On the H200 a tune *task* paid, every time, for a fresh worker process
-(Ray does not reuse a process that ran a CPU task for a GPU task) importing kbuild's pipeline and Triton before
-it could start, about 2.8 s for the first and 1.7 s for each later one, on top of the job's start: +25% against
-the single-process prewarm on a one-minute run (``benchmarks/results/h200/issue18/README.md``). A
-:class:`TuneWorker` is started once per GPU when the run starts, imports what a tune needs while the compile
-tasks run (:data:`WARM_MODULES`), and then tunes one entry after another: the per-entry cost is a method call.
-The GPU itself is still touched only by the measurement process each tune starts
-(:class:`kbuild.tune.measure.client.WorkerClient`, which isolates faults), so nothing a kernel does to the CUDA
-context outlives its entry; the actor holds no CUDA context and no GPU memory between entries.
+**Why actors, not a task per entry.** On the H200 (``benchmarks/results/h200/issue18/README.md``) the first tune
+*task* started 2.8 s after the last compile task had ended: Ray gives a GPU task a new worker process rather than
+one that ran CPU tasks (the GPU-shaped CPU dry run shows the same: the tune ran in a process of its own), and that
+process then imported kbuild's pipeline, Triton and, through the project's bench module, torch before it could
+tune; the two tune tasks together took 3.5 s longer than the single-process tunes. A :class:`TuneWorker` is
+started once per GPU as the run starts and does that work while the compile tasks run (:data:`WARM_MODULES`,
+then the run's kernels resolved), and then tunes one entry after another in the same process. Whether this
+removes those seconds on the H200 has not been measured yet; on 2 CPU cores it changed nothing measurable
+(``benchmarks/results/prewarm_ray_workers_cpu/README.md``).
+
+Kernels still run only in the measurement process each tune starts
+(:class:`kbuild.tune.measure.client.WorkerClient`, which isolates faults), so nothing a kernel does to its CUDA
+context outlives its entry: the actor itself only initialises the driver to list its GPUs
+(:func:`kbuild.device.probe.local_gpus`), creates no context and holds no GPU memory.
 
 **Resources.** A worker asks for what a tune task asked for: one unit of the target's ``kbuild_sm_<cc>``
 (:func:`kbuild.prewarm.ray_engine.resource_name`) and, on the GPU backend, one GPU; it keeps them until the run
