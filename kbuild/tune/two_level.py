@@ -15,6 +15,11 @@ run for one kernel × target:
    the smallest; on a GPU it is then timed side by side with the autotune list's best in one fresh
    interleaved run (``final``), the figure the manifest and reports claim.
 
+A configuration whose cubin has a wgmma register race (triton-lang/triton#9433) is never chosen by level 1
+(status ``"racy"``). When the default itself is racy, level 1 searches nothing and the default ships (level 2
+keeps its untouched cubin for the same reason): no gain over a baseline whose outputs depend on timing can be
+verified, and ``reason`` (the report's ``decision``) says so.
+
 The budget (evaluations and seconds) is shared: level 1 gets ``LEVEL1_SHARE`` of the evaluations,
 level 2 the rest, split between the configurations it searches.
 """
@@ -62,6 +67,8 @@ class TwoLevelResult:
     ``total`` (their product) and ``final`` (the side-by-side re-timing on a GPU, None on the cost model)."""
     final: dict[str, Any] | None
     seconds: float
+    reason: str | None = None
+    """Why the default ships without a search when it does for a reason (its cubin has a wgmma register race)."""
 
     @property
     def accepted(self) -> bool:
@@ -74,7 +81,7 @@ class TwoLevelResult:
             "kernel": self.kernel, "target": f"sm_{self.arch}", "backend": self.backend,
             "default_config": self.default.as_dict(), "default_label": self.default.label(),
             "config": self.config.as_dict(), "config_label": self.config.label(),
-            "gains": self.gains, "final": self.final, "seconds": round(self.seconds, 2),
+            "gains": self.gains, "final": self.final, "seconds": round(self.seconds, 2), "decision": self.reason,
             "level1": self.level1.as_dict() if self.level1 is not None else None,
             "level2": {label: r.report() for label, r in self.level2.items()},
             "shipped_schedule": "tuned" if chosen is not None and chosen.accepted else "untouched",
@@ -131,7 +138,10 @@ def tune_two_level(spec: BenchSpec, arch: int, *, measurer: Any, backend: Any | 
     l1_evals = level1_budget(len(space), evaluations)
     say(f"{spec.name}: level 1 over {len(space)} configurations, ≤ {l1_evals} evaluations")
     l1 = search_configs(spec, measurer, method=method, evaluations=l1_evals, seed=seed, top=top,  # type: ignore[arg-type]
-                        batch=LEVEL1_BATCH, seconds=seconds * LEVEL1_SECONDS_SHARE)
+                        batch=LEVEL1_BATCH, seconds=seconds * LEVEL1_SECONDS_SHARE, default=default)
+    racy_default = l1.decision  # the default's cubin is racy: it ships, nothing else is claimed
+    if racy_default:
+        say(f"{spec.name}: {racy_default}")
     ms = {t.label: float(t.median_ms) for t in l1.trials if t.status == "ok" and t.median_ms is not None}
     tops = [c for c in l1.top if c.label() in ms][:top] or [l1.best]
     left_evals = max(evaluations - l1.evaluations, len(tops))
@@ -156,7 +166,7 @@ def tune_two_level(spec: BenchSpec, arch: int, *, measurer: Any, backend: Any | 
     level1_gain = l1.autotune_best_ms / ms[chosen] if chosen in ms and l1.autotune_best_ms else None
     level2_gain = speedups.get(chosen, 1.0)
     final = None
-    if backend is not None and hasattr(measurer, "time_shipped"):
+    if backend is not None and hasattr(measurer, "time_shipped") and not racy_default:
         say(f"{spec.name}: what ships ({chosen}) against the autotune best ({l1.autotune_best.label()}), side by side")
         final = measurer.time_shipped(l1.autotune_best, cfg, shipped)
     if final is not None and (cfg.label() != l1.autotune_best.label() or shipped != cubin):
@@ -174,7 +184,7 @@ def tune_two_level(spec: BenchSpec, arch: int, *, measurer: Any, backend: Any | 
         "final": final.get("speedup") if final else None,
     }
     return TwoLevelResult(spec.name, arch, getattr(measurer, "backend", "?"), default, cfg, cubin, shipped, symbol,
-                          metadata, l1, level2, gains, final, time.monotonic() - started)
+                          metadata, l1, level2, gains, final, time.monotonic() - started, racy_default or None)
 
 
 def final_beats_reference(final: dict[str, Any]) -> tuple[bool, str]:

@@ -18,6 +18,7 @@ The measurers take any :class:`Compiler` (``submit``, ``result``, ``close``) thr
 from __future__ import annotations
 
 import functools
+import logging
 import multiprocessing
 import os
 import time
@@ -30,6 +31,8 @@ from kbuild.bench.spec import BenchSpec, Config, compile_spec, load_spec
 from kbuild.errors import KBuildError
 from kbuild.tune.measure.handover import KernelPayload, kernel_payload
 
+log = logging.getLogger(__name__)
+
 
 @dataclass(frozen=True)
 class CompiledConfig:
@@ -41,6 +44,11 @@ class CompiledConfig:
     error: str | None = None
     shared: int = 0
     """Shared memory per CTA in bytes (Triton's metadata)."""
+    hazards: tuple[str, ...] = ()
+    """The cubin's wgmma register races (:mod:`kbuild.sass.hazards`, triton-lang/triton#9433), as text; a
+    configuration with any is never chosen (its outputs depend on timing, so its check can pass by luck)."""
+    hazard_check: str | None = None
+    """Why the hazard check could not run (no nvdisasm, ...); None when it ran or was not needed."""
 
 
 @functools.cache
@@ -58,8 +66,25 @@ def compile_one(spec: BenchSpec, config: Config, arch: int) -> CompiledConfig:
     except Exception as exc:  # Triton raises many kinds; any of them means this configuration does not build
         return CompiledConfig(config.label(), None, time.perf_counter() - started,
                               _first_lines(f"{type(exc).__name__}: {exc}"))
+    hazards, skipped = wgmma_races(compiled.asm["cubin"], str(compiled.metadata.name), compiled.asm.get("ptx"))
     seconds = time.perf_counter() - started
-    return CompiledConfig(config.label(), kernel_payload(compiled), seconds, None, int(compiled.metadata.shared))
+    return CompiledConfig(config.label(), kernel_payload(compiled), seconds, None, int(compiled.metadata.shared),
+                          hazards, skipped)
+
+
+def wgmma_races(cubin: bytes, kernel: str, ptx: str | None = None) -> tuple[tuple[str, ...], str | None]:
+    """(the wgmma register races of one compiled configuration as text, why the check could not run). Only a kernel
+    whose PTX has a wgmma with a register A operand is disassembled (:func:`kbuild.sass.hazards.
+    register_wgmma_hazards`), as a compile checks; a check that cannot run here (no nvdisasm) is reported, with a
+    warning, not a failure of the configuration, as under ``wgmma_hazards = "warn"``."""
+    from kbuild.sass.hazards import register_wgmma_hazards
+
+    try:
+        return tuple(str(h) for h in register_wgmma_hazards(cubin, kernel, ptx)), None
+    except Exception as exc:  # nvdisasm missing or failing: the configuration is not known to be racy
+        why = _first_lines(f"{type(exc).__name__}: {exc}")
+        log.warning("wgmma hazard check of %s skipped: %s", kernel, why)
+        return (), why
 
 
 def _compile_in_child(ref: str, small: bool, python_path: tuple[str, ...], config: dict[str, Any],

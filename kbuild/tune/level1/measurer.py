@@ -16,6 +16,9 @@ Two implementations:
   configuration's real cubin, scaled by waves of CTAs over the SMs; nothing runs, every result says
   ``"cost-model (CPU estimate, not a measurement)"``. It exists so that the searcher runs in CI.
 
+Both give a configuration whose cubin has a wgmma register race (found as it compiles, :mod:`kbuild.sass.hazards`;
+triton-lang/triton#9433) the verdict ``"racy"`` before anything runs: never checked, timed or chosen.
+
 Both take ``pool``, a :data:`~kbuild.tune.level1.compile.CompilerFactory`, to compile elsewhere than in their
 own process pool (``kbuild prewarm --ray``: Ray CPU tasks, :class:`kbuild.prewarm.shards.ShardPool`).
 """
@@ -30,10 +33,25 @@ from typing import Any, Literal, Protocol, runtime_checkable
 from kbuild.bench.spec import BenchSpec, Config
 from kbuild.tune.measure.backend import GPU_BACKEND, MODEL_BACKEND, KernelRef
 
-from .compile import CompilePool, Compiler, CompilerFactory
+from .compile import CompiledConfig, CompilePool, Compiler, CompilerFactory
 
-Status = Literal["ok", "compile-error", "launch-error", "wrong-result", "timeout"]
-STATUSES: tuple[Status, ...] = ("ok", "compile-error", "launch-error", "wrong-result", "timeout")
+Status = Literal["ok", "compile-error", "racy", "launch-error", "wrong-result", "timeout"]
+STATUSES: tuple[Status, ...] = ("ok", "compile-error", "racy", "launch-error", "wrong-result", "timeout")
+
+
+def racy(compiled: CompiledConfig) -> Prepared | None:
+    """The verdict ``"racy"`` on a configuration whose cubin has a wgmma register race (``compiled.hazards``,
+    found as it compiled; triton-lang/triton#9433), else None. Such a configuration is neither checked nor timed:
+    its outputs depend on timing, so a tolerance check can pass by luck, and it is never chosen."""
+    from kbuild.tune.accept import WGMMA_RACE_ISSUE
+
+    if not compiled.hazards:
+        return None
+    more = f" (and {len(compiled.hazards) - 1} more)" if len(compiled.hazards) > 1 else ""
+    return Prepared("racy", compiled.compile_s,
+                    error=f"the cubin has a wgmma register race ({WGMMA_RACE_ISSUE}) at {compiled.hazards[0]}{more}; "
+                          "its outputs depend on timing, so it is not checked, timed or chosen",
+                    details={"wgmma_register_hazards": list(compiled.hazards[:20])})
 
 
 @dataclass(frozen=True)
@@ -113,6 +131,8 @@ class ModelConfigMeasurer:
         compiled = self.pool.result(config)
         if compiled.payload is None:
             return Prepared("compile-error", compiled.compile_s, error=compiled.error)
+        if (verdict := racy(compiled)) is not None:
+            return verdict
         limit = MODEL_SHARED_PER_SM.get(self.arch, MODEL_SHARED_PER_SM[90])
         if compiled.shared > limit:
             return Prepared("launch-error", compiled.compile_s,
@@ -200,6 +220,8 @@ class GpuConfigMeasurer:
         compiled = self.pool.result(config)
         if compiled.payload is None:
             return Prepared("compile-error", compiled.compile_s, error=compiled.error)
+        if (verdict := racy(compiled)) is not None:  # not sent to the worker: no GPU time on it
+            return verdict
         reply = self.client.add(config.label(), config.as_dict(), compiled.payload)
         status: Status = reply["status"]
         return Prepared(status, compiled.compile_s, reply.get("rel_err"), reply.get("error"),

@@ -25,7 +25,11 @@ One *evaluation* is one configuration timed for one round (``reps`` launches, ea
 ``fraction × len(space) × rounds`` evaluations (the exhaustive sweep's cost when every configuration
 works) and is never exceeded, except that it is raised to the minimum the final rung needs (recorded).
 Configurations that fail to compile, to launch, hang, or give wrong results are reported per trial and
-never chosen.
+never chosen; so are those whose cubin has a wgmma register race (status ``"racy"``, found as they compile;
+triton-lang/triton#9433), which are not checked or timed either: their outputs depend on timing, so a check can
+pass by luck. When the *default* configuration (what ships untuned) is racy, nothing is searched: the result keeps
+the default (``default_races``, ``decision``) and claims no gain, since no configuration can be verified against a
+baseline whose outputs are not defined.
 """
 
 from __future__ import annotations
@@ -105,6 +109,21 @@ class Level1Result:
     reps: int
     seed: int
     notes: tuple[str, ...] = ()
+    default_races: tuple[str, ...] = ()
+    """The default configuration's wgmma register races: when any, level 1 kept the default without a search
+    (``best`` is the default, the times are NaN, :attr:`decision` says why)."""
+
+    @property
+    def decision(self) -> str | None:
+        """Why the default was kept without a search (its cubin is racy), else None."""
+        if not self.default_races:
+            return None
+        from kbuild.tune.accept import WGMMA_RACE_ISSUE
+
+        more = f" (and {len(self.default_races) - 1} more)" if len(self.default_races) > 1 else ""
+        return (f"default kept: the default configuration {self.best.label()} has a wgmma register race "
+                f"({WGMMA_RACE_ISSUE}) at {self.default_races[0]}{more}; its outputs depend on timing, so no "
+                "configuration's gain over it can be verified (none was searched)")
 
     @property
     def gain(self) -> float:
@@ -124,12 +143,17 @@ class Level1Result:
                 "space_kind": self.space_kind, "evaluations": self.evaluations, "launches": self.launches,
                 "checks": self.checks, "compiles": self.compiles, "seconds": round(self.seconds, 2),
                 "budget": self.budget, "rounds": self.rounds, "reps": self.reps, "seed": self.seed,
-                "best": self.best.as_dict(), "best_label": self.best.label(), "best_ms": self.best_ms,
+                "best": self.best.as_dict(), "best_label": self.best.label(), "best_ms": _finite(self.best_ms),
                 "autotune_best": self.autotune_best.as_dict(), "autotune_best_label": self.autotune_best.label(),
-                "autotune_best_ms": self.autotune_best_ms, "gain": self.gain,
+                "autotune_best_ms": _finite(self.autotune_best_ms), "gain": _finite(self.gain),
+                "default_racy": bool(self.default_races), "decision": self.decision,
                 "top": [c.as_dict() for c in self.top], "top_labels": [c.label() for c in self.top],
                 "tried": len(self.trials), "failed": self.failed, "notes": list(self.notes),
                 "trials": [t.as_dict() for t in self.trials]}
+
+
+def _finite(v: float) -> float | None:
+    return v if math.isfinite(v) else None
 
 
 class NoWorkingConfig(UsageError):
@@ -167,7 +191,7 @@ class _Run:
         verdict = self.measurer.prepare(config)
         trial = Trial(config, label, verdict.status, rel_err=verdict.rel_err, compile_s=verdict.compile_s,
                       error=verdict.error, autotune=label in self.autotune, details=dict(verdict.details))
-        if verdict.status not in ("compile-error",):
+        if verdict.status not in ("compile-error", "racy"):  # neither ran a check
             self.checks += 1
         self.trials[label] = trial
         if self.ref is None and trial.status == "ok" and (trial.autotune or not self._autotune_left()):
@@ -238,6 +262,18 @@ class _Run:
             autotune_best=self.trials[auto[0]].config, autotune_best_ms=med[auto[0]],
             top=tuple(self.trials[x].config for x in order[:max(1, min(top, 3))]), budget=budget, rounds=self.rounds,
             reps=self.reps, seed=seed, notes=tuple(notes))
+
+    def racy_default(self, default: Trial) -> Level1Result:
+        """The result when the default configuration is racy: the default, unsearched and untimed."""
+        races = tuple(default.details.get("wgmma_register_hazards") or [default.error or "?"])
+        return Level1Result(
+            method="none", backend=self.measurer.backend, space_size=len(self.space),
+            space_kind="grid" if self.space.grid else "list", evaluations=0, launches=0, checks=0,
+            compiles=len(self.prefetched | set(self.trials)), seconds=time.perf_counter() - self.started,
+            trials=tuple(self.trials.values()), best=default.config, best_ms=math.nan, autotune_best=default.config,
+            autotune_best_ms=math.nan, top=(default.config,), budget=0, rounds=self.rounds, reps=self.reps, seed=0,
+            notes=("the default configuration has a wgmma register race: level 1 searched nothing",),
+            default_races=races)
 
 
 def _exhaustive(run: _Run, seed: int, top: int) -> Level1Result:
@@ -424,7 +460,7 @@ def search_configs(spec: BenchSpec, measurer: ConfigMeasurer | Literal["gpu", "m
                    seed: int = 0, top: int = 3,
                    jobs: int | None = None, on_progress: Progress | None = None, rounds: int = 8, reps: int = 10,
                    batch: int = 8, eta: int = 3, screen_rounds: int = 1, small: bool = False,
-                   seconds: float | None = None) -> Level1Result:
+                   seconds: float | None = None, default: Config | None = None) -> Level1Result:
     """Search ``spec``'s level-1 space (see the module docstring).
 
     ``measurer`` is a :class:`ConfigMeasurer`, or ``"gpu"`` / ``"model"`` to build one here (with ``jobs``
@@ -433,6 +469,8 @@ def search_configs(spec: BenchSpec, measurer: ConfigMeasurer | Literal["gpu", "m
     autotune list's included (default: as many as the evaluation budget lets screening time; TPE decides the
     order, so a tight budget screens the promising ones first). ``seconds`` bounds racing's screening: once
     spent, no new configuration is proposed and the halving and final rungs run on what was screened.
+    ``default`` (what ships untuned; default: the autotune list's first entry) is compiled first: when its cubin
+    has a wgmma register race, the result keeps it without a search (:attr:`Level1Result.decision`).
     Raises :class:`NoWorkingConfig` when nothing works."""
     if method not in ("racing", "exhaustive"):
         raise UsageError(f"level-1 method must be 'racing' or 'exhaustive', not {method!r}")
@@ -451,6 +489,12 @@ def search_configs(spec: BenchSpec, measurer: ConfigMeasurer | Literal["gpu", "m
             raise UsageError(f"level-1 measurer must be 'gpu' or 'model', not {measurer!r}")
     try:
         run = _Run(spec, measurer, rounds, reps, on_progress)
+        base = default or spec.configs[0]
+        run.prefetch([base, *spec.configs])
+        first = run.prepare(base)
+        if first.status == "racy":  # before any search: no budget on a baseline whose outputs are not defined
+            log.warning("%s: %s", spec.label(), first.error)
+            return run.racy_default(first)
         if method == "exhaustive":
             return _exhaustive(run, seed, top)
         budget = evaluations if evaluations is not None else int(fraction * len(run.space) * rounds)
