@@ -31,7 +31,8 @@ key                             meaning
 ``level1``                      ``{trials: [...], chosen, best_label, autotune_best_label, autotune_best_ms,
                                 gain, evaluations, method, space_size, backend}``; each trial
                                 ``{label, status, median_ms, rel_err, error, autotune}`` with status
-                                ``ok``, ``compile-error``, ``launch-error``, ``wrong-result`` or ``timeout``
+                                ``ok``, ``compile-error``, ``launch-error``, ``wrong-result``, ``racy`` (a wgmma
+                                register race: never timed) or ``timeout``
 ``level2``                      one SASS search report (:meth:`kbuild.tune.api.TuneResult.report`:
                                 ``decision {accepted, reason, speedup, speedup_ci, aa_spread, checks}``,
                                 ``algorithms {name: {best_ratio, confirmed_ratio, evaluations, ...}}``,
@@ -78,7 +79,7 @@ MIN_FOLD = 6
 """Runs of unchanged instructions shorter than this stay unfolded."""
 CONTROL_FIELDS = ("stall", "yield", "reuse", "barrier")
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
-_STATUS_ORDER = {"ok": 0, "wrong-result": 1, "launch-error": 2, "timeout": 3, "compile-error": 4}
+_STATUS_ORDER = {"ok": 0, "wrong-result": 1, "racy": 2, "launch-error": 3, "timeout": 4, "compile-error": 5}
 
 
 # --- the SASS diff ------------------------------------------------------------------------------------------
