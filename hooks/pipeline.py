@@ -622,15 +622,18 @@ def refuse_wgmma_hazards(settings: Settings, builds: Sequence[KernelBuild]) -> N
 
 def wgmma_hazard_error(settings: Settings, b: KernelBuild, where: str, hazards: list[str]) -> ConfigError:
     """The error of ``wgmma_hazards = "error"`` for ``b``, whose cubin (``where``) has wgmma register races
-    (``hazards``, at most 20, as :func:`kbuild.compile.compile_kernel` records them)."""
-    count = f"{len(hazards)} instruction(s)" if len(hazards) < 20 else "20 or more instructions"
+    (``hazards``, the first :data:`kbuild.sass.hazards.RECORDED`, as :func:`kbuild.compile.compile_kernel` records
+    them)."""
+    from kbuild.sass.hazards import RECORDED, WGMMA_RACE_ISSUE
+
+    count = f"{len(hazards)} instruction(s)" if len(hazards) < RECORDED else f"{RECORDED} or more instructions"
     return ConfigError(
         settings.config_file, "wgmma_hazards",
         f"\"error\" refuses kernel {b.spec.name!r} ({b.spec.source}) for {b.target.name}: {where} has a wgmma "
         f"register race, {count} touching a wgmma operand register before the wait that retires it, first "
         f"{hazards[0]}; its results can differ from run to run on the GPU (Triton's pipelining of a wgmma with a "
-        "register operand, triton-lang/triton#9433)"
-        "\n  next step: a Triton release that fixes triton-lang/triton#9433, or a kernel whose wgmma reads its A "
+        f"register operand, {WGMMA_RACE_ISSUE})"
+        f"\n  next step: a Triton release that fixes {WGMMA_RACE_ISSUE}, or a kernel whose wgmma reads its A "
         f"operand from shared memory; or wgmma_hazards = \"warn\" ([tool.kbuild] in {settings.config_file}, or "
         "KBUILD_WGMMA_HAZARDS) to build it anyway, with a warning")
 

@@ -698,7 +698,7 @@ def _wgmma_hazards(settings: Settings, compiled: Any, spec: KernelSettings, targ
     the pipeline refuses it (:func:`kbuild.hooks.pipeline.refuse_wgmma_hazards`), and a check that cannot run here
     is an error instead of a skip."""
     try:
-        from kbuild.sass.hazards import register_wgmma_hazards
+        from kbuild.sass.hazards import WGMMA_RACE_ISSUE, recorded, register_wgmma_hazards
 
         found = register_wgmma_hazards(compiled.asm["cubin"], compiled.metadata.name, compiled.asm.get("ptx"))
     except (KBuildError, OSError, ImportError) as exc:  # no nvdisasm, or no numpy (the core install without the
@@ -714,9 +714,9 @@ def _wgmma_hazards(settings: Settings, compiled: Any, spec: KernelSettings, targ
     if found:
         log.warning("kernel %r (%s) for %s: %d instruction(s) touch a wgmma operand register before the wait that "
                     "retires it, first %s; its results can differ from run to run on the GPU (Triton's pipelining of "
-                    "a wgmma with a register operand, triton-lang/triton#9433)", spec.name, spec.source, target.name,
-                    len(found), found[0])
-    return [str(h) for h in found[:20]]
+                    "a wgmma with a register operand, %s)", spec.name, spec.source, target.name,
+                    len(found), found[0], WGMMA_RACE_ISSUE)
+    return recorded(found)
 
 
 def triton_metadata(compiled: Any) -> dict[str, Any]:

@@ -225,24 +225,21 @@ def tune_kernel(settings: Any, *, cubin: bytes, symbol: str, bench: str, python_
     the start of the SASS search, and the search's result is checked and timed once more against the untouched
     cubin: that ratio is the speedup claimed.
 
-    A cubin with a wgmma register race (:func:`wgmma_races`, triton-lang/triton#9433) is never accepted by its
+    A cubin with a wgmma register race (:func:`kbuild.sass.hazards.register_wgmma_hazards`, triton-lang/triton#9433) is never accepted by its
     bit-exact check, which a racy kernel can pass by luck: when the untouched cubin has one, it ships as it is
     (nothing is loaded, tried or searched; the reason names the race), and a variant with one is not checked, timed
     or started from (its ``level1`` entry says ``racy``)."""
-    from kbuild.tune.accept import WGMMA_RACE_ISSUE, decide, racy_baseline
+    from kbuild.sass.hazards import WGMMA_RACE_ISSUE, recorded, register_wgmma_hazards
+    from kbuild.tune.accept import decide, racy_baseline
     from kbuild.tune.measure.backend import K_ACCEPT, MODEL_BACKEND, KernelRef
 
     started = time.monotonic()
-    races = wgmma_races(cubin, symbol)
+    races = register_wgmma_hazards(cubin, symbol)
     if races:  # before the backend loads anything, as the SASS tuner does (kbuild.tune.api.tune)
-        decision = racy_baseline(races)
-        more = f" (and {len(races) - 1} more)" if len(races) > 1 else ""
-        reason = (f"baseline kept: the untouched cubin has a wgmma register race ({WGMMA_RACE_ISSUE}) at {races[0]}"
-                  f"{more}; its outputs depend on timing, so no ptxas variant or schedule of it can be verified "
-                  "(none was tried)")
-        return TuneOutcome(cubin, False, None, reason, _point("as compiled"),
+        decision = racy_baseline(races, what="a ptxas variant or schedule of it")
+        return TuneOutcome(cubin, False, None, decision.reason, _point("as compiled"),
                            backend.name if backend is not None else MODEL_BACKEND,
-                           {"level1": {}, "start": "as compiled", "decision": {**decision.as_dict(), "reason": reason}},
+                           {"level1": {}, "start": "as compiled", "decision": decision.as_dict()},
                            time.monotonic() - started)
     from kbuild.tune.api import tune
 
@@ -253,9 +250,9 @@ def tune_kernel(settings: Any, *, cubin: bytes, symbol: str, bench: str, python_
         backend.load(ref, cubin)
         best = 1.0
         for label, data in (variants or {}).items():
-            found = wgmma_races(data, symbol)
+            found = register_wgmma_hazards(data, symbol)
             if found:
-                levels[label] = {"status": "racy", "wgmma_register_hazards": [str(h) for h in found[:20]],
+                levels[label] = {"status": "racy", "wgmma_register_hazards": recorded(found),
                                  "reason": f"the variant's cubin has a wgmma register race ({WGMMA_RACE_ISSUE}) at "
                                            f"{found[0]}; not checked, timed or started from"}
                 continue
@@ -285,22 +282,6 @@ def tune_kernel(settings: Any, *, cubin: bytes, symbol: str, bench: str, python_
                        decision.speedup if decision.accepted else None, decision.reason,
                        _point(start_label if decision.accepted else "as compiled"), result.backend, report,
                        time.monotonic() - started)
-
-
-def wgmma_races(cubin: bytes, symbol: str) -> list[Any]:
-    """The wgmma register races of ``symbol`` in ``cubin`` (:mod:`kbuild.sass.hazards`): ``[]`` without a disassembly
-    for a cubin not for sm_90 (the only target with wgmma), and without a control-flow walk for a kernel without a
-    register-operand wgmma (:func:`~kbuild.sass.hazards.has_register_wgmma`, one scan)."""
-    from kbuild.sass.disasm import disassemble
-    from kbuild.sass.elf import Cubin
-    from kbuild.sass.hazards import async_mma_hazards, has_register_wgmma
-    from kbuild.sass.isa import arch_spec
-
-    binary = Cubin(cubin, origin=f"the cubin of {symbol}")
-    if binary.sm != 90:
-        return []
-    ins = disassemble(binary, symbol)
-    return async_mma_hazards(ins, arch_spec(90)) if has_register_wgmma(ins) else []
 
 
 def _point(label: str) -> dict[str, int]:
@@ -525,4 +506,4 @@ def write_records(records: Sequence[Mapping[str, Any]], directory: Path | None) 
 
 
 __all__ = ["KIND_TUNED", "RECORD_FORMAT", "CudaTuning", "TuneOutcome", "demangle", "find_symbol", "matches",
-           "point_label", "ptxas_variant", "tune_kernel", "tuned_key", "wgmma_races", "write_records"]
+           "point_label", "ptxas_variant", "tune_kernel", "tuned_key", "write_records"]

@@ -29,6 +29,10 @@ from .isa.sm90 import ASYNC_MMA, ASYNC_MMA_A_REGS, ASYNC_MMA_COMMIT, ASYNC_MMA_W
 from .operands import describe, is_plain_reg, reg_bits, registers
 
 _REG = re.compile(r"^R(\d+)$")
+#: The Triton issue of the race this module finds in Triton 3.6's code (a pipelined wgmma with a register A operand).
+WGMMA_RACE_ISSUE = "triton-lang/triton#9433"
+#: Hazards kept where they are recorded (artefact metadata, reports): the first ones say where; the count says more.
+RECORDED = 20
 #: groups tracked at most; older ones are merged into the oldest (conservative: they retire last)
 MAX_GROUPS = 8
 
@@ -168,6 +172,23 @@ def async_mma_hazards(ins: Sequence[Instruction], spec: ArchSpec | None = None) 
     return sorted(found.values(), key=lambda h: (h.index, h.kind))
 
 
+def recorded(hazards: Sequence[object]) -> list[str]:
+    """``hazards`` as artefact metadata and reports record them: the first :data:`RECORDED`, as text."""
+    return [str(h) for h in hazards[:RECORDED]]
+
+
+def summary(hazards: Sequence[object]) -> str:
+    """The first hazard, and how many more: ``slot 572 (LDSM...) writes an in-flight A fragment: R164 (and 16 more)``."""
+    more = f" (and {len(hazards) - 1} more)" if len(hazards) > 1 else ""
+    return f"{hazards[0]}{more}" if hazards else "none"
+
+
+def register_races(ins: Sequence[Instruction], spec: ArchSpec | None = None) -> list[Hazard]:
+    """The races of one kernel's SASS when it has a register-operand wgmma (:func:`has_register_wgmma`, one scan),
+    else ``[]`` without a control-flow walk: the check every tuner and compile runs."""
+    return async_mma_hazards(ins, spec) if has_register_wgmma(ins) else []
+
+
 def has_register_wgmma(ins: Sequence[Instruction]) -> bool:
     """Whether one kernel's SASS has a wgmma whose A operand is in registers (``HGMMA ... R24, R100, gdesc...``): the
     only kind with an A fragment, and what Triton 3.6 pipelines with the race (triton-lang/triton#9433). One scan,
@@ -201,16 +222,20 @@ _PTX_REGISTER_WGMMA = re.compile(r"wgmma\.mma_async[^\n;]*\}\s*,\s*\{")
 
 
 def register_wgmma_hazards(cubin: bytes, kernel: str, ptx: str | None = None) -> list[Hazard]:
-    """The hazards of one compiled kernel; when its ``ptx`` is given and has no wgmma with a register A operand,
-    nothing is disassembled (the common case costs a regular-expression search)."""
+    """:func:`register_races` of ``kernel`` in ``cubin``: ``[]`` without a disassembly when its ``ptx`` is given and
+    has no wgmma with a register A operand (a regular-expression search) or the cubin is not for sm_90 (the only
+    target with wgmma)."""
     if ptx is not None and not _PTX_REGISTER_WGMMA.search(ptx):
         return []
     from .disasm import disassemble
     from .elf import Cubin
 
     binary = Cubin(cubin, origin=f"the cubin of {kernel}")
-    return async_mma_hazards(disassemble(binary, kernel), arch_spec(90))
+    if binary.sm != 90:
+        return []
+    return register_races(disassemble(binary, kernel), arch_spec(90))
 
 
-__all__ = ["MAX_GROUPS", "Hazard", "async_mma_hazards", "has_register_wgmma", "hazard_key", "mma_operands",
-           "new_hazards", "register_wgmma_hazards"]
+__all__ = ["MAX_GROUPS", "RECORDED", "WGMMA_RACE_ISSUE", "Hazard", "async_mma_hazards", "has_register_wgmma",
+           "hazard_key", "mma_operands", "new_hazards", "recorded", "register_races", "register_wgmma_hazards",
+           "summary"]

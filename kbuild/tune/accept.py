@@ -27,6 +27,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from kbuild.sass.hazards import WGMMA_RACE_ISSUE, recorded, summary
 from kbuild.tune.measure.backend import K_ACCEPT, MODEL_BACKEND, CheckResult, TimeResult
 
 
@@ -52,22 +53,13 @@ def aa_spread(t: TimeResult) -> float:
     return max(abs(1.0 - lo), abs(hi - 1.0), abs(1.0 - t.aa_ratio))
 
 
-#: The Triton issue of the wgmma register race that :mod:`kbuild.sass.hazards` finds.
-WGMMA_RACE_ISSUE = "triton-lang/triton#9433"
-
-
-def _races(hazards: Sequence[Any], shown: int = 1) -> str:
-    more = f" (and {len(hazards) - shown} more)" if len(hazards) > shown else ""
-    return "; ".join(str(h) for h in hazards[:shown]) + more
-
-
-def racy_baseline(hazards: Sequence[Any]) -> Decision:
+def racy_baseline(hazards: Sequence[Any], *, what: str = "a schedule of it") -> Decision:
     """The decision for a kernel whose untouched cubin has wgmma register races (``hazards``, each a
-    :class:`kbuild.sass.hazards.Hazard`): the baseline, without a search."""
+    :class:`kbuild.sass.hazards.Hazard`): the baseline, without a search; ``what`` names what was not searched."""
     return Decision(False, f"baseline kept: the untouched cubin has a wgmma register race ({WGMMA_RACE_ISSUE}) at "
-                           f"{_races(hazards)}; its outputs depend on timing, so a schedule of it cannot be verified "
+                           f"{summary(hazards)}; its outputs depend on timing, so {what} cannot be verified "
                            "(none was searched)",
-                    details={"wgmma_register_hazards": [str(h) for h in hazards[:20]]})
+                    details={"wgmma_register_hazards": recorded(hazards)})
 
 
 def decide(*, verifier_problems: list[str], check: CheckResult | None, timing: TimeResult | None,
@@ -78,8 +70,8 @@ def decide(*, verifier_problems: list[str], check: CheckResult | None, timing: T
         return Decision(False, "baseline kept: the SASS verifier rejected the schedule: " + "; ".join(verifier_problems[:3]))
     if new_races:
         return Decision(False, f"baseline kept: the schedule has a wgmma register race ({WGMMA_RACE_ISSUE}) that the "
-                               f"untouched cubin has not, at {_races(new_races)}",
-                        details={"wgmma_register_hazards": [str(h) for h in new_races[:20]]})
+                               f"untouched cubin has not, at {summary(new_races)}",
+                        details={"wgmma_register_hazards": recorded(new_races)})
     if check is None or not check.valid:
         why = check.reason if check is not None else "not checked"
         return Decision(False, f"baseline kept: candidate failed the bit-exact check ({why})",

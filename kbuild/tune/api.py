@@ -236,10 +236,9 @@ def tune(baseline: bytes, *, kernel: str | None = None, backend: Backend | None 
 def baseline_races(schedule: Any) -> list[Any]:
     """The wgmma register races of the untouched kernel (:mod:`kbuild.sass.hazards`, on the instructions the schedule
     already decoded); ``[]`` after one scan for a kernel without a register-operand wgmma, as a compile checks."""
-    from kbuild.sass.hazards import async_mma_hazards, has_register_wgmma
+    from kbuild.sass.hazards import register_races
 
-    an = schedule.analysis
-    return async_mma_hazards(an.instructions, an.spec) if has_register_wgmma(an.instructions) else []
+    return register_races(schedule.analysis.instructions, schedule.analysis.spec)
 
 
 def candidate_races(schedule: Any, candidate: bytes) -> list[Any]:

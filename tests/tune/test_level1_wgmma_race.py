@@ -19,7 +19,7 @@ import pytest
 
 from kbuild.bench.kernels import SUITE
 from kbuild.bench.spec import BenchSpec, Config, compile_spec, load_spec
-from kbuild.tune.accept import WGMMA_RACE_ISSUE
+from kbuild.sass.hazards import WGMMA_RACE_ISSUE
 from kbuild.tune.level1 import GpuConfigMeasurer, ModelConfigMeasurer, search_configs
 from kbuild.tune.level1.compile import compile_one
 from kbuild.tune.measure.backend import GPU_BACKEND, MODEL_BACKEND, CheckResult, TimeResult
@@ -189,11 +189,12 @@ def _settings():
 
 
 def test_a_racy_ptxas_variant_is_not_accepted_whatever_its_checks_say() -> None:
-    from kbuild.nvcc.tuned import tune_kernel, wgmma_races
+    from kbuild.nvcc.tuned import tune_kernel
+    from kbuild.sass.hazards import register_wgmma_hazards
 
     good, symbol = cubin(clean())
     bad, bad_symbol = cubin(racy_a())
-    assert bad_symbol == symbol and wgmma_races(bad, symbol) and wgmma_races(good, symbol) == []
+    assert bad_symbol == symbol and register_wgmma_hazards(bad, symbol) and register_wgmma_hazards(good, symbol) == []
     backend = FastBackend(fastest=bad)
     out = tune_kernel(_settings(), cubin=good, symbol=symbol, bench="x:y", python_path=[],
                       variants={"maxrregcount=128": bad}, backend=backend)
@@ -201,7 +202,7 @@ def test_a_racy_ptxas_variant_is_not_accepted_whatever_its_checks_say() -> None:
     assert entry["status"] == "racy" and WGMMA_RACE_ISSUE in entry["reason"] and entry["wgmma_register_hazards"]
     assert ("check", bad) not in backend.calls and ("time", bad) not in backend.calls
     assert out.cubin != bad and out.config == {"maxrregcount": 0, "minnctapersm": 0}
-    assert out.report["start"] == "as compiled" and wgmma_races(out.cubin, symbol) == []
+    assert out.report["start"] == "as compiled" and register_wgmma_hazards(out.cubin, symbol) == []
 
 
 @pytest.mark.parametrize("gpu", [True, False], ids=["gpu", "cost-model"])

@@ -15,8 +15,8 @@ import pytest
 from kbuild.cli import main
 from kbuild.sass.disasm import Instruction, disassemble
 from kbuild.sass.elf import Cubin, patch
-from kbuild.sass.hazards import async_mma_hazards, has_register_wgmma, new_hazards
-from kbuild.tune.accept import WGMMA_RACE_ISSUE, decide
+from kbuild.sass.hazards import WGMMA_RACE_ISSUE, async_mma_hazards, has_register_wgmma, new_hazards
+from kbuild.tune.accept import decide
 from kbuild.tune.api import tune
 from kbuild.tune.measure.backend import GPU_BACKEND, K_ACCEPT, CheckResult, KernelRef, TimeResult
 

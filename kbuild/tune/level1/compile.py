@@ -77,10 +77,10 @@ def wgmma_races(cubin: bytes, kernel: str, ptx: str | None = None) -> tuple[tupl
     whose PTX has a wgmma with a register A operand is disassembled (:func:`kbuild.sass.hazards.
     register_wgmma_hazards`), as a compile checks; a check that cannot run here (no nvdisasm) is reported, with a
     warning, not a failure of the configuration, as under ``wgmma_hazards = "warn"``."""
-    from kbuild.sass.hazards import register_wgmma_hazards
+    from kbuild.sass.hazards import recorded, register_wgmma_hazards
 
     try:
-        return tuple(str(h) for h in register_wgmma_hazards(cubin, kernel, ptx)), None
+        return tuple(recorded(register_wgmma_hazards(cubin, kernel, ptx))), None
     except Exception as exc:  # nvdisasm missing or failing: the configuration is not known to be racy
         why = _first_lines(f"{type(exc).__name__}: {exc}")
         log.warning("wgmma hazard check of %s skipped: %s", kernel, why)

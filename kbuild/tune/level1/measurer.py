@@ -43,15 +43,14 @@ def racy(compiled: CompiledConfig) -> Prepared | None:
     """The verdict ``"racy"`` on a configuration whose cubin has a wgmma register race (``compiled.hazards``,
     found as it compiled; triton-lang/triton#9433), else None. Such a configuration is neither checked nor timed:
     its outputs depend on timing, so a tolerance check can pass by luck, and it is never chosen."""
-    from kbuild.tune.accept import WGMMA_RACE_ISSUE
+    from kbuild.sass.hazards import WGMMA_RACE_ISSUE, recorded, summary
 
     if not compiled.hazards:
         return None
-    more = f" (and {len(compiled.hazards) - 1} more)" if len(compiled.hazards) > 1 else ""
     return Prepared("racy", compiled.compile_s,
-                    error=f"the cubin has a wgmma register race ({WGMMA_RACE_ISSUE}) at {compiled.hazards[0]}{more}; "
+                    error=f"the cubin has a wgmma register race ({WGMMA_RACE_ISSUE}) at {summary(compiled.hazards)}; "
                           "its outputs depend on timing, so it is not checked, timed or chosen",
-                    details={"wgmma_register_hazards": list(compiled.hazards[:20])})
+                    details={"wgmma_register_hazards": recorded(compiled.hazards)})
 
 
 @dataclass(frozen=True)

@@ -118,11 +118,10 @@ class Level1Result:
         """Why the default was kept without a search (its cubin is racy), else None."""
         if not self.default_races:
             return None
-        from kbuild.tune.accept import WGMMA_RACE_ISSUE
+        from kbuild.sass.hazards import WGMMA_RACE_ISSUE, summary
 
-        more = f" (and {len(self.default_races) - 1} more)" if len(self.default_races) > 1 else ""
         return (f"default kept: the default configuration {self.best.label()} has a wgmma register race "
-                f"({WGMMA_RACE_ISSUE}) at {self.default_races[0]}{more}; its outputs depend on timing, so no "
+                f"({WGMMA_RACE_ISSUE}) at {summary(self.default_races)}; its outputs depend on timing, so no "
                 "configuration's gain over it can be verified (none was searched)")
 
     @property
