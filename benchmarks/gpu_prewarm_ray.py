@@ -12,7 +12,7 @@ need; this script's :class:`DavHandler`), so no nginx is needed on the GPU host.
 
 1. **single**: :func:`kbuild.hooks.prewarm.prewarm` in this process (compile, tune on the GPU, store).
 2. **ray**: ``ray start --head --num-gpus 1 --resources '{"kbuild_sm_90": 1}'``, then
-   :func:`kbuild.prewarm.ray_engine.prewarm_ray` (compile task, tune task on the GPU under a lease, store),
+   :func:`kbuild.prewarm.ray_engine.prewarm_ray` (compile task, then the tune on a tune worker holding the GPU, under a lease, store),
    then ``ray stop``. The Ray cluster's start is timed apart (``ray_start_s``) and not counted as overhead: a
    fleet keeps its cluster running.
 
@@ -22,8 +22,8 @@ does (``--no-ship``: not; ``first_task_start_s`` shows what the job's start cost
 **A kernel with a configuration space** (``--kernel matmul_leaky_relu``: the example's 96-point space): level 1's
 candidate compiles run, in the single mode, in the local process pool (one process per core but one, 15 on the
 H200 host), and in the ray mode as compile shards, Ray CPU tasks of at most 4 configurations
-(:mod:`kbuild.prewarm.shards`) on the head's CPUs (``ray start`` gives it every core; the tune task gives its
-CPU back while it waits on a shard), while the racing stays in the one GPU task. The ray mode's JSON then holds
+(:mod:`kbuild.prewarm.shards`) on the head's CPUs (``ray start`` gives it every core; the tune worker holds no CPU), while the racing stays on the one GPU's
+tune worker. The ray mode's JSON then holds
 ``shards``: per entry the shards, how many finished, failed or were retried, their compile seconds and nodes.
 The level-1 screening is bounded by the seconds (45% of ``--seconds``), so both modes take about the budget;
 what the shards change is how many configurations that time screens (``level1_tried`` per entry, both modes).

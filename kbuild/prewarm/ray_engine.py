@@ -17,9 +17,9 @@ up in the shared writable tier, and for each one missing:
    (:func:`kbuild.hooks.pipeline.gpu_tuner`, or the CPU cost model with ``backend="model"``), puts the result
    into the shared tier at once and gives the lease up. A target's workers are killed once it has no more work.
 
-**Kernels with a configuration space** (level 1, :mod:`kbuild.tune.level1`): the tune task runs the racing
+**Kernels with a configuration space** (level 1, :mod:`kbuild.tune.level1`): the tune (on its worker) runs the racing
 search itself, but its candidate configurations are compiled by Ray CPU tasks (``num_gpus=0``), a few per task,
-on any node with a free CPU, their results handed to the tune task through Ray's object store
+on any node with a free CPU, their results handed to the tune through Ray's object store
 (:mod:`kbuild.prewarm.shards`: why the racing stays in one GPU task, why the object store, the shard size).
 
 Every task of a run holds leases as the same holder (the run id), so an entry tuned again after its worker's
@@ -728,9 +728,9 @@ def _run(ray: Any, settings: Settings, entries: list[Entry], *, run_id: str, bac
 
 
 def _update_shards(entries: list[Entry], shards: dict[str, dict[str, Any]]) -> None:
-    """Each entry's compile shards: the board's records (live state, every attempt), and once the tune task
+    """Each entry's compile shards: the board's records (live state, every attempt), and once the tune
     returned, its own (the state it read them in wins: the board hears of a shard's end asynchronously). A shard
-    still running when its entry finished without reporting it (the tune task that owned it died) is
+    still running when its entry finished without reporting it (the worker that owned it died) is
     ``abandoned``."""
     board: dict[int, dict[str, dict[str, Any]]] = {}
     for sid, rec in shards.items():
@@ -754,9 +754,10 @@ def _shard_order(sid: str) -> tuple[str, int]:
 def _tune_task(settings: Settings, kernel: str, target: str, compiled: dict[str, Any], *, run_id: str,
                expected_key: str, backend: str, lease_seconds: float, tuner: Callable[..., Any] | None, board: Any,
                index: int, shipped: bool = False, max_retries: int = 3) -> dict[str, Any]:
-    """The Ray task around :func:`tune_entry` (``compiled``: :func:`_compile_task`'s result): reports its start to
-    the driver's board; level 1 (a kernel with a configuration space) compiles its candidates in Ray CPU tasks
-    (:class:`kbuild.prewarm.shards.ShardPool`), while the racing stays here, on this task's one GPU; its record
+    """One entry's tune on a tune worker (:meth:`kbuild.prewarm.workers.TuneWorker.tune`) around :func:`tune_entry`
+    (``compiled``: :func:`_compile_task`'s result): reports its start to the driver's board; level 1 (a kernel with
+    a configuration space) compiles its candidates in Ray CPU tasks (:class:`kbuild.prewarm.shards.ShardPool`),
+    while the racing stays here, on the worker's one GPU; its record
     carries the compile task's as ``compile`` and the shards it read as ``shards``."""
     from kbuild.prewarm.shards import ShardPool
 
@@ -781,7 +782,7 @@ def _tune_task(settings: Settings, kernel: str, target: str, compiled: dict[str,
 
 
 class _Board:
-    """A small actor on the driver's node: which entries' tune tasks have started, and where; what each level-1
+    """A small actor on the driver's node: which entries' tunes have started, and where; what each level-1
     compile shard is doing (``shard``: its start, end, failure or cancellation; one attempt per start)."""
 
     def __init__(self) -> None:

@@ -2,8 +2,7 @@
 compiled by Ray CPU tasks on the cluster's nodes, a few per task, while its one GPU task measures.
 
 **What runs where.** For a kernel that declares a configuration space (``space`` or ``configs`` in
-``[tool.kbuild.kernels]``, :mod:`kbuild.space`), the tune task of a kernel × target (one GPU of the target, see
-:mod:`kbuild.prewarm.ray_engine`) runs the two-level search as a single machine does
+``[tool.kbuild.kernels]``, :mod:`kbuild.space`), the tune of a kernel × target (on a tune worker holding one GPU of the target, :mod:`kbuild.prewarm.workers`) runs the two-level search as a single machine does
 (:func:`kbuild.hooks.pipeline.gpu_tuner`; the cost model's :func:`~kbuild.prewarm.ray_engine.model_tuner`), with
 one change: level 1's measurer gets a :class:`ShardPool` instead of the local process pool
 (:class:`kbuild.tune.level1.compile.CompilePool`). When the racing search proposes a batch of configurations
@@ -107,7 +106,7 @@ def compile_shard(settings: Settings, shipped: bool, ref: str, small: bool, conf
 
 class ShardPool:
     """A :class:`kbuild.tune.level1.compile.Compiler` whose compiles run as Ray CPU tasks (see the module
-    docstring); made inside a tune task, where Ray is initialised. ``owner``: ``index``, ``kernel`` and ``target``
+    docstring); made inside a tune (on a tune worker), where Ray is initialised. ``owner``: ``index``, ``kernel`` and ``target``
     of the entry (copied into every shard's report), ``prefix``: what makes its shard ids unique in the run."""
 
     def __init__(self, spec: BenchSpec, arch: int, *, settings: Settings, shipped: bool, owner: dict[str, Any],

@@ -19,8 +19,8 @@ context outlives its entry: the actor itself only initialises the driver to list
 (:func:`kbuild.prewarm.ray_engine.resource_name`) and, on the GPU backend, one GPU; it keeps them until the run
 has no more work for that target (:meth:`WorkerPool.retire`), then is killed, giving them back. It asks for no
 CPU (Ray's default for a running actor): a worker holding a CPU for the whole run would take it from the compile
-tasks and level-1 compile shards (:mod:`kbuild.prewarm.shards`) on its node, which a tune task gave back while it
-waited on them. How many: one per unit of the resource the cluster offers, at most one per entry of the target.
+tasks and level-1 compile shards (:mod:`kbuild.prewarm.shards`) on its node (a tune task used to give its CPU back while it
+waited on them). How many: one per unit of the resource the cluster offers, at most one per entry of the target.
 
 **Failures.** A worker has no restarts of its own (``max_restarts=0``): when its node dies or its process is
 killed, the call in flight raises Ray's actor error, the driver gives the entry to another worker of the target
@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 #: What a worker imports when it starts, before its first entry (the tune's pipeline, the SASS search and its
-#: measurement client, level 1's shard pool, Triton's compiler): the import cost a tune task paid per entry.
+#: measurement client, level 1's shard pool, Triton's compiler): what the first tune task paid for before it could start.
 WARM_MODULES = ("kbuild.hooks.pipeline", "kbuild.tune.api", "kbuild.tune.measure.client", "kbuild.tune.two_level",
                 "kbuild.prewarm.shards", "triton.compiler")
 
