@@ -24,7 +24,7 @@
 # the package index's nvcc 13.0.88 (NVCC=.../nvidia/cu13/bin/nvcc; its 13.0 wheels need a lib64 -> lib link, which
 # the image's toolkit has): 60 s on 2 cores, 6 baseline entries whose digests are the extension's cubins, second
 # build byte-identical from 3 direct hits.
-# CALL_S (540), TUNE_S (40), TUNE_EVALS (150), WHEEL_TUNE_S (40), WHEEL_EVALS (100) override the defaults.
+# STEPS (123: which steps run), WHEEL_CAP_S (240: the first wheel build's limit), CALL_S (540), TUNE_S (40), TUNE_EVALS (150), WHEEL_TUNE_S (40), WHEEL_EVALS (100) override the defaults.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -34,6 +34,7 @@ OUT=${OUT:-/tmp/kbuild-gpu-out}
 mkdir -p "$OUT"
 exec > >(tee "$OUT/session.log") 2>&1
 CALL_S=${CALL_S:-540}
+STEPS=${STEPS:-123}  # which of the three steps run (STEPS=3: only the tuned wheel)
 DRY=${DRY_RUN:-0}
 T0=$(date +%s)
 left() { echo $(( CALL_S - ($(date +%s) - T0) )); }
@@ -66,17 +67,21 @@ except ImportError as exc:
 PY
 rc=()
 
+dry=(); [ "$DRY" = 1 ] && dry=(--dry-run)
+if [[ $STEPS == *1* ]]; then
 echo "== 1 gpu_cuda_example ($(left) s left)"
 t=$(date +%s)
-dry=(); [ "$DRY" = 1 ] && dry=(--dry-run)
 timeout "$(cap 150)" "$PY" benchmarks/gpu_cuda_example.py --nvcc "$NVCC" --out "$OUT/gpu_cuda_example.json" "${dry[@]}"
 rc+=("example=$? $(( $(date +%s) - t ))s")
+fi
 
+if [[ $STEPS == *2* ]]; then
 echo "== 2 gpu_cuda_tune ($(left) s left)"
 t=$(date +%s)
 timeout "$(cap 240)" "$PY" benchmarks/gpu_cuda_tune.py --nvcc "$NVCC" --seconds "${TUNE_S:-40}" \
   --evaluations "${TUNE_EVALS:-150}" --out "$OUT/gpu_cuda_tune.json" "${dry[@]}"
 rc+=("tune=$? $(( $(date +%s) - t ))s")
+fi
 
 echo "== 3 example wheel, tune = auto ($(left) s left)"
 t=$(date +%s)
@@ -95,7 +100,7 @@ wheel_build() {  # wheel_build NAME SECONDS: one pip wheel of the example into $
   [ $status = 0 ] || { tail -40 "$WORK/wheel/build-$name.log"; echo "wheel build $name failed ($status)"; }
   return $status
 }
-if wheel_build first "$(cap 240)"; then
+if wheel_build first "$(cap "${WHEEL_CAP_S:-240}")"; then
   whl=$(ls "$WORK"/wheel/dist-first/*.whl)
   "$PY" -m kbuild inspect --json "$whl" > "$OUT/cuda_manifest.json" 2> "$WORK/wheel/inspect-json.err"
   "$PY" -m kbuild inspect "$whl" > "$WORK/wheel/inspect.txt" 2>&1

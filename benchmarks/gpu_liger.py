@@ -501,15 +501,22 @@ print(json.dumps(report))
 def table(doc: dict[str, Any]) -> str:
     lines = [f"{'op/dtype':<20} " + " ".join(f"{m:>13}" for m in MODES)
              + "  ×cold  ×warm  zero-JIT  bit-id  steady shipped/triton ms"]
-    for name, r in doc.get("first_call", {}).items():
-        if "not_measured" in r:
-            lines.append(f"{name:<20} not measured ({r['not_measured']})")
-            continue
-        med = r["median_seconds"]
+    first = doc.get("first_call", {})
+    # Every op/dtype that either part measured: with --skip first-call the steady rows still print.
+    steady_names = [f"{op}/{dtype}" for dtype, d in doc.get("steady", {}).items() for op in d.get("ops", {})]
+    for name in [*first, *(n for n in steady_names if n not in first)]:
+        r = first.get(name, {"not_measured": "first call skipped"})
         op, dtype = name.split("/")
         st = doc.get("steady", {}).get(dtype, {}).get("ops", {}).get(op)
         steady = (f"{st['median_ms']['shipped']:.4f}/{st['median_ms']['triton']:.4f}"
                   f"{'' if st['bit_identical'] else ' DIFFER'}") if st else "-"
+        if "not_measured" in r and st:
+            lines.append(f"{name:<20} first call not measured ({r['not_measured']}); steady {steady}")
+            continue
+        if "not_measured" in r:
+            lines.append(f"{name:<20} not measured ({r['not_measured']})")
+            continue
+        med = r["median_seconds"]
         cells = " ".join(f"{med[m]:>12.4f}s" if med[m] is not None else f"{'error':>13}" for m in MODES)
         lines.append(f"{name:<20} {cells}  {r['x_vs_triton_cold']!s:>5}  {r['x_vs_triton_warm']!s:>5}  "
                      f"{r['served_zero_jit']}/{r['kernels']:<6}  {r['bit_identical']!s:>6}  {steady}")
