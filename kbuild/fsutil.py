@@ -4,12 +4,16 @@ The data goes to a temporary file in the destination's directory, which then rep
 destination with ``os.replace``. A crash or an error leaves the old file (or none) and no
 temporary file behind. :func:`write_files` does the same for a set of files (all or none), and
 :func:`check_output_dir` checks an output directory given on the command line before any work.
+:func:`read_bounded` is the one reader of a file named by a user or by untrusted data: a regular file
+only (never a FIFO, a device or a directory, so it neither blocks nor reads forever) and never more
+than a stated number of bytes.
 """
 
 from __future__ import annotations
 
 import errno
 import os
+import stat
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
@@ -31,6 +35,43 @@ def write_atomic(path: str | os.PathLike[str], data: bytes | str, *, mode: int =
         Path(tmp).unlink(missing_ok=True)
         raise
     return dest
+
+
+def read_bounded(path: str | os.PathLike[str], *, max_bytes: int) -> bytes:
+    """The bytes of the regular file ``path`` (symbolic links followed), at most ``max_bytes`` of them.
+
+    Opened without blocking (a FIFO with no writer would block ``open`` itself), then checked with
+    ``fstat`` on the open descriptor: anything but a regular file, or a file larger than ``max_bytes``,
+    raises :class:`OSError` with a message that says which, before any byte is read. ``/dev/zero``, a
+    FIFO and a directory are refused; a file that grows while being read is cut at ``max_bytes + 1`` and
+    refused too. Callers turn the :class:`OSError` into their own error naming the file and the key."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise OSError(exc.errno, exc.strerror or str(exc)) from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            kind = ("a directory" if stat.S_ISDIR(st.st_mode) else "a FIFO" if stat.S_ISFIFO(st.st_mode)
+                    else "a device" if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode)
+                    else "a socket" if stat.S_ISSOCK(st.st_mode) else "not a regular file")
+            raise OSError(errno.EINVAL, f"{kind}, not a regular file")
+        if st.st_size > max_bytes:
+            raise OSError(errno.EFBIG, f"{st.st_size:,} bytes, over the {max_bytes:,}-byte limit")
+        os.set_blocking(fd, True)
+        chunks: list[bytes] = []
+        got = 0
+        while got <= max_bytes:
+            chunk = os.read(fd, min(1 << 20, max_bytes + 1 - got))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            got += len(chunk)
+        if got > max_bytes:
+            raise OSError(errno.EFBIG, f"grew past the {max_bytes:,}-byte limit while being read")
+        return b"".join(chunks)
+    finally:
+        os.close(fd)
 
 
 def check_output_dir(path: str | os.PathLike[str], flag: str) -> Path:

@@ -29,3 +29,34 @@ def test_a_failed_replace_keeps_the_old_file_and_leaves_no_temp(tmp_path: Path, 
         fsutil.write_atomic(p, "new")
     assert p.read_text() == "old"
     assert sorted(x.name for x in tmp_path.iterdir()) == ["f.json"]
+
+
+# read_bounded: the one reader of files named by users or by untrusted data (issue 32).
+
+def test_read_bounded_reads_a_regular_file_within_the_limit(tmp_path):
+    from kbuild.fsutil import read_bounded
+
+    f = tmp_path / "a.bin"
+    f.write_bytes(b"x" * 100)
+    assert read_bounded(f, max_bytes=100) == b"x" * 100
+    with pytest.raises(OSError, match="over the 99-byte limit"):
+        read_bounded(f, max_bytes=99)
+
+
+def test_read_bounded_refuses_fifo_device_and_directory_without_blocking(tmp_path):
+    import os
+
+    from kbuild.fsutil import read_bounded
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(OSError, match="a FIFO, not a regular file"):
+        read_bounded(fifo, max_bytes=10)  # would block forever in a plain open()
+    link = tmp_path / "zero.cubin"
+    link.symlink_to("/dev/zero")
+    with pytest.raises(OSError, match="a device, not a regular file"):
+        read_bounded(link, max_bytes=10)
+    with pytest.raises(OSError, match="a directory"):
+        read_bounded(tmp_path, max_bytes=10)
+    with pytest.raises(OSError):
+        read_bounded(tmp_path / "missing", max_bytes=10)
