@@ -11,6 +11,10 @@ Layout of ``<store>/``:
   that a sweep never removes the blob of an entry whose record is about to be written;
 * ``stats.json`` — accumulated statistics (:mod:`kbuild.cache.stats`).
 
+Values are read as bytes only, value files through :func:`kbuild.fsutil.read_bounded`: a row of
+another kind (diskcache would unpickle it) or a value file that is no regular file is
+:class:`~kbuild.cache.record.UnreadableEntry`, a miss for that key.
+
 diskcache writes a value's file before it commits the index row in SQLite, and the tier writes
 the blob before the record, so a writer killed at any point leaves at most an unreferenced blob
 or a half-written value file that no row names (both removed by ``gc``) and never a visible
@@ -44,6 +48,9 @@ import diskcache
 from filelock import FileLock
 
 from kbuild.errors import StoreError, StoreFullError, StoreUsageError
+from kbuild.fsutil import read_bounded
+
+from .record import MAX_BLOB_BYTES, EntryTooLarge, UnreadableEntry, is_digest
 
 log = logging.getLogger(__name__)
 
@@ -51,9 +58,16 @@ _FULL_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
 _DB = "cache.db"
 
 
-class _TrackingDisk(diskcache.Disk):
-    """diskcache's :class:`~diskcache.Disk`, remembering (per thread) the value file it last named, so
-    that a write that fails after creating it (a full disk) can remove it: diskcache leaves it behind."""
+class _StoreDisk(diskcache.Disk):
+    """diskcache's :class:`~diskcache.Disk` for a store of bytes.
+
+    * Values come back as bytes or not at all: a row of another mode (diskcache would unpickle it, or
+      decode text) raises :class:`UnreadableEntry` instead, and value files are read with
+      :func:`~kbuild.fsutil.read_bounded` (a FIFO, a device or a directory planted in their place is
+      refused, never read or waited on);
+    * it remembers (per thread) the value file it last named, so that a write that fails after creating
+      it (a full disk) can remove it: diskcache leaves it behind.
+    """
 
     def __init__(self, directory: str, **kwargs: Any) -> None:
         super().__init__(directory, **kwargs)
@@ -70,6 +84,24 @@ class _TrackingDisk(diskcache.Disk):
         self._made.path = None
         return path
 
+    def fetch(self, mode: int, filename: str | None, value: Any, read: bool) -> bytes:
+        if mode == diskcache.core.MODE_RAW and isinstance(value, (bytes, memoryview)) and not read:
+            return bytes(value)
+        if mode == diskcache.core.MODE_BINARY and filename is not None and not read:
+            try:
+                return read_bounded(os.path.join(self._directory, filename), max_bytes=MAX_BLOB_BYTES)
+            except FileNotFoundError:
+                raise  # diskcache's own answer: the entry was deleted meanwhile, a miss
+            except OSError as exc:
+                raise UnreadableEntry(f"its value file {filename}: {exc.strerror or exc}") from None
+        kind = {diskcache.core.MODE_TEXT: "text", diskcache.core.MODE_PICKLE: "a pickled object"}.get(
+            mode, f"a {type(value).__name__}")
+        raise UnreadableEntry(f"it holds {kind}, not bytes")
+
+    def get(self, key: Any, raw: bool) -> Any:
+        """A key as stored; a pickled one is not unpickled (no kbuild key is), only named."""
+        return super().get(key, raw) if raw else "<a pickled key>"
+
 
 class _ReadOnlyCache:
     """One diskcache directory read through SQLite opened read-only, for a store whose database cannot
@@ -79,7 +111,7 @@ class _ReadOnlyCache:
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
-        self._disk = diskcache.Disk(str(directory))
+        self._disk = _StoreDisk(str(directory))
         self._lock = threading.Lock()
         self._con: sqlite3.Connection | None = None
         db = directory / _DB
@@ -178,7 +210,7 @@ class LocalBackend:
         self._no_lru = threading.Lock()
         self._records: Any = None
         self._blobs: Any = None
-        self._blob_disk: _TrackingDisk | None = None
+        self._blob_disk: _StoreDisk | None = None
         self._open()
 
     def _prepare_directory(self) -> None:
@@ -200,11 +232,10 @@ class LocalBackend:
         """Open both caches for writing, or else (a full disk, a read-only store) for reading only."""
         if not self.read_only:
             try:
-                disk = _TrackingDisk
                 records = diskcache.Cache(str(self.path / "records"), timeout=self.timeout, eviction_policy="none",
-                                          size_limit=2**62, cull_limit=0, statistics=False)
+                                          size_limit=2**62, cull_limit=0, statistics=False, disk=_StoreDisk)
                 try:
-                    blobs = diskcache.Cache(str(self.path / "blobs"), timeout=self.timeout, disk=disk,
+                    blobs = diskcache.Cache(str(self.path / "blobs"), timeout=self.timeout, disk=_StoreDisk,
                                             eviction_policy="least-recently-used", size_limit=self.max_bytes,
                                             cull_limit=1, statistics=False)
                 except BaseException:
@@ -309,47 +340,71 @@ class LocalBackend:
 
     # -- Backend protocol
 
-    def get_record(self, key: str) -> bytes | None:
-        with self._io("reading record " + key):
-            value = self._records.get(key, retry=True)
-        return bytes(value) if value is not None else None
-
-    def get_blob(self, digest: str) -> bytes | None:
+    @contextlib.contextmanager
+    def _reading(self, what: str) -> Iterator[None]:
+        """:meth:`_io` for a read, and an unreadable value named: the store, the record or cubin."""
         try:
-            with self._io("reading cubin " + digest):
+            with self._io(what):
+                yield
+        except UnreadableEntry as exc:
+            raise UnreadableEntry(f"{self.path}: {what}: {exc}") from None
+
+    def get_record(self, key: str) -> bytes | None:
+        with self._reading("reading record " + key):
+            value = self._records.get(key, retry=True)
+        return value  # type: ignore[no-any-return]  # _StoreDisk.fetch: bytes or None
+
+    def get_blob(self, digest: str, max_bytes: int | None = None) -> bytes | None:
+        limit = MAX_BLOB_BYTES if max_bytes is None else min(max_bytes, MAX_BLOB_BYTES)
+        with self._reading("reading cubin " + digest):  # the row's size first: a file over the cap is not read
+            rows = self._select(self._blobs, "SELECT size FROM Cache WHERE key = ? AND raw = ?", (digest, 1))
+        if rows and int(rows[0][0] or 0) > limit:
+            raise EntryTooLarge(f"{self.path}: cubin {digest}: {rows[0][0]} bytes, over the {limit}-byte cap")
+        try:
+            with self._reading("reading cubin " + digest):
                 value = self._blobs.get(digest, retry=True)
         except StoreFullError:
             # An LRU read also writes (the access time). On a full disk, still serve the hit:
             # read without refreshing the access time.
-            with self._io("reading cubin " + digest), self._no_lru:
+            with self._reading("reading cubin " + digest), self._no_lru:
                 policy = self._blobs.eviction_policy
                 object.__setattr__(self._blobs, "eviction_policy", "none")
                 try:
                     value = self._blobs.get(digest, retry=True)
                 finally:
                     object.__setattr__(self._blobs, "eviction_policy", policy)
-        return bytes(value) if value is not None else None
+        if value is not None and len(value) > limit:
+            raise EntryTooLarge(f"{self.path}: cubin {digest}: {len(value)} bytes, over the {limit}-byte cap")
+        return value  # type: ignore[no-any-return]
+
+    def _holds_bytes(self, cache: Any, name: str, what: str) -> bool:
+        """Whether ``name`` holds a value of bytes (a row of another kind is no record and no cubin)."""
+        with self._io(what):
+            rows = self._select(cache, "SELECT mode, value FROM Cache WHERE key = ? AND raw = ?", (name, 1))
+        if not rows:
+            return False
+        mode, value = rows[0]
+        return bool(mode == diskcache.core.MODE_BINARY or (mode == diskcache.core.MODE_RAW
+                                                          and isinstance(value, bytes)))
 
     def has_record(self, key: str) -> bool:
-        with self._io("looking up " + key):
-            return key in self._records
+        return self._holds_bytes(self._records, key, "looking up " + key)
 
     def has_blob(self, digest: str) -> bool:
-        with self._io("looking up cubin " + digest):
-            return digest in self._blobs
+        return self._holds_bytes(self._blobs, digest, "looking up cubin " + digest)
 
     def put_blob(self, digest: str, data: bytes) -> None:
-        with self._writing("writing cubin " + digest):
-            self._blobs.add(digest, bytes(data), retry=True)
+        with self._writing("writing cubin " + digest):  # a row of another kind is replaced
+            if not self._holds_bytes(self._blobs, digest, "looking up cubin " + digest):
+                self._blobs.set(digest, bytes(data), retry=True)
 
     def put_record(self, key: str, data: bytes, replace: bytes | None = None) -> bool:
         with self._writing("writing record " + key):  # writers hold the lock: compare-and-set
-            if replace is not None:
-                current = self._records.get(key, retry=True)
-                if current is None or bytes(current) == replace:
-                    self._records.set(key, bytes(data), retry=True)
-                    return True
-            return bool(self._records.add(key, bytes(data), retry=True))
+            if not self._holds_bytes(self._records, key, "looking up " + key) or (
+                    replace is not None and self._records.get(key, retry=True) == replace):
+                self._records.set(key, bytes(data), retry=True)  # absent, of another kind, or the invalid one
+                return True
+            return False
 
     def delete_record(self, key: str) -> bool:
         with self._writing("deleting record " + key):
@@ -369,7 +424,7 @@ class LocalBackend:
     def record_keys(self) -> Iterator[str]:
         with self._io("listing records"):
             keys = [str(k) for k in self._records.iterkeys()]
-        return iter(keys)
+        return iter([k for k in keys if is_digest(k)])
 
     def close(self) -> None:
         self._records.close()
@@ -498,14 +553,14 @@ class LocalBackend:
             drop: list[str] = []
             dangling = unreadable = entries = 0
             for key in list(self._records.iterkeys()):
-                raw = self._records.get(key, retry=True)
-                if raw is None:
-                    continue
                 try:
+                    raw = self._records.get(key, retry=True)
+                    if raw is None:
+                        continue
                     digest = json.loads(raw)["cubin_sha256"]
                     if not isinstance(digest, str):
                         raise TypeError(digest)
-                except (ValueError, KeyError, TypeError, RecursionError):
+                except (ValueError, KeyError, TypeError, RecursionError, UnreadableEntry):
                     drop.append(key)
                     unreadable += 1
                     continue
