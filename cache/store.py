@@ -44,7 +44,8 @@ class Backend(Protocol):
     """Raw storage of records (``ac/<key>``) and blobs (``cas/<sha256>``). One file per backend.
 
     Backends do no verification. Failures of a remote raise :class:`TierUnavailableError`;
-    local failures raise :class:`StoreError` (or :class:`StoreFullError`).
+    local failures raise :class:`StoreError` (:class:`StoreFullError` for a full disk,
+    :class:`StoreBusyError` when another process holds the write lock).
 
     **One bad name is that name's problem.** What a backend finds under one name that no kbuild could
     have written (a Redis list, a WebDAV collection, a local value that is not bytes) raises
