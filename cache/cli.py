@@ -309,7 +309,7 @@ def cmd_put(args: argparse.Namespace) -> int:
     art = Artefact.create(key=args.key, cubin=cubin, meta=meta)
     with _open(args) as store:
         _needs_writes(store, "put")
-        store.put(art)
+        store.put(art, required=True)  # storing is this command's whole job: a full or busy store is an error
         found = store.local.fetch(art.key, count=False)
         stored = found[0] if found else None
     doc = {"key": art.key, "cubin_sha256": art.cubin_sha256, "meta_sha256": art.meta_sha256, "size": art.size,

@@ -19,6 +19,14 @@ shown. Connections are kept alive, one per thread. ``timeout`` bounds each socke
 a server that drips its answer cannot hold a build. Any network failure, timeout, missed deadline
 or unexpected status raises :class:`TierUnavailableError`, which the tiered store turns into a
 warning.
+
+**One path is one key's problem.** A WebDAV collection (a directory, made by ``PUT /ac/<key>/x``)
+where a record or cubin belongs answers GET and HEAD with a redirect to the same path plus ``/``:
+that is :class:`~kbuild.cache.record.UnreadableEntry` for that key (a miss; listed, so that
+``verify --fix`` finds it), never the tier down. PUT and DELETE on it answer 409 Conflict; the
+backend then deletes the collection (``DELETE <path>/``) and repeats the request once, so the next
+writer repairs the key. Size caps hold before a body is read: a declared ``Content-Length`` over
+the cap is refused unread, a streamed one after the cap.
 """
 
 from __future__ import annotations
@@ -38,7 +46,7 @@ from kbuild.errors import StoreUsageError, TierUnavailableError
 from kbuild.jsonio import parse_json
 
 from .deadline import Deadline
-from .record import MAX_BLOB_BYTES, MAX_RECORD_BYTES, EntryTooLarge, is_digest
+from .record import MAX_BLOB_BYTES, MAX_RECORD_BYTES, EntryTooLarge, UnreadableEntry, is_digest
 from .url import check_host, redact_url
 
 log = logging.getLogger(__name__)
@@ -48,6 +56,7 @@ _OK_PUT = {200, 201, 204}
 _MAX_LISTING_BYTES = 256 << 20
 #: What is read of any other answer (error pages, PUT and DELETE answers).
 _MAX_OTHER_BYTES = 1 << 16
+_REDIRECTS = {301, 302, 303, 307, 308}
 
 
 class HttpBackend:
@@ -104,6 +113,12 @@ class HttpBackend:
         idempotent, so the retry is safe. A successful answer's body over ``limit`` bytes raises
         :class:`EntryTooLarge` after reading at most ``limit`` + 64 KiB of it. ``extra_headers``: for this
         request only (WebDAV's ``Destination`` and ``Overwrite`` for :mod:`kbuild.cache.lease`)."""
+        status, data, _ = self._exchange(method, path, body, limit=limit, extra_headers=extra_headers)
+        return status, data
+
+    def _exchange(self, method: str, path: str, body: bytes | None = None, *, limit: int | None = None,
+                  extra_headers: dict[str, str] | None = None) -> tuple[int, bytes, str | None]:
+        """:meth:`request`, and the answer's ``Location`` header."""
         url = self.prefix + path
         headers = {**self.headers, **(extra_headers or {})}
         if body is not None:
@@ -134,7 +149,7 @@ class HttpBackend:
                         raise TimeoutError("deadline")
                     if resp.will_close:
                         self._drop()
-                    return resp.status, data
+                    return resp.status, data, resp.getheader("Location")
                 except (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError) as exc:
                     self._drop()
                     if deadline.expired:
@@ -189,24 +204,43 @@ class HttpBackend:
         return TierUnavailableError(f"{self.location}: {method} {path} answered HTTP {status}"
                                     + (f": {snippet}" if snippet else ""))
 
+    def _to_collection(self, path: str, status: int, location: str | None) -> bool:
+        """Whether an answer for ``path`` is the redirect a WebDAV server gives for a collection: to the same
+        path plus ``/`` (any other redirect, e.g. to https, is the server's business and unexpected)."""
+        return status in _REDIRECTS and location is not None and urlsplit(location).path == self.prefix + path + "/"
+
     def _get(self, path: str, limit: int) -> bytes | None:
-        status, data = self.request("GET", path, limit=limit)
+        status, data, location = self._exchange("GET", path, limit=limit)
         if status == 200:
             return data
         if status == 404:
             return None
+        if self._to_collection(path, status, location):
+            raise UnreadableEntry(f"{self.location}: GET {path}: a collection (a directory) stands where a value "
+                                  "belongs")
         raise self._unexpected("GET", path, status, data)
 
     def _head(self, path: str) -> bool:
-        status, data = self.request("HEAD", path)
+        status, data, location = self._exchange("HEAD", path)
         if status == 200:
             return True
-        if status == 404:
+        if status == 404 or self._to_collection(path, status, location):  # a collection holds no value
             return False
         raise self._unexpected("HEAD", path, status, data)
 
+    def _remove_collection(self, path: str) -> bool:
+        """After a 409 Conflict for ``path``: delete the collection that may stand there (``DELETE <path>/``,
+        which WebDAV servers need for a collection); whether one was deleted."""
+        status, _ = self.request("DELETE", path + "/")
+        if status in (200, 202, 204):
+            log.info("%s: deleted the collection at %s/ (no value kbuild wrote)", self.location, path)
+            return True
+        return False
+
     def _put(self, path: str, data: bytes) -> None:
         status, body = self.request("PUT", path, bytes(data))
+        if status == 409 and self._remove_collection(path):
+            status, body = self.request("PUT", path, bytes(data))
         if status not in _OK_PUT:
             raise self._unexpected("PUT", path, status, body)
 
@@ -216,6 +250,8 @@ class HttpBackend:
             return True
         if status == 404:
             return False
+        if status == 409 and self._remove_collection(path):
+            return True
         raise self._unexpected("DELETE", path, status, body)
 
     # -- Backend protocol
@@ -223,8 +259,9 @@ class HttpBackend:
     def get_record(self, key: str) -> bytes | None:
         return self._get(f"/ac/{quote(key)}", self.max_record_bytes)
 
-    def get_blob(self, digest: str) -> bytes | None:
-        return self._get(f"/cas/{quote(digest)}", self.max_blob_bytes)
+    def get_blob(self, digest: str, max_bytes: int | None = None) -> bytes | None:
+        limit = self.max_blob_bytes if max_bytes is None else min(max_bytes, self.max_blob_bytes)
+        return self._get(f"/cas/{quote(digest)}", limit)
 
     def has_record(self, key: str) -> bool:
         return self._head(f"/ac/{quote(key)}")
@@ -259,7 +296,8 @@ class HttpBackend:
             raise self._unexpected("GET", "/ac/", status, data)
         try:
             listing = parse_json(data)
-            names = [str(item["name"]) for item in listing if item.get("type", "file") == "file"]
+            # a collection named like a key is listed too: it is a damaged entry that verify must see
+            names = [str(item["name"]) for item in listing if item.get("type", "file") in ("file", "directory")]
         except (ValueError, TypeError, KeyError, AttributeError):
             raise TierUnavailableError(f"{self.location}: GET /ac/ did not return a JSON listing; listing an HTTP "
                                        "tier needs nginx `autoindex on; autoindex_format json;`") from None

@@ -8,8 +8,18 @@ Layout of ``<store>/``:
 * ``records/`` — a ``diskcache.Cache`` of metadata records keyed by artefact key, without
   eviction, so that listing the store never touches the cubins or their access times;
 * ``write.lock`` — a ``filelock`` taken by writers (put, delete, gc, verify --fix, import), so
-  that a sweep never removes the blob of an entry whose record is about to be written;
+  that a sweep never removes the blob of an entry whose record is about to be written. A put waits
+  for it at most :data:`WRITE_LOCK_WAIT` seconds, then fails with :class:`StoreBusyError` (a build
+  then goes on without storing); maintenance waits ``timeout`` seconds;
+* ``reserve`` — :data:`RESERVE_BYTES` of ballast, given back when cleanup must write on a full disk;
 * ``stats.json`` — accumulated statistics (:mod:`kbuild.cache.stats`).
+
+Every cubin is a file of its own (``disk_min_file_size = 0``): deleting a file frees its space without
+writing anything, while deleting a row needs a database write first (SQLite's journal), which a full
+disk refuses; so evicting cubins frees their space at once, even on a full disk.
+Values are read as bytes only, value files through :func:`kbuild.fsutil.read_bounded`: a row of
+another kind (diskcache would unpickle it) or a value file that is no regular file is
+:class:`~kbuild.cache.record.UnreadableEntry`, a miss for that key.
 
 diskcache writes a value's file before it commits the index row in SQLite, and the tier writes
 the blob before the record, so a writer killed at any point leaves at most an unreferenced blob
@@ -22,7 +32,11 @@ on a full disk or a read-only mount it cannot open at all. The tier then reads t
 opened read-only (:class:`_ReadOnlyCache`): hits are served, ``ls``, ``stats`` and ``verify``
 work, and writes fail with a clear error (a full disk) or are refused (a read-only store).
 Cleanup frees space before it needs any: ``gc`` (and ``verify --fix``) first delete value files,
-half-written ones and those of the cubins it evicts, and only then update the database.
+half-written ones and those of the cubins it evicts, and only then update the database. When other
+files fill the disk, cleanup that must write the database first (``rm``, ``verify --fix``, ``gc``
+when no cubin file is left to delete) deletes the ``reserve`` file, which gives SQLite room for its
+journal; the reserve is made again when the store next opens for writing on a disk with
+:data:`RESERVE_ROOM` free.
 """
 
 from __future__ import annotations
@@ -35,25 +49,51 @@ import os
 import sqlite3
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import diskcache
+import filelock
 from filelock import FileLock
 
-from kbuild.errors import StoreError, StoreFullError, StoreUsageError
+from kbuild.errors import StoreBusyError, StoreError, StoreFullError, StoreUsageError
+from kbuild.fsutil import read_bounded
+
+from .record import MAX_BLOB_BYTES, EntryTooLarge, UnreadableEntry, is_digest
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 _FULL_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG}
 _DB = "cache.db"
 
+#: How long a put waits for another process's write lock (a ``gc``, an ``import``) before it gives up with
+#: :class:`StoreBusyError`: puts hold the lock for milliseconds, so only maintenance holds it this long.
+WRITE_LOCK_WAIT = 5.0
 
-class _TrackingDisk(diskcache.Disk):
-    """diskcache's :class:`~diskcache.Disk`, remembering (per thread) the value file it last named, so
-    that a write that fails after creating it (a full disk) can remove it: diskcache leaves it behind."""
+#: Ballast kept in the store directory and deleted when cleanup must write the database on a full disk:
+#: SQLite needs room for its write-ahead logs and shared-memory indexes (reopening both databases and
+#: deleting a row failed with a 256 KiB reserve and worked with 512 KiB on a tmpfs; 1 MiB leaves a margin).
+#: Random bytes, so that a compressing file system stores all of it.
+RESERVE_BYTES = 1 << 20
+RESERVE_FILE = "reserve"
+#: The reserve is made only on a disk with this much room: never out of the last MiB a full disk has left.
+RESERVE_ROOM = 4 * RESERVE_BYTES
+
+
+class _StoreDisk(diskcache.Disk):
+    """diskcache's :class:`~diskcache.Disk` for a store of bytes.
+
+    * Values come back as bytes or not at all: a row of another mode (diskcache would unpickle it, or
+      decode text) raises :class:`UnreadableEntry` instead, and value files are read with
+      :func:`~kbuild.fsutil.read_bounded` (a FIFO, a device or a directory planted in their place is
+      refused, never read or waited on);
+    * it remembers (per thread) the value file it last named, so that a write that fails after creating
+      it (a full disk) can remove it: diskcache leaves it behind.
+    """
 
     def __init__(self, directory: str, **kwargs: Any) -> None:
         super().__init__(directory, **kwargs)
@@ -70,6 +110,24 @@ class _TrackingDisk(diskcache.Disk):
         self._made.path = None
         return path
 
+    def fetch(self, mode: int, filename: str | None, value: Any, read: bool) -> bytes:
+        if mode == diskcache.core.MODE_RAW and isinstance(value, (bytes, memoryview)) and not read:
+            return bytes(value)
+        if mode == diskcache.core.MODE_BINARY and filename is not None and not read:
+            try:
+                return read_bounded(os.path.join(self._directory, filename), max_bytes=MAX_BLOB_BYTES)
+            except FileNotFoundError:
+                raise  # diskcache's own answer: the entry was deleted meanwhile, a miss
+            except OSError as exc:
+                raise UnreadableEntry(f"its value file {filename}: {exc.strerror or exc}") from None
+        kind = {diskcache.core.MODE_TEXT: "text", diskcache.core.MODE_PICKLE: "a pickled object"}.get(
+            mode, f"a {type(value).__name__}")
+        raise UnreadableEntry(f"it holds {kind}, not bytes")
+
+    def get(self, key: Any, raw: bool) -> Any:
+        """A key as stored; a pickled one is not unpickled (no kbuild key is), only named."""
+        return super().get(key, raw) if raw else "<a pickled key>"
+
 
 class _ReadOnlyCache:
     """One diskcache directory read through SQLite opened read-only, for a store whose database cannot
@@ -79,7 +137,7 @@ class _ReadOnlyCache:
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
-        self._disk = diskcache.Disk(str(directory))
+        self._disk = _StoreDisk(str(directory))
         self._lock = threading.Lock()
         self._con: sqlite3.Connection | None = None
         db = directory / _DB
@@ -164,13 +222,17 @@ class LocalBackend:
     ``degraded`` says why the store was opened for reading only (``None`` when it is writable):
     ``read_only`` stores refuse every write; on a full disk each write first tries to reopen the
     store for writing (``gc`` may have freed space) and fails with :class:`StoreFullError`.
+    ``timeout``: how long maintenance (and SQLite) waits for the write lock; ``lock_wait``: how long a
+    put (:meth:`transaction`) waits before :class:`StoreBusyError`.
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, max_bytes: int = 10 * 2**30, timeout: float = 60.0) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, max_bytes: int = 10 * 2**30, timeout: float = 60.0,
+                 lock_wait: float = WRITE_LOCK_WAIT) -> None:
         self.path = Path(path)
         self.location = str(self.path)
         self.max_bytes = int(max_bytes)
         self.timeout = timeout
+        self.lock_wait = lock_wait
         self.read_only = False
         self.degraded: str | None = None
         self._prepare_directory()
@@ -178,7 +240,7 @@ class LocalBackend:
         self._no_lru = threading.Lock()
         self._records: Any = None
         self._blobs: Any = None
-        self._blob_disk: _TrackingDisk | None = None
+        self._blob_disk: _StoreDisk | None = None
         self._open()
 
     def _prepare_directory(self) -> None:
@@ -200,13 +262,12 @@ class LocalBackend:
         """Open both caches for writing, or else (a full disk, a read-only store) for reading only."""
         if not self.read_only:
             try:
-                disk = _TrackingDisk
                 records = diskcache.Cache(str(self.path / "records"), timeout=self.timeout, eviction_policy="none",
-                                          size_limit=2**62, cull_limit=0, statistics=False)
-                try:
-                    blobs = diskcache.Cache(str(self.path / "blobs"), timeout=self.timeout, disk=disk,
+                                          size_limit=2**62, cull_limit=0, statistics=False, disk=_StoreDisk)
+                try:  # every cubin in a file of its own (disk_min_file_size=0): evicting it frees its space
+                    blobs = diskcache.Cache(str(self.path / "blobs"), timeout=self.timeout, disk=_StoreDisk,
                                             eviction_policy="least-recently-used", size_limit=self.max_bytes,
-                                            cull_limit=1, statistics=False)
+                                            cull_limit=1, statistics=False, disk_min_file_size=0)
                 except BaseException:
                     records.close()
                     raise
@@ -218,6 +279,7 @@ class LocalBackend:
             else:
                 self._records, self._blobs, self.degraded = records, blobs, None
                 self._blob_disk = blobs.disk  # type: ignore[assignment]
+                self._keep_reserve()
                 return
         else:
             first_error = PermissionError(errno.EACCES, "not writable by this user")
@@ -274,6 +336,10 @@ class LocalBackend:
         """Map OS and SQLite failures to store errors naming the store; a full disk is a usage error."""
         try:
             yield
+        except filelock.Timeout as exc:  # a TimeoutError, so before OSError
+            raise StoreBusyError(f"{what} in the local store {self.path}: another process held its write lock "
+                                 f"({exc.lock_file}) for longer than the wait; nothing was written (a "
+                                 "`kbuild cache gc`, `import` or `verify --fix` may be running)") from None
         except diskcache.Timeout:
             raise StoreError(f"{what} in the local store {self.path}: timed out waiting for the database") from None
         except sqlite3.Error as exc:
@@ -309,67 +375,91 @@ class LocalBackend:
 
     # -- Backend protocol
 
-    def get_record(self, key: str) -> bytes | None:
-        with self._io("reading record " + key):
-            value = self._records.get(key, retry=True)
-        return bytes(value) if value is not None else None
-
-    def get_blob(self, digest: str) -> bytes | None:
+    @contextlib.contextmanager
+    def _reading(self, what: str) -> Iterator[None]:
+        """:meth:`_io` for a read, and an unreadable value named: the store, the record or cubin."""
         try:
-            with self._io("reading cubin " + digest):
+            with self._io(what):
+                yield
+        except UnreadableEntry as exc:
+            raise UnreadableEntry(f"{self.path}: {what}: {exc}") from None
+
+    def get_record(self, key: str) -> bytes | None:
+        with self._reading("reading record " + key):
+            value = self._records.get(key, retry=True)
+        return value  # type: ignore[no-any-return]  # _StoreDisk.fetch: bytes or None
+
+    def get_blob(self, digest: str, max_bytes: int | None = None) -> bytes | None:
+        limit = MAX_BLOB_BYTES if max_bytes is None else min(max_bytes, MAX_BLOB_BYTES)
+        with self._reading("reading cubin " + digest):  # the row's size first: a file over the cap is not read
+            rows = self._select(self._blobs, "SELECT size FROM Cache WHERE key = ? AND raw = ?", (digest, 1))
+        if rows and int(rows[0][0] or 0) > limit:
+            raise EntryTooLarge(f"{self.path}: cubin {digest}: {rows[0][0]} bytes, over the {limit}-byte cap")
+        try:
+            with self._reading("reading cubin " + digest):
                 value = self._blobs.get(digest, retry=True)
         except StoreFullError:
             # An LRU read also writes (the access time). On a full disk, still serve the hit:
             # read without refreshing the access time.
-            with self._io("reading cubin " + digest), self._no_lru:
+            with self._reading("reading cubin " + digest), self._no_lru:
                 policy = self._blobs.eviction_policy
                 object.__setattr__(self._blobs, "eviction_policy", "none")
                 try:
                     value = self._blobs.get(digest, retry=True)
                 finally:
                     object.__setattr__(self._blobs, "eviction_policy", policy)
-        return bytes(value) if value is not None else None
+        if value is not None and len(value) > limit:
+            raise EntryTooLarge(f"{self.path}: cubin {digest}: {len(value)} bytes, over the {limit}-byte cap")
+        return value  # type: ignore[no-any-return]
+
+    def _holds_bytes(self, cache: Any, name: str, what: str) -> bool:
+        """Whether ``name`` holds a value of bytes (a row of another kind is no record and no cubin)."""
+        with self._io(what):
+            rows = self._select(cache, "SELECT mode, value FROM Cache WHERE key = ? AND raw = ?", (name, 1))
+        if not rows:
+            return False
+        mode, value = rows[0]
+        return bool(mode == diskcache.core.MODE_BINARY or (mode == diskcache.core.MODE_RAW
+                                                          and isinstance(value, bytes)))
 
     def has_record(self, key: str) -> bool:
-        with self._io("looking up " + key):
-            return key in self._records
+        return self._holds_bytes(self._records, key, "looking up " + key)
 
     def has_blob(self, digest: str) -> bool:
-        with self._io("looking up cubin " + digest):
-            return digest in self._blobs
+        return self._holds_bytes(self._blobs, digest, "looking up cubin " + digest)
 
     def put_blob(self, digest: str, data: bytes) -> None:
-        with self._writing("writing cubin " + digest):
-            self._blobs.add(digest, bytes(data), retry=True)
+        with self._writing("writing cubin " + digest):  # a row of another kind is replaced
+            if not self._holds_bytes(self._blobs, digest, "looking up cubin " + digest):
+                self._blobs.set(digest, bytes(data), retry=True)
 
     def put_record(self, key: str, data: bytes, replace: bytes | None = None) -> bool:
         with self._writing("writing record " + key):  # writers hold the lock: compare-and-set
-            if replace is not None:
-                current = self._records.get(key, retry=True)
-                if current is None or bytes(current) == replace:
-                    self._records.set(key, bytes(data), retry=True)
-                    return True
-            return bool(self._records.add(key, bytes(data), retry=True))
+            if not self._holds_bytes(self._records, key, "looking up " + key) or (
+                    replace is not None and self._records.get(key, retry=True) == replace):
+                self._records.set(key, bytes(data), retry=True)  # absent, of another kind, or the invalid one
+                return True
+            return False
 
     def delete_record(self, key: str) -> bool:
-        with self._writing("deleting record " + key):
-            return bool(self._records.delete(key, retry=True))
+        return self._clean("deleting record " + key, lambda: bool(self._records.delete(key, retry=True)))
 
     def delete_blob(self, digest: str) -> bool:
         """Remove a cubin: its file first (that frees the space even when the database then cannot be
         written; a row without its file reads as a miss and ``gc`` drops it), then its row."""
-        self._writable("deleting cubin " + digest)
-        with self._io("deleting cubin " + digest), self.lock:
+        def delete() -> bool:
             for (filename,) in self._select(self._blobs, "SELECT filename FROM Cache WHERE key = ? AND raw = ?"
                                             " AND filename IS NOT NULL", (digest, 1)):
                 with contextlib.suppress(FileNotFoundError):
                     os.remove(self.path / "blobs" / filename)
             return bool(self._blobs.delete(digest, retry=True))
 
+        return self._clean("deleting cubin " + digest, delete)
+
     def record_keys(self) -> Iterator[str]:
         with self._io("listing records"):
             keys = [str(k) for k in self._records.iterkeys()]
-        return iter(keys)
+        return iter([k for k in keys if is_digest(k)])
 
     def close(self) -> None:
         self._records.close()
@@ -377,11 +467,64 @@ class LocalBackend:
 
     @contextlib.contextmanager
     def transaction(self) -> Iterator[None]:
-        """The cross-process write lock (re-entrant in this process); a clear error first when the store
-        cannot be written."""
+        """The cross-process write lock (re-entrant in this process), waited for at most ``lock_wait``
+        seconds (:class:`StoreBusyError`); a clear error first when the store cannot be written."""
         self._writable("writing")
-        with self._io("taking the write lock"), self.lock:
-            yield
+        with self._io("writing"):
+            self.lock.acquire(timeout=self.lock_wait)
+            try:
+                yield
+            finally:
+                self.lock.release()
+
+    # -- the reserve: room for cleanup on a full disk
+
+    def _keep_reserve(self) -> None:
+        """Make the reserve file when it is missing and the disk has :data:`RESERVE_ROOM` free (else leave it
+        for a later open)."""
+        path = self.path / RESERVE_FILE
+        tmp = self.path / f".{RESERVE_FILE}.{os.getpid()}.tmp"
+        try:
+            if path.exists():
+                return
+            st = os.statvfs(self.path)
+            if st.f_bavail * st.f_frsize < RESERVE_ROOM:
+                return
+            with open(tmp, "wb") as f:
+                f.write(os.urandom(RESERVE_BYTES))
+            os.replace(tmp, path)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                tmp.unlink()
+            log.debug("%s: no room for the reserve: %s", self.path, exc)
+
+    def _release_reserve(self) -> bool:
+        """Delete the reserve (cleanup on a full disk needs the room); whether there was one."""
+        try:
+            (self.path / RESERVE_FILE).unlink()
+        except FileNotFoundError:
+            return False
+        except OSError as exc:
+            log.debug("%s: could not delete the reserve: %s", self.path, exc)
+            return False
+        log.info("%s: the disk is full; gave back the store's %d-byte reserve so that cleanup can write",
+                 self.path, RESERVE_BYTES)
+        return True
+
+    def _clean(self, what: str, fn: Callable[[], T]) -> T:
+        """``fn`` (a delete: it frees space or repairs) under the write lock. On a full disk the reserve is
+        given back first, so that SQLite has room to record the delete even when other files filled the disk."""
+        if self.degraded is not None and not self._reopen() and not self.read_only:
+            if self._release_reserve():
+                self._reopen()
+        try:
+            with self._writing(what):
+                return fn()
+        except StoreFullError:  # opened writable, and the database write itself found the disk full
+            if not self._release_reserve():
+                raise
+        with self._writing(what):
+            return fn()
 
     # -- maintenance
 
@@ -460,7 +603,8 @@ class LocalBackend:
                                   "write access")
         with self._io("removing half-written files"), self.lock:
             removed, _ = self._remove_strays()
-        self._reopen()
+        if not self._reopen() and self._release_reserve():  # room for the fixes that follow
+            self._reopen()
         return removed
 
     def gc(self, *, max_bytes: int | None = None) -> GcReport:
@@ -478,7 +622,7 @@ class LocalBackend:
             evicted_files = 0
             if self.degraded is not None and not self._reopen():
                 evicted_files = self._evict_files_to(limit)  # frees space without touching the database
-                if not self._reopen():
+                if not self._reopen() and not (self._release_reserve() and self._reopen()):
                     log.warning("%s: the disk is still full after removing %d half-written and %d evicted cubin "
                                 "files; the database was left as it is (the evicted entries read as misses)",
                                 self.path, strays, evicted_files)
@@ -498,14 +642,14 @@ class LocalBackend:
             drop: list[str] = []
             dangling = unreadable = entries = 0
             for key in list(self._records.iterkeys()):
-                raw = self._records.get(key, retry=True)
-                if raw is None:
-                    continue
                 try:
+                    raw = self._records.get(key, retry=True)
+                    if raw is None:
+                        continue
                     digest = json.loads(raw)["cubin_sha256"]
                     if not isinstance(digest, str):
                         raise TypeError(digest)
-                except (ValueError, KeyError, TypeError, RecursionError):
+                except (ValueError, KeyError, TypeError, RecursionError, UnreadableEntry):
                     drop.append(key)
                     unreadable += 1
                     continue
@@ -524,6 +668,7 @@ class LocalBackend:
                     if self._blobs.delete(digest, retry=True):
                         orphans += 1
             after = self.volume()
+        self._keep_reserve()
         return GcReport(evicted_blobs=evicted, dangling_records=dangling, orphan_blobs=orphans,
                         unreadable_records=unreadable, entries=entries, bytes_before=before, bytes_after=after,
                         seconds=time.perf_counter() - start, half_written_files=strays)

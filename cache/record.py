@@ -84,6 +84,13 @@ class EntryTooLarge(IntegrityError):
     """A tier answered with a record or cubin over its cap (raised by backends before reading it all)."""
 
 
+class UnreadableEntry(IntegrityError):
+    """What a tier holds under one name is no value kbuild could have written: a Redis key of another type
+    (a list), a WebDAV collection (a directory) where a record or cubin belongs, a local value that is not
+    bytes. Raised by backends for that name alone: the tier treats it as a corrupt entry (a miss for that
+    key, deleted from writable tiers) and a writer replaces it; the tier as a whole stays available."""
+
+
 @dataclass(frozen=True)
 class Artefact:
     """A cubin with its metadata and digests. Build one with :meth:`create`."""
@@ -213,5 +220,5 @@ def check_blob(record: Record, blob: bytes) -> None:
 
 
 __all__ = ["MAX_BLOB_BYTES", "MAX_RECORD_BYTES", "META_FIELDS", "RECORD_FORMAT", "SIGNATURE_PREFIX", "Artefact",
-           "EntryTooLarge", "IntegrityError", "Record", "SignatureError", "check_blob", "check_key", "check_signature",
-           "is_digest", "parse_record", "sha256_hex", "sign"]
+           "EntryTooLarge", "IntegrityError", "Record", "SignatureError", "UnreadableEntry", "check_blob", "check_key",
+           "check_signature", "is_digest", "parse_record", "sha256_hex", "sign"]

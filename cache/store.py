@@ -44,7 +44,15 @@ class Backend(Protocol):
     """Raw storage of records (``ac/<key>``) and blobs (``cas/<sha256>``). One file per backend.
 
     Backends do no verification. Failures of a remote raise :class:`TierUnavailableError`;
-    local failures raise :class:`StoreError` (or :class:`StoreFullError`).
+    local failures raise :class:`StoreError` (:class:`StoreFullError` for a full disk,
+    :class:`StoreBusyError` when another process holds the write lock).
+
+    **One bad name is that name's problem.** What a backend finds under one name that no kbuild could
+    have written (a Redis list, a WebDAV collection, a local value that is not bytes) raises
+    :class:`UnreadableEntry` from the reads of that name, ``has_*`` answers False for it, and
+    ``put_*`` and ``delete_*`` replace or remove it like any value: it never makes the whole backend
+    unavailable. A size cap holds before the value is read: :class:`EntryTooLarge` after reading at
+    most the cap (and a few KiB of framing), never the whole value.
     """
 
     location: str
@@ -52,16 +60,19 @@ class Backend(Protocol):
 
     def get_record(self, key: str) -> bytes | None:
         """The record, or None; :class:`EntryTooLarge` past :data:`MAX_RECORD_BYTES` (not read whole)."""
-    def get_blob(self, digest: str) -> bytes | None:
-        """The blob, or None; :class:`EntryTooLarge` past :data:`MAX_BLOB_BYTES` (not read whole)."""
+    def get_blob(self, digest: str, max_bytes: int | None = None) -> bytes | None:
+        """The blob, or None; :class:`EntryTooLarge` past ``max_bytes`` (the size its record states) or
+        :data:`MAX_BLOB_BYTES`, whichever is smaller, known before the blob is read."""
     def has_record(self, key: str) -> bool: ...
     def has_blob(self, digest: str) -> bool: ...
     def put_blob(self, digest: str, data: bytes) -> None:
-        """Store a blob under its sha256 (idempotent: the same digest always means the same bytes)."""
+        """Store a blob under its sha256 (idempotent: the same digest always means the same bytes);
+        whatever else the name held is replaced."""
     def put_record(self, key: str, data: bytes, replace: bytes | None = None) -> bool:
         """Store a record after its blob; False when a record for ``key`` already exists, unless that
         record is byte for byte ``replace`` (one the tier found invalid), which is replaced: atomically
-        (compare-and-set) where the backend can."""
+        (compare-and-set) where the backend can. A name holding no record at all (see
+        :class:`UnreadableEntry`) counts as free."""
     def delete_record(self, key: str) -> bool: ...
     def delete_blob(self, digest: str) -> bool: ...
     def record_keys(self) -> Iterator[str]: ...

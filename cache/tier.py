@@ -26,7 +26,6 @@ from kbuild.errors import StoreError
 
 from .record import (
     Artefact,
-    EntryTooLarge,
     IntegrityError,
     Record,
     SignatureError,
@@ -88,7 +87,7 @@ class Tier:
         check_key(key)
         try:
             raw = self.backend.get_record(key)
-        except EntryTooLarge as exc:
+        except IntegrityError as exc:  # over the cap, or no record at all under the name: this key's problem
             self._corrupt(key, None, str(exc))
             if count:
                 self.stats.count(self.name, "misses")
@@ -102,9 +101,9 @@ class Tier:
             record = parse_record(key, raw)
             if self.secret is not None:
                 check_signature(record, self.secret)
-            try:
-                blob = self.backend.get_blob(record.cubin_sha256)
-            except EntryTooLarge as exc:
+            try:  # capped at the size the record states: a planted giant blob is refused unread
+                blob = self.backend.get_blob(record.cubin_sha256, record.cubin_size)
+            except IntegrityError as exc:
                 self._corrupt(key, record, str(exc), blob_bad=True)
                 if count:
                     self.stats.count(self.name, "misses")
@@ -263,7 +262,7 @@ class Tier:
                 if secret is not None:
                     check_signature(rec, secret)
                 try:
-                    blob = self.backend.get_blob(rec.cubin_sha256)
+                    blob = self.backend.get_blob(rec.cubin_sha256, rec.cubin_size)
                     if blob is None:
                         problem = "cubin missing (evicted or never written)"
                     else:

@@ -4,6 +4,12 @@
 slower one, writes every writable tier on ``put``, and turns remote failures into a warning plus a
 miss (or a :class:`~kbuild.errors.TierUnavailableError` when ``strict``), as sccache's multi-level
 storage does.
+
+Its policy for a local tier that cannot store now is one, whatever the reason: a read-only store, a
+full disk (:class:`~kbuild.errors.StoreFullError`), or another process holding the write lock past
+its short wait (:class:`~kbuild.errors.StoreBusyError`). ``put`` skips that tier for the rest of the
+store's life with one warning and the build goes on with what it compiled; ``put(required=True)``
+(``kbuild cache put``) raises instead. Reads are not affected.
 """
 
 from __future__ import annotations
@@ -14,7 +20,7 @@ from collections.abc import Iterator, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING
 
-from kbuild.errors import StoreError, TierUnavailableError
+from kbuild.errors import StoreBusyError, StoreError, StoreFullError, StoreUsageError, TierUnavailableError
 
 from .record import Artefact, check_key
 from .stats import StoreStats
@@ -32,8 +38,8 @@ class TieredStore:
 
     Failures of remote tiers (``remote=True`` tiers, i.e. all but the local one) become one
     warning and a miss, and the tier is skipped for the rest of this store's life; with
-    ``strict`` they raise :class:`TierUnavailableError`. Failures of the local tier always raise;
-    a local store that is read-only is skipped by puts, with one warning.
+    ``strict`` they raise :class:`TierUnavailableError`. Other failures of the local tier raise;
+    a local store that is read-only, full or busy is skipped by puts, with one warning.
     """
 
     def __init__(self, tiers: Sequence[Tier], *, strict: bool = False, stats: StoreStats | None = None,
@@ -48,7 +54,8 @@ class TieredStore:
         self.stats_dir = stats_dir
         self._first_is_local = local
         self._down: set[int] = set()
-        self._warned_read_only = False
+        self._no_puts: dict[int, str] = {}
+        """Tiers that cannot store now (read-only, full, busy) → why; puts skip them, reads do not."""
 
     def __enter__(self) -> TieredStore:
         return self
@@ -111,27 +118,43 @@ class TieredStore:
                     continue
                 self._failed(j, exc, "backfill")
 
-    def put(self, art: Artefact) -> None:
-        """Write ``art`` to every writable tier (records signed when a secret is set)."""
+    def put(self, art: Artefact, *, required: bool = False) -> None:
+        """Write ``art`` to every writable tier (records signed when a secret is set).
+
+        A local tier that cannot store now (read-only, full disk, write lock busy) is skipped for the rest
+        of this store's life with one warning; with ``required`` that raises instead."""
         records: dict[str | None, bytes] = {}
         wrote = False
         for i, tier in self._live():
+            if i in self._no_puts:
+                continue
             if not tier.writable:
+                if tier.read_only_reason:
+                    self._cannot_store(i, art, tier.read_only_reason, StoreUsageError, required)
                 continue
             if tier.secret not in records:
                 records[tier.secret] = art.record(tier.secret)
             try:
                 tier.store_record(art, records[tier.secret])
                 wrote = True
+            except (StoreFullError, StoreBusyError) as exc:
+                if self._remote(i):
+                    raise
+                self.stats.count(tier.name, "errors")
+                self._cannot_store(i, art, str(exc), type(exc), required)
             except StoreError as exc:
                 self._failed(i, exc, "put")
-        if not wrote:
-            reason = next((t.read_only_reason for _, t in self._live() if t.read_only_reason), None)
-            if reason is None:
-                raise StoreError("no writable store tier is available; the artefact was not stored")
-            if not self._warned_read_only:  # a read-only store still serves its hits; say once what is lost
-                self._warned_read_only = True
-                log.warning("%s: new artefacts are not stored (%s was the first); the build goes on", reason, art.key)
+        if not wrote and not self._no_puts:
+            raise StoreError("no writable store tier is available; the artefact was not stored")
+
+    def _cannot_store(self, i: int, art: Artefact, reason: str, error: type[StoreError], required: bool) -> None:
+        """Tier ``i`` cannot store now: raise (``required``), or skip it from now on and say so once, as a
+        read-only store always did: it still serves its hits, and the build goes on with what it compiled."""
+        if required:
+            raise error(reason)
+        self._no_puts[i] = reason
+        log.warning("%s; new artefacts are not stored in the %s store for the rest of this run (%s was the "
+                    "first); the build goes on", reason.rstrip("."), self.tiers[i].name, art.key)
 
     def contains(self, key: str) -> bool:
         check_key(key)

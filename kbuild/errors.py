@@ -152,6 +152,10 @@ class StoreFullError(StoreUsageError):
     """The disk holding the local store is full; nothing was written."""
 
 
+class StoreBusyError(StoreError):
+    """Another process held the local store's write lock past the wait; nothing was written. Exit status 4."""
+
+
 class TierUnavailableError(StoreError):
     """A remote tier did not answer, timed out or answered with an unexpected status."""
 

@@ -1,5 +1,5 @@
 """Fixtures for the store tests: real redis-server and nginx (WebDAV) on free loopback ports
-(tests/server_helpers.py starts them).
+(tests/server_helpers.py starts them), and real tmpfs mounts (a full disk, a read-only store).
 
 Each server is started once per session in a temporary directory and stopped at the end.
 Tests get their own namespace (an HTTP path prefix, a Redis key prefix), so they never see each
@@ -9,6 +9,9 @@ other's entries. A server test is skipped, with the reason, only when the binary
 from __future__ import annotations
 
 import http.client
+import os
+import shutil
+import subprocess
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -50,6 +53,10 @@ class BackendCase:
     url: str | None
     corrupt_blob: Callable[[str, bytes], None]
     plant_record: Callable[[str, bytes], None]
+    plant_no_value: Callable[[str, str], None]
+    """``plant_no_value("ac" | "cas", name)``: put something no kbuild writes where a record or cubin belongs,
+    as an attacker or a careless script would: a Redis list (``LPUSH``), a WebDAV collection (``PUT <path>/x``),
+    a local row holding a pickled list."""
 
     def tier(self, **kwargs: object) -> Tier:
         return Tier(self.backend, **kwargs)  # type: ignore[arg-type]
@@ -59,16 +66,23 @@ def _http_case(server: Server) -> BackendCase:
     url = f"{server.url}/t-{unique()}"
     backend = HttpBackend(url)
 
-    def raw_put(path: str, data: bytes) -> None:
+    def raw(method: str, path: str, data: bytes | None = None) -> int:
         conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=5)
-        conn.request("PUT", backend.prefix + path, body=data)
+        conn.request(method, backend.prefix + path, body=data)
         resp = conn.getresponse()
         resp.read()
         conn.close()
-        assert resp.status in (200, 201, 204), resp.status
+        return resp.status
+
+    def raw_put(path: str, data: bytes) -> None:
+        assert raw("PUT", path, data) in (200, 201, 204)
+
+    def collection(where: str, name: str) -> None:
+        raw("DELETE", f"/{where}/{name}")
+        raw_put(f"/{where}/{name}/x", b"x")  # nginx's create_full_put_path makes /<where>/<name>/ a directory
 
     return BackendCase("http", backend, url, lambda d, data: raw_put(f"/cas/{d}", data),
-                       lambda k, data: raw_put(f"/ac/{k}", data))
+                       lambda k, data: raw_put(f"/ac/{k}", data), collection)
 
 
 def _redis_case(server: Server) -> BackendCase:
@@ -76,14 +90,24 @@ def _redis_case(server: Server) -> BackendCase:
 
     url = f"{server.url}?prefix=t{unique()}"
     backend = RedisBackend(url)
+
+    def lpush(where: str, name: str) -> None:
+        full = f"{backend.prefix}:{where}:{name}"
+        backend.client.delete(full)
+        backend.client.lpush(full, "x")
+
     return BackendCase("redis", backend, url, lambda d, data: backend.client.set(backend._cas(d), data),
-                       lambda k, data: backend.client.set(backend._ac(k), data))
+                       lambda k, data: backend.client.set(backend._ac(k), data), lpush)
 
 
 def _local_case(path: Path) -> BackendCase:
     backend = LocalBackend(path, max_bytes=1 << 30)
+
+    def pickled(where: str, name: str) -> None:
+        (backend._records if where == "ac" else backend._blobs).set(name, ["x"])  # diskcache pickles a list
+
     return BackendCase("local", backend, None, lambda d, data: backend._blobs.set(d, data),
-                       lambda k, data: backend._records.set(k, data))
+                       lambda k, data: backend._records.set(k, data), pickled)
 
 
 @pytest.fixture(params=["local", pytest.param("http", marks=pytest.mark.nginx),
@@ -107,3 +131,26 @@ def http_url(nginx_server: Server) -> str:
 @pytest.fixture
 def redis_url(redis_server: Server) -> str:
     return f"{redis_server.url}?prefix=t{unique()}"
+
+
+@pytest.fixture
+def tmpfs(tmp_path: Path) -> Iterator[Callable[[str, str], Path]]:
+    """``mount(name, size)``: a tmpfs of ``size`` at ``tmp_path/name`` (a real full disk, a real read-only
+    mount), unmounted afterwards; the test is skipped, with the reason, where mounting is not permitted."""
+    mounted: list[Path] = []
+
+    def mount(name: str, size: str) -> Path:
+        path = tmp_path / name
+        path.mkdir()
+        if os.geteuid() != 0 or shutil.which("mount") is None:
+            pytest.skip("mounting a tmpfs needs root and mount(8); CI runs these tests as root")
+        proc = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+                              capture_output=True, text=True)
+        if proc.returncode != 0:
+            pytest.skip(f"mounting a tmpfs is not permitted here: {proc.stderr.strip()}")
+        mounted.append(path)
+        return path
+
+    yield mount
+    for path in reversed(mounted):
+        subprocess.run(["umount", "-l", str(path)], check=False)

@@ -216,3 +216,60 @@ def test_invalid_keys_are_usage_errors(case):
         with pytest.raises(StoreUsageError) as info:
             tier.get(bad)
         assert info.value.exit_code == 2
+
+
+# ----------------------------------------------------------------------------------------------
+# A name holding something no kbuild writes (issue 32, item 4): a Redis list, a WebDAV collection, a pickled
+# local row where a record ("ac") or a cubin ("cas") belongs. A miss for that key alone, never the tier down;
+# repaired by the next writer and by verify --fix.
+
+hostile = pytest.mark.hostile
+WHERE = pytest.mark.parametrize("where", ["ac", "cas"], ids=["record", "cubin"])
+
+
+def _stored_with_one_bad(case, where: str, n: int = 6) -> list[Artefact]:
+    """``n`` signed entries in the tier; the first one's record or cubin then replaced by no value at all."""
+    writer = case.tier(secret="s")
+    arts = [make_artefact(f"nv-{where}-{i}") for i in range(n)]
+    for a in arts:
+        writer.put(a)
+    case.plant_no_value(where, arts[0].key if where == "ac" else arts[0].cubin_sha256)
+    return arts
+
+
+@hostile(fault="key holding no value", outcome="degraded with warning")
+@WHERE
+def test_a_name_holding_no_value_is_a_miss_for_that_key_alone(case, caplog, where):
+    from kbuild.cache.tiered import TieredStore
+
+    arts = _stored_with_one_bad(case, where)
+    bad = arts[0]
+    # a reader of the shared tier (read-only for it, as on CI), the bad key read first
+    reader = TieredStore([case.tier(secret="s", writable=False, name="shared")], local=False)
+    with caplog.at_level(logging.WARNING):
+        got = [reader.get(a.key) for a in arts]
+    assert got == [None, *arts[1:]]  # 5 of 6: one miss, the tier stays up
+    assert "unavailable" not in caplog.text and bad.key in caplog.text, caplog.text
+    assert not (case.backend.has_record(bad.key) if where == "ac" else case.backend.has_blob(bad.cubin_sha256))
+
+
+@hostile(fault="key holding no value", outcome="served correct bytes")
+@WHERE
+def test_the_next_writer_replaces_a_name_holding_no_value(case, where):
+    arts = _stored_with_one_bad(case, where, n=1)
+    case.tier(secret="s").put(arts[0])  # another machine writes the same entry
+    assert case.tier(secret="s", writable=False).get(arts[0].key) == arts[0]
+
+
+@hostile(fault="key holding no value", outcome="degraded with warning")
+@WHERE
+def test_verify_fix_removes_a_name_holding_no_value(case, where):
+    arts = _stored_with_one_bad(case, where, n=2)
+    tier = case.tier(secret="s")
+    checked, problems = tier.verify()
+    assert checked == 2 and [(p.key, p.fixed) for p in problems] == [(arts[0].key, False)], problems
+    _, problems = tier.verify(fix=True)
+    assert [(p.key, p.fixed) for p in problems] == [(arts[0].key, True)]
+    assert tier.verify() == (1, [])
+    tier.put(arts[0])
+    assert tier.get(arts[0].key) == arts[0]

@@ -190,9 +190,11 @@ def _tmpfs(path: Path, size: str) -> bool:
 
 
 def _check_full_disk(store, existing, big):
-    with pytest.raises(StoreFullError) as info:
-        store.put(big)
+    with pytest.raises(StoreFullError) as info:  # `kbuild cache put`: storing is its whole job
+        store.put(big, required=True)
     assert info.value.exit_code == 2 and "disk full" in str(info.value)
+    assert store.get(big.key) is None and not store.contains(big.key)
+    store.put(big)  # a build: nothing stored, a warning, and it goes on
     assert store.get(big.key) is None and not store.contains(big.key)
     assert store.get(existing.key) == existing  # the store is unchanged and still serves
 
