@@ -16,8 +16,9 @@ planned; when the id it wrote ends in ``_<that process's id>``, it writes the id
 kbuild's temporary directory written as a placeholder) and runs ``cudafe++`` again in read mode
 (:func:`read_mode`), whose outputs are byte for byte those of a run that had generated that id (checked with
 nvcc 13.5 and 13.0.88, torch 2.11's). Everything else nvcc writes (the hashes, the file name) stays as nvcc made
-it. Uniqueness: the pid kept two compiles of one file apart within a machine at one time; the suffix keeps apart any two compiles whose
-preprocessed unit or ``cudafe++`` arguments differ, which covers one file compiled twice with different macros.
+it. Uniqueness: the pid kept two compiles of one file apart within a machine at one time; the suffix keeps apart
+any two compiles whose preprocessed unit or ``cudafe++`` arguments differ, which covers one file compiled twice
+with different macros.
 The same file compiled twice with the same flags into two objects of one ``-rdc`` link would get the same id (so
 would its external symbols, were it to have any).
 """
