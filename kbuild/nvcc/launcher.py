@@ -4,12 +4,20 @@
 ``PYTORCH_NVCC="kbuild-nvcc nvcc"``):
 
 1. with a flag the launcher cannot honour (:data:`kbuild.nvcc.plan.CONFLICTING_FLAGS`), or when nvcc's plan
-   has no device compile (a link, ``--version``, a host-only file), or cannot be read, it runs plain
-   ``NVCC ARGS`` — with one warning naming why, except for invocations that compile no CUDA at all;
-2. otherwise it runs ``NVCC ARGS --dryrun --keep --keep-dir TMP`` and executes the plan's commands in order,
-   in the caller's directory, with nvcc's variables set. Each ``cicc`` and ``ptxas`` command is looked up in
-   the store first (:mod:`kbuild.nvcc.steps` says what the key covers); a hit writes the stored outputs
-   (and replays the tool's messages) instead of running the tool, a miss runs it and stores its outputs.
+   has no device compile (a link, ``--version``, a host-only file), or cannot be read, or holds anything the
+   shell nvcc runs it through would expand (:mod:`kbuild.nvcc.shell`), it runs plain ``NVCC ARGS`` — with one
+   warning naming why (once per build directory and reason, :meth:`Launcher.plain`), except for invocations
+   that compile no CUDA at all;
+2. otherwise it runs ``NVCC ARGS --dryrun --keep --keep-dir TMP`` (without ``--threads N``) and, unless the
+   direct mode answers the whole compile (:mod:`kbuild.nvcc.direct`, keyed by that plan), executes the plan's
+   commands in the caller's directory, with nvcc's variables set: in order, or with ``--threads N`` up to N at
+   a time where they are independent (:mod:`kbuild.nvcc.schedule`). Each ``cicc``, ``ptxas`` and ``cudafe++``
+   command is looked up in the store first (:mod:`kbuild.nvcc.steps` says what the key covers); a hit writes
+   the stored outputs (and replays the tool's messages) instead of running the tool, a miss runs it and stores
+   its outputs. Two builds from empty stores write the same object: a module id that ``cudafe++`` makes from
+   its process id is replaced by one made from the unit (:mod:`kbuild.nvcc.module_id`), and the host compile
+   maps the temporary directory to :data:`STABLE_TMP` in ``-g`` debug information (``-fdebug-prefix-map``, gcc
+   and clang drivers only).
 
 The store is the one the settings model names (``KBUILD_STORE``, default ``~/.cache/kbuild``); a store that
 cannot be opened or written is a warning and the steps run uncached. ``KBUILD_NVCC_LOG`` names a file that
@@ -27,6 +35,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from contextlib import ExitStack
@@ -36,7 +45,7 @@ from typing import Any
 from kbuild.canonical import canonical_json
 from kbuild.errors import KBuildError, MissingDependencyError, StoreError
 
-from . import direct
+from . import direct, module_id, schedule
 from .deps import format_nvcc_deps, parse_make_deps, union
 from .plan import (
     DEPS_STEP,
@@ -46,7 +55,9 @@ from .plan import (
     conflicting_flag,
     dependency_target,
     dryrun,
+    is_host_compile,
     is_preprocess,
+    split_threads,
     which,
 )
 from .steps import (
@@ -67,6 +78,12 @@ KIND_POINTER = "nvcc-step-pointer"
 KIND_OUTPUT = "nvcc-step-output"
 KIND_TOOL = "nvcc-tool-digest"
 KIND_MANIFEST = "nvcc-direct-manifest"
+KIND_WARNED = "nvcc-warned"
+
+#: What the host compile's debug information names instead of the launcher's temporary directory.
+STABLE_TMP = "/tmp/kbuild-nvcc"
+#: A fallback warning is printed once per build directory and reason in each window of this many seconds.
+WARN_WINDOW_S = 600
 
 #: Outputs whose text may name kbuild's temporary directory (written as :data:`TMP_PLACEHOLDER` in the store).
 #: A binary output (a cubin) naming it is not stored.
@@ -74,6 +91,8 @@ _TEXT_ROLES = {"ptx", "gen_c", "stub", "gen_device", "module_id"}
 
 #: The steps answered from the store, by the executable's name.
 _STEPS = {"cicc": cicc_step, "ptxas": ptxas_step, "cudafe++": cudafe_step}
+#: Commands that may run beside others under ``--threads`` (with the preprocessing steps; :mod:`.schedule`).
+_OVERLAPPING = {"cicc", "ptxas", "cudafe++"}
 
 
 class Launcher:
@@ -89,6 +108,8 @@ class Launcher:
         self.log_path = log_path
         self.events: list[dict[str, Any]] = []
         self._identity_cache: dict[str, Any] | None = None
+        self._t0 = time.perf_counter()
+        self._lock = threading.RLock()  # the store, the step log, stderr and tuning, when steps run in parallel
         self.tuning: Any | None = None  # kbuild.nvcc.tuned.CudaTuning: the declared kernels of this unit
 
     # --- entry --------------------------------------------------------------------------------------------------
@@ -98,32 +119,39 @@ class Launcher:
         reason = conflicting_flag(self.args)
         if reason is not None:
             return self.plain(f"the argument {reason}")
-        invocation = None
+        jobs, args = split_threads(self.args)
         if self.store is not None:
             from .tuned import CudaTuning
 
             self.tuning = CudaTuning.for_invocation(self.args, self.cwd, store=self.store, emit=self._event)
-        if self.store is not None and direct.eligible(self.args):
-            invocation = direct.invocation_key(self._tool_digest(self.nvcc), self.args, self.cwd, self.environ)
-            if self.tuning is not None:  # a tuned cubin stored later must not be hidden by an earlier object
-                invocation = hashlib.sha256(f"{invocation}:{self.tuning.digest()}".encode()).hexdigest()
-            if self._direct_restore(invocation):
-                self._event("nvcc", "", "total", time.perf_counter() - t0, status=0, direct=True)
-                return 0
         with tempfile.TemporaryDirectory(prefix="kbuild-nvcc-") as tmp:
             keep = Path(tmp)
             try:
-                plan = dryrun(self.nvcc, self.args, keep, cwd=self.cwd, env=self.environ)
+                plan = dryrun(self.nvcc, args, keep, cwd=self.cwd, env=self.environ)
             except Unsupported as exc:
                 quiet = "compiles no device code" in str(exc) or "exited with status" in str(exc)
                 return self.plain(str(exc), warn=not quiet)
-            rc = self.execute(plan, invocation)
-            self._event("nvcc", "", "total", time.perf_counter() - t0, status=rc, direct=False)
+            invocation = None
+            if self.store is not None and direct.eligible(args):
+                try:
+                    invocation = direct.invocation_key(self._tool_digest(self.nvcc), plan, args, self.cwd,
+                                                       self.environ, nvcc=self.nvcc)
+                except direct.NotKeyable as exc:
+                    self._event("nvcc", "", "direct-uncached", 0.0, reason=str(exc))
+                if invocation is not None and self.tuning is not None:
+                    # a tuned cubin stored later must not be hidden by an earlier object
+                    invocation = hashlib.sha256(f"{invocation}:{self.tuning.digest()}".encode()).hexdigest()
+                if invocation is not None and self._direct_restore(invocation):
+                    self._event("nvcc", "", "total", time.perf_counter() - t0, status=0, direct=True)
+                    return 0
+            rc = self.execute(plan, invocation, jobs=jobs)
+            self._event("nvcc", "", "total", time.perf_counter() - t0, status=rc, direct=False, jobs=jobs)
             return rc
 
     def plain(self, why: str, *, warn: bool = True) -> int:
-        """Run plain nvcc with the caller's arguments, saying why once (never silently for a CUDA compile)."""
-        if warn:
+        """Run plain nvcc with the caller's arguments, saying why in one line (never silently for a CUDA compile;
+        once per build directory and reason while the store remembers it, :meth:`_said`)."""
+        if warn and not self._said(why):
             print(f"kbuild-nvcc: warning: running plain nvcc, uncached: {why}", file=sys.stderr)
         self._event("nvcc", "", "plain", 0.0, reason=why)
         try:
@@ -131,9 +159,23 @@ class Launcher:
         except OSError as exc:
             raise MissingDependencyError(f"kbuild-nvcc: cannot run nvcc {self.nvcc!r}: {exc}") from None
 
+    def _said(self, why: str) -> bool:
+        """Whether this warning was already printed for this build directory in the current window of
+        :data:`WARN_WINDOW_S` seconds (a ninja build of many units says it once); records it when not."""
+        if self.store is None:
+            return False
+        window = int(time.time() // WARN_WINDOW_S)
+        key = hashlib.sha256(canonical_json({"kind": KIND_WARNED, "cwd": str(self.cwd), "why": why,
+                                             "window": window})).hexdigest()
+        if self._get(key) is not None:
+            return True
+        self._put(_artefact(key, b"", {"kind": KIND_WARNED}))
+        return False
+
     # --- the plan -----------------------------------------------------------------------------------------------
-    def execute(self, plan: Plan, invocation: str | None = None) -> int:
-        """Run ``plan``; with ``invocation`` (the direct mode's key), store the object for a direct answer."""
+    def execute(self, plan: Plan, invocation: str | None = None, *, jobs: int = 1) -> int:
+        """Run ``plan``, at most ``jobs`` commands at once (:mod:`kbuild.nvcc.schedule`); with ``invocation`` (the
+        direct mode's key), store the object for a direct answer."""
         env = child_env(plan, self.environ)
         tmp = str(plan.keep_dir)
         try:  # every command resolved before any runs: what cannot be resolved runs plain nvcc instead
@@ -144,61 +186,30 @@ class Launcher:
                     argvs.append(c.argv)
                 elif is_preprocess(c.argv):  # its dependency list as a side effect: what this unit reads
                     argvs.append((which(c.argv[0], env, self.cwd), *c.argv[1:], "-MD", "-MF", f"{tmp}/kbuild-deps-{i}.d"))
+                elif is_host_compile(c.argv):  # -g names the host file by its path in the random keep dir
+                    argvs.append((which(c.argv[0], env, self.cwd), f"-fdebug-prefix-map={tmp}={STABLE_TMP}",
+                                  *c.argv[1:]))
                 else:
                     argvs.append((which(c.argv[0], env, self.cwd), *c.argv[1:]))
         except Unsupported as exc:
             return self.plain(str(exc))
-        read: list[list[str]] = []
-        deps_file: tuple[Path, str] | None = None
-        module_id: str | None = None  # the unit's, from its cicc steps: its ptxas steps relocate it
-        for cmd, argv in zip(plan.commands, argvs):
-            if cmd.argv[0] == DEPS_STEP:
-                assert deps_target is not None
-                text = format_nvcc_deps(deps_target, union(read))
-                path = self.cwd / cmd.argv[1]
-                path.write_text(text)
-                deps_file = (path, text)
-                self._event("dependencies", "", "run", 0.0)
-                continue
-            step: Step | None = None
-            make = _STEPS.get(cmd.tool)
-            if make is not None and self.store is not None:
-                try:
-                    extra = {"module_id": module_id} if cmd.tool == "ptxas" else {}
-                    step = make(argv, cwd=self.cwd, tmp=tmp, identity=self.identity(env, argv[0]), **extra)
-                    if cmd.tool == "cicc":
-                        module_id = step.volatile.get("module_id") or module_id
-                except NotCacheable as exc:
-                    log.warning("kbuild-nvcc: %s runs uncached: %s", cmd.tool, exc)
-                    step = None
-            if step is not None and self._restore(step, tmp):
-                self._tuned(cmd.tool, step, argv, env)
-                continue
-            t0 = time.perf_counter()
-            rc, output = self._run(argv, env, capture=step is not None)
-            seconds = time.perf_counter() - t0
-            if rc != 0:
-                return rc
-            if is_preprocess(cmd.argv):
-                try:
-                    read.append(parse_make_deps(Path(argv[-1]).read_text(errors="replace")))
-                except OSError:
-                    invocation = None  # what the unit read is not known: no direct answer next time
-            if step is None:
-                self._event(cmd.tool, "", "run" if cmd.tool not in _STEPS else "uncached", seconds)
-            else:
-                self._save(step, tmp, output, seconds)
-                self._tuned(cmd.tool, step, argv, env)
+        run = _PlanRun(self, plan, argvs, env, tmp, deps_target, capture_all=jobs > 1)
+        overlaps = [c.tool in _OVERLAPPING or is_preprocess(c.argv) for c in plan.commands]
+        rc = schedule.run(schedule.dependencies(argvs, overlaps, plan.keep_dir, self.cwd), run.command, jobs)
+        if rc != 0:
+            return rc
         if self.tuning is not None:  # a unit that shipped untuned is answered directly only while nothing could
             self._write_records(self.tuning.records)  # tune it (CudaTuning.answers, checked before a direct answer)
-        if invocation is not None:
-            self._direct_save(invocation, union(read), [a[0] for a in argvs if a[0] != DEPS_STEP], deps_file)
+        if invocation is not None and run.read_known:
+            read = union(run.read[i] for i in sorted(run.read))
+            self._direct_save(invocation, read, [a[0] for a in argvs if a[0] != DEPS_STEP], run.deps_file)
         return 0
 
     def _tuned(self, tool: str, step: Step, argv: Sequence[str], env: Mapping[str, str]) -> None:
         """After a ptxas step: the declared kernels' tuned cubins replace ptxas's (:mod:`kbuild.nvcc.tuned`)."""
         if tool == "ptxas" and self.tuning is not None and self.store is not None:
-            self.tuning.after_ptxas(step.outputs["cubin"], argv, env=env, cwd=self.cwd)
+            with self._lock:
+                self.tuning.after_ptxas(step.outputs["cubin"], argv, env=env, cwd=self.cwd)
 
     def _write_records(self, records: list[dict[str, Any]]) -> None:
         from kbuild.config import env_setting
@@ -292,34 +303,44 @@ class Launcher:
                 self._event("nvcc", "", "direct-stored", 0.0, key=invocation, slot=slot)
                 return
 
-    def _run(self, argv: Sequence[str], env: Mapping[str, str], *, capture: bool) -> tuple[int, str]:
-        """Run one command; a cached tool's messages are captured (to be replayed on a hit) and passed on."""
-        if not capture:
-            return subprocess.run(list(argv), cwd=self.cwd, env=dict(env), check=False).returncode, ""
-        proc = subprocess.run(list(argv), cwd=self.cwd, env=dict(env), check=False, capture_output=True, text=True,
-                              errors="replace")
-        output = (proc.stdout or "") + (proc.stderr or "")
-        if output:
-            sys.stderr.write(output)
-        return proc.returncode, output
+    def _run(self, argv: Sequence[str], env: Mapping[str, str], *, capture: bool,
+             echo: bool = True) -> tuple[int, str, int]:
+        """Run one command: its exit status, its messages when captured (to be replayed on a hit; passed on unless
+        ``echo`` is off, whole, so that parallel steps do not interleave) and its process id."""
+        try:
+            proc = subprocess.Popen(list(argv), cwd=self.cwd, env=dict(env),
+                                    stdout=subprocess.PIPE if capture else None,
+                                    stderr=subprocess.STDOUT if capture else None)
+        except OSError as exc:
+            raise MissingDependencyError(f"kbuild-nvcc: cannot run {argv[0]!r}: {exc}") from None
+        raw, _ = proc.communicate()
+        output = raw.decode(errors="replace") if raw else ""
+        if output and echo:
+            with self._lock:
+                sys.stderr.write(output)
+                sys.stderr.flush()
+        return proc.returncode, output, proc.pid
 
     # --- the store ----------------------------------------------------------------------------------------------
     def _get(self, key: str) -> Any | None:
-        try:
-            return self.store.get(key) if self.store is not None else None
-        except StoreError as exc:
-            self._store_failed(exc)
-            return None
+        with self._lock:
+            try:
+                return self.store.get(key) if self.store is not None else None
+            except StoreError as exc:
+                self._store_failed(exc)
+                return None
 
     def _put(self, art: Any) -> None:
-        try:
-            if self.store is not None:
-                self.store.put(art)
-        except (StoreError, OSError) as exc:
-            self._store_failed(exc)
+        with self._lock:
+            try:
+                if self.store is not None:
+                    self.store.put(art)
+            except (StoreError, OSError) as exc:
+                self._store_failed(exc)
 
     def _store_failed(self, exc: Exception) -> None:
-        print(f"kbuild-nvcc: warning: the artefact store failed, steps run uncached: {exc}", file=sys.stderr)
+        if self.store is not None:
+            print(f"kbuild-nvcc: warning: the artefact store failed, steps run uncached: {exc}", file=sys.stderr)
         self.store = None
 
     def _restore(self, step: Step, tmp: str) -> bool:
@@ -359,7 +380,7 @@ class Launcher:
         self._event(step.tool, step.arch, "hit", time.perf_counter() - t0, key=step.key)
         return True
 
-    def _save(self, step: Step, tmp: str, output: str, seconds: float) -> None:
+    def _save(self, step: Step, tmp: str, output: str, seconds: float, **extra: Any) -> None:
         blobs: dict[str, bytes] = {}
         for role, path in step.outputs.items():
             try:
@@ -404,7 +425,7 @@ class Launcher:
                 "output": output.replace(tmp, TMP_PLACEHOLDER), "relocated": relocated}
         main_role = {"cicc": "ptx", "ptxas": "cubin"}.get(step.tool, "gen_c")
         self._put(_artefact(key, blobs[main_role], meta))  # the step's record last: a partial entry is a miss
-        self._event(step.tool, step.arch, "stored", seconds, key=step.key)
+        self._event(step.tool, step.arch, "stored", seconds, key=step.key, **extra)
 
     @staticmethod
     def _relocatable(blobs: dict[str, bytes], module_id: str) -> bool:
@@ -417,6 +438,10 @@ class Launcher:
     def identity(self, env: Mapping[str, str], exe: str) -> dict[str, Any]:
         """nvcc's ``--version`` and the sha256 of the step's executable (memoised in the store by path, size and
         modification time, so that a 100 MB cicc is hashed once, not per file)."""
+        with self._lock:
+            return self._identity(env, exe)
+
+    def _identity(self, env: Mapping[str, str], exe: str) -> dict[str, Any]:
         if self._identity_cache is None:
             proc = subprocess.run([self.nvcc, "--version"], env=dict(env), capture_output=True, text=True,
                                   check=False)
@@ -444,6 +469,10 @@ class Launcher:
 
     def _event(self, tool: str, arch: str, action: str, seconds: float, **extra: Any) -> None:
         ev = {"tool": tool, "arch": arch, "action": action, "seconds": round(seconds, 4), **extra}
+        with self._lock:
+            self._log(ev)
+
+    def _log(self, ev: dict[str, Any]) -> None:
         self.events.append(ev)
         if self.log_path is not None:
             try:
@@ -451,6 +480,92 @@ class Launcher:
                     f.write(json.dumps(ev, sort_keys=True) + "\n")
             except OSError as exc:
                 log.warning("kbuild-nvcc: cannot write %s: %s", self.log_path, exc)
+
+
+class _PlanRun:
+    """The state of one plan's execution, shared by its commands when they run in parallel: what the preprocessing
+    steps read (by command), the dependency file, the unit's module id (from its cicc steps, for its ptxas steps)."""
+
+    def __init__(self, launcher: Launcher, plan: Plan, argvs: list[tuple[str, ...]], env: dict[str, str], tmp: str,
+                 deps_target: str | None, *, capture_all: bool) -> None:
+        self.launcher = launcher
+        self.plan = plan
+        self.argvs = argvs
+        self.env = env
+        self.tmp = tmp
+        self.deps_target = deps_target
+        self.capture_all = capture_all
+        self.read: dict[int, list[str]] = {}
+        self.read_known = True
+        self.deps_file: tuple[Path, str] | None = None
+        self.module_id: str | None = None
+
+    def command(self, i: int) -> int:
+        """Run (or answer from the store) command ``i``; its exit status."""
+        la = self.launcher
+        cmd, argv = self.plan.commands[i], self.argvs[i]
+        if cmd.argv[0] == DEPS_STEP:
+            assert self.deps_target is not None
+            text = format_nvcc_deps(self.deps_target, union(self.read[j] for j in sorted(self.read)))
+            path = la.cwd / cmd.argv[1]
+            path.write_text(text)
+            self.deps_file = (path, text)
+            la._event("dependencies", "", "run", 0.0)
+            return 0
+        step: Step | None = None
+        make = _STEPS.get(cmd.tool)
+        if make is not None and la.store is not None:
+            try:
+                extra = {"module_id": self.module_id} if cmd.tool == "ptxas" else {}
+                step = make(argv, cwd=la.cwd, tmp=self.tmp, identity=la.identity(self.env, argv[0]), **extra)
+                if cmd.tool == "cicc":
+                    self.module_id = step.volatile.get("module_id") or self.module_id
+            except NotCacheable as exc:
+                log.warning("kbuild-nvcc: %s runs uncached: %s", cmd.tool, exc)
+                step = None
+        if step is not None and la._restore(step, self.tmp):
+            la._tuned(cmd.tool, step, argv, self.env)
+            return 0
+        t0 = time.perf_counter()
+        rc, output, pid = la._run(argv, self.env, capture=step is not None or self.capture_all)
+        pinned = None
+        if rc == 0 and cmd.tool == "cudafe++":
+            rc, pinned = self._pin_module_id(argv, pid)
+        seconds = time.perf_counter() - t0
+        if rc != 0:
+            return rc
+        if is_preprocess(cmd.argv):
+            try:
+                self.read[i] = parse_make_deps(Path(argv[-1]).read_text(errors="replace"))
+            except OSError:
+                self.read_known = False  # what the unit read is not known: no direct answer next time
+        extra_ev: dict[str, Any] = {"start": round(t0 - la._t0, 4)}  # seconds after the launcher began
+        if pinned:
+            extra_ev["module_id_pinned"] = pinned
+        if step is None:
+            la._event(cmd.tool, "", "run" if cmd.tool not in _STEPS else "uncached", seconds, **extra_ev)
+        else:
+            la._save(step, self.tmp, output, seconds, **extra_ev)
+            la._tuned(cmd.tool, step, argv, self.env)
+        return 0
+
+    def _pin_module_id(self, argv: Sequence[str], pid: int) -> tuple[int, str | None]:
+        """After ``cudafe++`` generated the unit's module id: when it ends in that process's id, the id with
+        :func:`kbuild.nvcc.module_id.unit_suffix` instead, and cudafe++ run again reading it
+        (:mod:`kbuild.nvcc.module_id`). The exit status and the new id (None when nothing changed)."""
+        if "--gen_module_id_file" not in argv:
+            return 0, None
+        path = module_id.module_id_file(argv, self.launcher.cwd)
+        inputs = [a for a in argv[1:] if not a.startswith("-") and a.endswith(".ii")]
+        if path is None or len(inputs) != 1:
+            return 0, None
+        generated = path.read_text(errors="replace").strip()
+        if not module_id.pid_suffix(generated, pid):
+            return 0, None
+        new = module_id.pinned(generated, pid, module_id.unit_suffix(self.launcher.cwd / inputs[0], argv, self.tmp))
+        path.write_text(new)
+        rc, _, _ = self.launcher._run(module_id.read_mode(argv), self.env, capture=True, echo=False)
+        return rc, new
 
 
 def _relocated(blobs: dict[str, bytes], module_id: str) -> dict[str, bytes]:

@@ -6,8 +6,12 @@ its internal variables (``PATH=...``, ``CICC_PATH=...``), then the commands, whi
 ``DIR`` (no process ids), so the plan is the same from run to run and the files outlive each command.
 
 :func:`parse_plan` turns the text into a :class:`Plan`; anything it cannot read with certainty
-(a line without the prefix, a shell operator, a variable it cannot expand, no device compile at all)
-raises :class:`Unsupported` with the reason, and the launcher then runs plain nvcc.
+(a line without the prefix, anything the shell would expand or interpret (:mod:`kbuild.nvcc.shell`), no device
+compile at all) raises :class:`Unsupported` with the reason, and the launcher then runs plain nvcc.
+
+``--threads N`` is not passed to the dryrun (:func:`split_threads`): with it nvcc prints the same steps reordered,
+each redirected to its own random temporary files; the launcher runs the plain plan's independent steps in
+parallel itself (:mod:`kbuild.nvcc.schedule`).
 """
 
 from __future__ import annotations
@@ -20,9 +24,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .shell import ShellExpansion, expand
+
 _PREFIX = "#$ "
 _ASSIGN = re.compile(r"^([_A-Za-z][_A-Za-z0-9]*)=(.*)$")
-_SHELL_OPERATORS = {">", ">>", "<", "|", "||", "&&", ";", "&"}
+_THREADED = re.compile(r">\s*\S*tmpxft\S*_stdout\s+2>")
 _DEPS = re.compile(r"^-- Filter Dependencies -- > (.+)$")
 
 #: The pseudo-command of nvcc's plan that writes the dependency file (``-MD``/``-MMD``).
@@ -40,8 +46,6 @@ CONFLICTING_FLAGS = {
     "-keep-dir": "the launcher keeps nvcc's intermediate files in its own directory",
     "--save-temps": "the launcher keeps nvcc's intermediate files in its own directory",
     "-save-temps": "the launcher keeps nvcc's intermediate files in its own directory",
-    "--threads": "the launcher runs the plan's steps itself",
-    "-t": "the launcher runs the plan's steps itself",
 }
 
 
@@ -75,6 +79,18 @@ class Plan:
     def tools(self) -> list[str]:
         return [c.tool for c in self.commands]
 
+    def normalised(self) -> dict[str, object]:
+        """The plan with its keep directory written as ``@TMP@``: the same for the same compile in every run (the
+        direct mode's key, :mod:`kbuild.nvcc.direct`)."""
+        tmp = str(self.keep_dir)
+        return {"env": {k: v.replace(tmp, "@TMP@") for k, v in self.env.items()},
+                "commands": [[a.replace(tmp, "@TMP@") for a in c.argv] for c in self.commands]}
+
+    def response_files(self) -> list[str]:
+        """The ``@file`` arguments of the plan's commands (``-Xcompiler @h.rsp``): files a tool reads its
+        arguments from, which no dependency list names."""
+        return list(dict.fromkeys(a[1:] for c in self.commands for a in c.argv[1:] if a.startswith("@") and a[1:]))
+
 
 def conflicting_flag(args: Sequence[str]) -> str | None:
     """The first argument the launcher cannot honour and why (``"--keep: ..."``), or None."""
@@ -82,9 +98,33 @@ def conflicting_flag(args: Sequence[str]) -> str | None:
         name = a.split("=", 1)[0]
         if name in CONFLICTING_FLAGS:
             return f"{name}: {CONFLICTING_FLAGS[name]}"
-        if name.startswith("--threads") or (name.startswith("-t") and name[2:].isdigit()):
-            return f"{a}: {CONFLICTING_FLAGS['--threads']}"
     return None
+
+
+def split_threads(args: Sequence[str]) -> tuple[int, list[str]]:
+    """nvcc's ``--threads N`` (``-t N``, ``-tN``, ``--threads=N``, ``-t=N``) and the arguments without it: how
+    many steps may run at once (``0``: one per CPU, as nvcc reads it; absent: 1). A value that is not a number
+    stays in the arguments, for nvcc to reject."""
+    threads = 1
+    rest: list[str] = []
+    i = 0
+    while i < len(args):
+        a = args[i]
+        value: str | None = None
+        width = 1
+        if a in ("--threads", "-t") and i + 1 < len(args):
+            value, width = args[i + 1], 2
+        elif a.startswith(("--threads=", "-t=")):
+            value = a.split("=", 1)[1]
+        elif a.startswith("-t") and a[2:].isdigit():
+            value = a[2:]
+        if value is not None and value.isdigit():
+            threads = int(value) or (os.cpu_count() or 1)
+            i += width
+            continue
+        rest.append(a)
+        i += 1
+    return threads, rest
 
 
 def dryrun(nvcc: str, args: Sequence[str], keep_dir: Path, *, cwd: Path,
@@ -122,31 +162,29 @@ def parse_plan(text: str, *, keep_dir: Path) -> Plan:
         if m and not commands:
             env[m.group(1)] = m.group(2)
             continue
-        expanded = _expand(body, env, n)
+        if _THREADED.search(body):
+            raise Unsupported("nvcc's plan redirects each step to temporary files (--threads in an options file or "
+                              "NVCC_PREPEND_FLAGS/NVCC_APPEND_FLAGS; the launcher reads it on the command line)")
+        try:
+            expanded = expand(body, env)
+        except ShellExpansion as exc:
+            raise Unsupported(f"nvcc runs its {_tool_name(body)} step through a shell, which would interpret {exc}; "
+                              "what it makes of it cannot be keyed") from None
         try:
             argv = shlex.split(expanded)
         except ValueError as exc:
             raise Unsupported(f"line {n} of nvcc's plan cannot be split into arguments ({exc})") from None
         if not argv:
             continue
-        ops = [a for a in argv if a in _SHELL_OPERATORS]
-        if ops:
-            raise Unsupported(f"line {n} of nvcc's plan uses the shell operator {ops[0]!r}")
         commands.append(Command(tuple(argv), n))
     if not any(c.tool == "cicc" for c in commands):
         raise Unsupported("nvcc's plan compiles no device code (no cicc step)")
     return Plan(env=env, commands=commands, keep_dir=keep_dir)
 
 
-def _expand(line: str, env: Mapping[str, str], n: int) -> str:
-    """``$NAME`` replaced by nvcc's own assignment. A ``$`` left over (a variable nvcc did not assign) is
-    :class:`Unsupported`: the shell would have read it from the environment, and guessing is not certain."""
-    def sub(m: re.Match[str]) -> str:
-        name = m.group(1) or m.group(2)
-        if name not in env:
-            raise Unsupported(f"line {n} of nvcc's plan uses ${name}, which the plan does not assign")
-        return env[name]
-    return re.sub(r"\$\{([_A-Za-z][_A-Za-z0-9]*)\}|\$([_A-Za-z][_A-Za-z0-9]*)", sub, line)
+def _tool_name(body: str) -> str:
+    first = body.split(None, 1)[0] if body.split() else ""
+    return Path(first.strip('"').replace("$CICC_PATH/", "")).name
 
 
 def _strip_quotes(text: str) -> str:
@@ -182,6 +220,16 @@ def is_preprocess(argv: Sequence[str]) -> bool:
                                 for i, a in enumerate(argv))
 
 
+_GNU_DRIVER = re.compile(r"^(?:.*-)?(?:gcc|g\+\+|cc|c\+\+|clang|clang\+\+)(?:-\d+(?:\.\d+)*)?$")
+
+
+def is_host_compile(argv: Sequence[str]) -> bool:
+    """The plan's host compile by a gcc- or clang-style driver (``g++ -c ... X.cudafe1.cpp -o X.o``): it takes
+    ``-fdebug-prefix-map`` (the launcher maps its temporary directory, whose name is random, out of ``-g`` debug
+    information)."""
+    return "-c" in argv and "-E" not in argv and bool(_GNU_DRIVER.match(Path(argv[0]).name))
+
+
 def child_env(plan: Plan, base: Mapping[str, str]) -> dict[str, str]:
     """The environment of the plan's commands: ``base`` with nvcc's assignments on top (as nvcc's own shell
     would export them; ``PATH`` names the toolkit's ``bin`` and ``nvvm/bin`` first)."""
@@ -203,5 +251,5 @@ def which(tool: str, env: Mapping[str, str], cwd: Path) -> str:
     return found
 
 
-__all__ = ["CONFLICTING_FLAGS", "DEPS_STEP", "Command", "Plan", "Unsupported", "child_env", "conflicting_flag", "dependency_target", "dryrun", "is_preprocess",
-           "parse_plan", "which"]
+__all__ = ["CONFLICTING_FLAGS", "DEPS_STEP", "Command", "Plan", "Unsupported", "child_env", "conflicting_flag", "dependency_target", "dryrun", "is_host_compile", "is_preprocess",
+           "parse_plan", "split_threads", "which"]

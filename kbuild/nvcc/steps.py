@@ -101,10 +101,19 @@ def _norm(arg: str, tmp: str) -> str:
     return arg.replace(tmp, TMP_PLACEHOLDER)
 
 
+def _arguments(argv: tuple[str, ...]) -> list[str]:
+    """The step's arguments; :class:`NotCacheable` when one is a response file (``@file``): the key would not
+    cover what it says."""
+    found = next((a for a in argv[1:] if a.startswith("@")), None)
+    if found is not None:
+        raise NotCacheable(f"{Path(argv[0]).name} reads arguments from the response file {found}")
+    return list(argv[1:])
+
+
 def cicc_step(argv: tuple[str, ...], *, cwd: Path, tmp: str, identity: dict[str, Any]) -> Step:
     """The :class:`Step` of one ``cicc`` command. :class:`NotCacheable` when its input (exactly one
     ``*.ii`` argument) or outputs are not found as expected."""
-    args = list(argv[1:])
+    args = _arguments(argv)
     outputs: dict[str, Path] = {}
     volatile: dict[str, str] = {}
     kept: list[str] = []
@@ -161,7 +170,7 @@ def cudafe_step(argv: tuple[str, ...], *, cwd: Path, tmp: str, identity: dict[st
     for the host (one ``*.ii`` input) into ``--gen_c_file_name`` and, with ``--gen_module_id_file``, the module
     id file. Every argument but the output names is in the key, the source's path included (the module id is
     derived from it). Its stub file is not kept: the last cicc step writes the same file again."""
-    args = list(argv[1:])
+    args = _arguments(argv)
     kept: list[str] = []
     inputs: list[Path] = []
     outputs: dict[str, Path] = {}
@@ -193,6 +202,7 @@ def cudafe_step(argv: tuple[str, ...], *, cwd: Path, tmp: str, identity: dict[st
     components = {
         "schema": STEP_KEY_SCHEMA,
         "tool": "cudafe++",
+        "module_id": "pinned",  # its pid replaced (kbuild.nvcc.module_id); entries from before are not read
         "identity": identity,
         "args": kept,
         "input_sha256": _file_digest(inputs[0], tmp),
@@ -206,7 +216,7 @@ def ptxas_step(argv: tuple[str, ...], *, cwd: Path, tmp: str, identity: dict[str
     """The :class:`Step` of one ``ptxas`` command (one ``*.ptx`` input, ``-o`` the cubin). With the unit's
     ``module_id`` (from its cicc step) and that id in the PTX, the key reads the PTX with the id as its
     placeholder, and the step relocates its cubin."""
-    args = list(argv[1:])
+    args = _arguments(argv)
     kept: list[str] = []
     inputs: list[Path] = []
     out: Path | None = None

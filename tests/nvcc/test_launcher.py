@@ -32,7 +32,7 @@ def test_second_compile_runs_no_cicc_no_ptxas_and_writes_the_same_object(nvcc, l
     assert a == b == c
 
 
-def test_direct_mode_answers_an_unchanged_compile_without_nvcc_and_misses_after_an_edit(nvcc, launcher, cu):
+def test_direct_mode_answers_an_unchanged_compile_without_running_its_steps_and_misses_after_an_edit(nvcc, launcher, cu):
     args = compile_args("k.o", "-MD", "-MT", "k.o", "-MF", "k.d")
     assert launcher(nvcc, *args, cwd=cu).returncode == 0
     obj, deps = (cu / "k.o").read_bytes(), (cu / "k.d").read_text()
@@ -41,7 +41,7 @@ def test_direct_mode_answers_an_unchanged_compile_without_nvcc_and_misses_after_
     again = launcher(nvcc, *args, cwd=cu)
     assert again.returncode == 0
     assert again.count("nvcc", "direct-hit") == 1
-    assert {e["tool"] for e in again.events} == {"nvcc"}  # nothing else ran
+    assert {e["tool"] for e in again.events} == {"nvcc"}  # nothing but nvcc's --dryrun (the key) ran
     assert (cu / "k.o").read_bytes() == obj and (cu / "k.d").read_text() == deps
     # an edit of the source: no direct answer, the unit compiles, cicc runs again for both architectures
     (cu / "k.cu").write_text((cu / "k.cu").read_text().replace("2.f * v", "3.f * v"))

@@ -10,8 +10,19 @@ from pathlib import Path
 
 import pytest
 
+from kbuild.nvcc import schedule
 from kbuild.nvcc.deps import format_nvcc_deps, parse_make_deps, union
-from kbuild.nvcc.plan import DEPS_STEP, Unsupported, conflicting_flag, dependency_target, dryrun, parse_plan
+from kbuild.nvcc.plan import (
+    DEPS_STEP,
+    Unsupported,
+    conflicting_flag,
+    dependency_target,
+    dryrun,
+    is_preprocess,
+    parse_plan,
+    split_threads,
+)
+from kbuild.nvcc.steps import NotCacheable, cicc_step, cudafe_step, ptxas_step
 
 KEEP = Path("/tmp/keep")
 
@@ -25,8 +36,8 @@ def test_assignments_are_expanded_in_the_commands():
 
 
 @pytest.mark.parametrize(("text", "reason"), [
-    ("#$ cicc a.ii -o a.ptx > log\n", "shell operator '>'"),
-    ("#$ $NOPE/cicc a.ii\n", "$NOPE, which the plan does not assign"),
+    ("#$ cicc a.ii -o a.ptx > log\n", "the operator '>'"),
+    ("#$ $NOPE/cicc a.ii\n", "$NOPE (not assigned by nvcc"),
     ("#$ cicc a.ii\nnvcc warning: something\n", "line 2 of nvcc's plan is not a step"),
     ("#$ gcc -E a.cu -o a.ii\n#$ gcc -c a.ii -o a.o\n", "compiles no device code"),
     ('#$ cicc "unterminated\n', "cannot be split"),
@@ -44,8 +55,22 @@ def test_the_dependency_pseudo_step_is_kept_with_its_file():
 
 def test_flags_the_launcher_cannot_honour():
     assert conflicting_flag(["-c", "a.cu", "--keep-dir", "d"]).startswith("--keep-dir")
-    assert conflicting_flag(["-t4"]) is not None and conflicting_flag(["--threads=2"]) is not None
+    assert conflicting_flag(["-t4"]) is None and conflicting_flag(["--threads=2"]) is None  # run by the launcher
     assert conflicting_flag(["-c", "a.cu", "-o", "a.o", "-O3"]) is None
+
+
+@pytest.mark.parametrize(("args", "threads", "rest"), [
+    (["-c", "a.cu", "--threads", "4"], 4, ["-c", "a.cu"]),
+    (["--threads=3", "-c"], 3, ["-c"]),
+    (["-t", "2", "-c"], 2, ["-c"]),
+    (["-t5"], 5, []),
+    (["-t=6", "-time", "t.csv"], 6, ["-time", "t.csv"]),
+    (["-c"], 1, ["-c"]),
+    (["--threads", "x"], 1, ["--threads", "x"]),  # not a number: left for nvcc to reject
+])
+def test_split_threads(args, threads, rest):
+    assert split_threads(args) == (threads, rest)
+    assert split_threads(["--threads", "0"])[0] >= 1  # nvcc's 0: one per CPU
 
 
 def test_dependency_target():
@@ -80,3 +105,57 @@ def test_kbuild_nvcc_where(nvcc):
                          text=True, check=True).stdout
     doc = json.loads(out)
     assert doc["nvcc"] == nvcc and Path(doc["toolkit"], "bin", "ptxas").is_file()
+
+
+@pytest.mark.parametrize("make", [cicc_step, ptxas_step, cudafe_step])
+def test_a_cached_step_with_a_response_file_is_not_cached(make, tmp_path):
+    """Its key would hold the name ``@f.rsp``, not what the file says: the step runs uncached instead."""
+    argv = ("/opt/bin/tool", "@f.rsp", "a.ii", "-o", "a.ptx")
+    with pytest.raises(NotCacheable, match=r"response file @f\.rsp"):
+        make(argv, cwd=tmp_path, tmp=str(tmp_path), identity={})
+
+
+def test_the_schedule_of_a_real_plan_keeps_each_architecture_in_order_and_the_rest_apart(nvcc, cu, tmp_path):
+    """What ``--threads`` may overlap (:mod:`kbuild.nvcc.schedule`): each architecture's preprocessing, cicc and
+    ptxas in order, after cudafe++ (the module id file); no architecture waits for another; fatbinary and the
+    host compile wait for everything before them."""
+    keep = tmp_path / "keep"
+    keep.mkdir()
+    plan = dryrun(nvcc, ["-c", "k.cu", "-o", "k.o", "-gencode", "arch=compute_80,code=sm_80", "-gencode",
+                         "arch=compute_90,code=sm_90"], keep, cwd=cu, env={"PATH": "/usr/bin:/bin"})
+    argvs = [c.argv for c in plan.commands]
+    overlaps = [c.tool in ("cicc", "ptxas", "cudafe++") or is_preprocess(c.argv) for c in plan.commands]
+    deps = schedule.dependencies(argvs, overlaps, keep, cu)
+    tools = plan.tools()
+    at = {t: [i for i, x in enumerate(tools) if x == t] for t in set(tools)}
+    (cudafe,) = at["cudafe++"]
+    c80, c90 = at["cicc"]
+    p80, p90 = at["ptxas"]
+    assert cudafe in deps[c80] and cudafe in deps[c90] and c80 not in deps[c90]
+    assert deps[p80] == {c80} and deps[p90] == {c90}
+    (fatbin,) = at["fatbinary"]
+    assert deps[fatbin] == set(range(fatbin)) and deps[-1] == set(range(len(argvs) - 1))
+
+
+def test_the_scheduler_runs_at_most_n_and_stops_after_a_failure():
+    import threading
+    import time
+
+    lock = threading.Lock()
+    now = most = 0
+    ran: list[int] = []
+
+    def job(i: int) -> int:
+        nonlocal now, most
+        with lock:
+            now += 1
+            most = max(most, now)
+            ran.append(i)
+        time.sleep(0.05)
+        with lock:
+            now -= 1
+        return 3 if i == 2 else 0
+
+    deps = [set(), set(), set(), set(), {0, 1, 2, 3}, set()]
+    assert schedule.run(deps, job, 2) == 3
+    assert most == 2 and 4 not in ran  # the barrier after the failure never started
