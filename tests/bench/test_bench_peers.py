@@ -110,7 +110,7 @@ def test_bare_gemm_is_checked_against_a_at_b_not_the_fused_reference() -> None:
     assert peers.rel_err(out["c_ptr"], spec.reference(x)["c_ptr"]) > 0.1  # type: ignore[misc]
 
 
-@pytest.mark.hostile(fault="a peer that computes something else", outcome="reported as disagreeing, not hidden")
+@pytest.mark.hostile(fault="a peer that computes something else", outcome="degraded with warning")
 def test_a_disagreeing_peer_is_reported() -> None:
     spec = SMALL["softmax"]
     x = spec.make_inputs(0, "cpu")
@@ -121,7 +121,7 @@ def test_a_disagreeing_peer_is_reported() -> None:
     assert prepared.record["agrees"] is False and prepared.record["rel_err"]["y_ptr"] > spec.reference_tol
 
 
-@pytest.mark.hostile(fault="a peer that raises (backend refuses the shape)", outcome="unavailable with the reason")
+@pytest.mark.hostile(fault="a peer that raises (backend refuses the shape)", outcome="degraded with warning")
 def test_a_failing_peer_is_unavailable_with_the_reason_and_warnings() -> None:
     import warnings
 
@@ -232,7 +232,7 @@ def test_a_valid_pin_gets_as_far_as_the_gpu_check() -> None:
     assert res.returncode == 2 and "no sm_90 GPU here" in res.stderr
 
 
-@pytest.mark.hostile(fault="a bad --config or --configs-from", outcome="exit 2 naming the argument, file or key")
+@pytest.mark.hostile(fault="a bad --config or --configs-from", outcome="clean error")
 @pytest.mark.parametrize(("args", "message"), [
     (["softmax", "--config", "softmax"], "expected KERNEL=LABEL"),
     (["softmax", "--config", "softmax=w3,s1"], "'w3,s1' is not a configuration label"),
@@ -245,7 +245,7 @@ def test_bad_pins_are_usage_errors(args: list[str], message: str) -> None:
     assert "Traceback" not in res.stderr
 
 
-@pytest.mark.hostile(fault="a bad --configs-from file", outcome="exit 2 naming the file and key")
+@pytest.mark.hostile(fault="a bad --configs-from file", outcome="clean error")
 @pytest.mark.parametrize(("doc", "message"), [
     ("[1, 2]", "expected a JSON object"),
     ("{not json", "not valid JSON"),
