@@ -82,7 +82,7 @@ def test_records_replay_on_a_reset_schedule():
     assert np.array_equal(s.yield_, s._yield0)
 
 
-@pytest.mark.hostile(fault="malformed move record", outcome="UsageError naming the record")
+@pytest.mark.hostile(fault="malformed move record", outcome="clean error")
 @pytest.mark.parametrize("record", [("jump", 1, 2), (1, 2), ("far", 1, 0), ("yield", 1.5, 1), "up", (True, 0)])
 def test_malformed_records_are_usage_errors(record):
     s = schedule(FAR)
