@@ -26,19 +26,6 @@ from kbuild.key import digest
 from kbuild.runtime.package import write_package_data
 
 
-@pytest.fixture(scope="session")
-def block_2048_build(jit_settings: Any) -> Any:
-    """The same softmax declared with BLOCK=2048, compiled for sm_90 (a second specialisation, as a package
-    shipping both sizes has)."""
-    from kbuild.hooks.pipeline import run_pipeline
-
-    softmax = jit_settings.kernel("softmax")
-    wide = dataclasses.replace(softmax, name="softmax_2048", constexprs={"BLOCK": 2048})
-    settings = dataclasses.replace(jit_settings, kernels=[*jit_settings.kernels, wide])
-    (build,) = run_pipeline(settings, kernels=["softmax_2048"], targets=["sm_90"])
-    return build
-
-
 @pytest.fixture
 def shipped(jit_settings: Any, baseline_builds: list[Any], block_2048_build: Any, tmp_path: Path) -> Any:
     return write_package_data(jit_settings, [*baseline_builds, block_2048_build], tmp_path / "kbx_jit")
