@@ -31,18 +31,20 @@ keys' components together with a fingerprint of everything they were computed fr
   fingerprint; a memo is written only when each value is *proven* to be a function of those files
   (:class:`_Provenance`): bound once, at the top of its module, to literals (arithmetic,
   ``tl.constexpr(...)`` and other such proven globals, or an import of one), and rebound by nothing.
-  Rebinding is ruled out by reading the source of the defining module and of every loose file in the
-  fingerprint (the kernels' packages, the modules outside installed distributions they import): none
-  may assign or delete an attribute of that name (``consts.SCALE = ...`` in a package's
+  Rebinding is ruled out by reading the source of the defining module and of every file in the
+  fingerprint whose module was loaded (of the kernels' packages, and the modules outside installed
+  distributions they import; a file nothing imported never ran): none may assign or delete an
+  attribute of that name (``consts.SCALE = ...`` in a package's
   ``__init__.py``), nor write a namespace without spelling the name it binds (``exec``, ``eval``,
   ``setattr`` with a computed name, ``vars(m)``, ``__dict__``, ``__setattr__``, ``__builtins__``;
   and in the defining module ``globals()``, ``locals()``, ``vars()``); a loose module that is not
   Python source (a compiled extension) cannot be read, so it is taken to rebind. A value computed at
   import time from anything else (an environment variable, a data file) could change with every file
   unchanged, so such a project always resolves in full: the keys come from importing the kernels,
-  as without a memo. Code of installed distributions is covered by their ``RECORD`` but not read for
-  rebinding (it would rule out every kernel that imports torch); a distribution that writes into
-  another package's module at import time is outside what the memo can see.
+  as without a memo. Code of other installed distributions (not the kernels' packages) is covered by
+  their ``RECORD`` but not read for rebinding (it would rule out every kernel that imports torch); a
+  distribution that writes into another package's module at import time is outside what the memo
+  can see.
 
 A later build recomputes the fingerprint from those files alone (no imports) and, when it is
 unchanged, reuses the keys. Any difference, a missing file, a tool override (``KBUILD_PTXAS``)
@@ -718,6 +720,14 @@ class _Provenance:
         return source is not None and source.partition(".")[0] == "triton"
 
 
+def _loaded_files(files: Iterable[str]) -> list[str]:
+    """Those of ``files`` that are the source of a module loaded in this process: the code that ran before the
+    keys were computed (a file of the kernels' packages that nothing imported rebinds nothing)."""
+    loaded = {os.path.normpath(os.path.abspath(f)) for m in list(sys.modules.values())
+              if isinstance(f := getattr(m, "__file__", None), str)}
+    return [f for f in files if f in loaded]
+
+
 def _folded_values(builds: Sequence[Any], scope: Iterable[str]) -> dict[str, str] | None:
     """``{"module:name": value}`` of the globals Triton folds into these kernels; None when some value is
     not proven to be a function of the source files (see the module docstring). ``scope``: the loose source
@@ -790,7 +800,7 @@ def save(settings: Any, kernels: Sequence[Any], targets: Sequence[Any], builds: 
         code = _loaded_code(settings, {b.fn.__module__ for b in builds if getattr(b, "fn", None) is not None})
         if code is None:
             return
-        folded = _folded_values(builds, code["files"])
+        folded = _folded_values(builds, _loaded_files(code["files"]))
         ptxas = _ptxas_identity()
         kbuild_code = _kbuild_code()
         if folded is None or ptxas is None or kbuild_code is None:

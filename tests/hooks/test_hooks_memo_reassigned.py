@@ -200,3 +200,14 @@ def test_the_code_that_computes_keys_is_derived_from_its_imports():
     for mod in (kbuild.space, kbuild.compile.signature, kbuild.key, kbuild.hooks.pipeline):
         assert str(Path(mod.__file__).resolve()) in {str(Path(f).resolve()) for f in code}, mod.__name__
     assert not [f for f in code if "/tests/" in f]
+
+
+def test_only_files_whose_module_ran_are_read_for_rebinding(tmp_path: Path):
+    """A file of the kernels' package that nothing imported never ran: its ``setattr`` (Liger's monkey_patch.py)
+    cannot have rebound a value, and must not cost the memo."""
+    import kbuild.hooks.memo as memo
+    from kbuild.hooks.memo import _loaded_files
+
+    never = tmp_path / "never_imported.py"
+    never.write_text("setattr(object, 'x', 1)\n")
+    assert _loaded_files([memo.__file__, str(never)]) == [memo.__file__]
