@@ -4,7 +4,10 @@ Resolving (phase 1 of the pipeline) imports Triton and every kernel module to co
 that import is most of what an all-hit build costs. The memo records, after a full resolve, the
 keys' components together with a fingerprint of everything they were computed from:
 
-* kbuild's version, the Python version and the source files of the code that computes keys;
+* kbuild's version, the Python version and the source files of the code that computes keys: every
+  module of kbuild that the pipeline's source imports, transitively, lazy imports inside functions
+  included (:func:`_kbuild_code`, derived from the ``import`` statements when the memo is written, so
+  no module that decides a key can be left off a hand-kept list);
 * Triton's version string (``__version__`` read from its source, not imported) and ptxas: the
   path, size and modification time of each binary Triton runs, and its ``--version``;
 * the environment variables Triton reads while compiling: every ``TRITON_*``, the ``MLIR_*``,
@@ -25,10 +28,23 @@ keys' components together with a fingerprint of everything they were computed fr
 * the kernel declarations, targets, tune mode and tuner settings;
 * the global values Triton folds into each kernel (``SCALE = tl.constexpr(2.0)``, or
   ``consts.SCALE``; :func:`kbuild.compile.triton_aot.folded_globals`). Their files are in the
-  fingerprint; a memo is written only when each value is plainly a function of those files (an
-  assignment of literals, arithmetic, ``tl.constexpr(...)`` and other such globals, or an import of
-  one). A value computed at import time from anything else (an environment variable, a data file)
-  could change with every file unchanged, so such a project always resolves in full.
+  fingerprint; a memo is written only when each value is *proven* to be a function of those files
+  (:class:`_Provenance`): bound once, at the top of its module, to literals (arithmetic,
+  ``tl.constexpr(...)`` and other such proven globals, or an import of one), and rebound by nothing.
+  Rebinding is ruled out by reading the source of the defining module and of every file in the
+  fingerprint whose module was loaded (of the kernels' packages, and the modules outside installed
+  distributions they import; a file nothing imported never ran): none may assign or delete an
+  attribute of that name (``consts.SCALE = ...`` in a package's
+  ``__init__.py``), nor write a namespace without spelling the name it binds (``exec``, ``eval``,
+  ``setattr`` with a computed name, ``vars(m)``, ``__dict__``, ``__setattr__``, ``__builtins__``;
+  and in the defining module ``globals()``, ``locals()``, ``vars()``); a loose module that is not
+  Python source (a compiled extension) cannot be read, so it is taken to rebind. A value computed at
+  import time from anything else (an environment variable, a data file) could change with every file
+  unchanged, so such a project always resolves in full: the keys come from importing the kernels,
+  as without a memo. Code of other installed distributions (not the kernels' packages) is covered by
+  their ``RECORD`` but not read for rebinding (it would rule out every kernel that imports torch); a
+  distribution that writes into another package's module at import time is outside what the memo
+  can see.
 
 A later build recomputes the fingerprint from those files alone (no imports) and, when it is
 unchanged, reuses the keys. Any difference, a missing file, a tool override (``KBUILD_PTXAS``)
@@ -58,10 +74,10 @@ from kbuild.jsonio import read_json_file
 
 log = logging.getLogger(__name__)
 
-MEMO_SCHEMA = 3
-#: Modules of kbuild whose code decides the keys.
-_KEY_CODE = ("kbuild.key", "kbuild.compile.triton_aot", "kbuild.targets", "kbuild.config", "kbuild.tune",
-             "kbuild.hooks.pipeline", "kbuild.hooks.memo")
+MEMO_SCHEMA = 4
+#: Where the code that computes keys starts: these modules and every kbuild module their source imports
+#: (:func:`_kbuild_code`).
+_KEY_CODE_ROOTS = ("kbuild.hooks.pipeline", "kbuild.hooks.memo")
 #: Environment variables Triton reads while compiling, by prefix (see the module docstring).
 _ENV_PREFIXES = ("TRITON_", "MLIR_", "LLVM_", "NVPTX_", "AMDGCN_", "DISABLE_")
 
@@ -75,15 +91,6 @@ def _sha_file(path: str | Path) -> str | None:
         return _sha_bytes(Path(path).read_bytes())
     except OSError:
         return None
-
-
-def _module_file(name: str) -> str | None:
-    mod = sys.modules.get(name)
-    origin = getattr(mod, "__file__", None) if mod is not None else None
-    if origin is None:
-        spec = importlib.util.find_spec(name)
-        origin = spec.origin if spec is not None else None
-    return origin
 
 
 def _triton_version() -> str | None:
@@ -136,15 +143,91 @@ def _environment() -> dict[str, Any] | None:
     triton = _triton_version()
     if triton is None:
         return None
-    code = {}
-    for name in _KEY_CODE:
-        f = _module_file(name)
-        digest = _sha_file(f) if f else None
-        if digest is None:
-            return None
-        code[name] = digest
     return {"schema": MEMO_SCHEMA, "kbuild": __version__, "python": sys.version, "executable": sys.executable,
-            "triton": triton, "code": code}
+            "triton": triton}
+
+
+def _kbuild_code() -> dict[str, str] | None:
+    """File → sha256 of every kbuild module that computes keys: :data:`_KEY_CODE_ROOTS` and, transitively,
+    each ``kbuild.*`` module their source names in an ``import`` (inside functions too). Modules are located
+    without importing them (a lazily imported one need not be loaded); None when one cannot be read."""
+    from importlib.machinery import PathFinder
+
+    files: dict[str, str] = {}
+    where: dict[str, Any] = {}
+
+    def spec_of(name: str) -> Any:
+        if name not in where:
+            mod = sys.modules.get(name)
+            spec = getattr(mod, "__spec__", None) if mod is not None else None
+            if spec is None:
+                parent, _, _ = name.rpartition(".")
+                locations = getattr(spec_of(parent), "submodule_search_locations", None) if parent else None
+                spec = PathFinder.find_spec(name, list(locations)) if locations else None
+            where[name] = spec
+        return where[name]
+
+    stack = list(_KEY_CODE_ROOTS)
+    seen: set[str] = set()
+    while stack:
+        name = stack.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        spec = spec_of(name)
+        if spec is None:  # "from kbuild.m import f": f is a name in kbuild.m, not a module
+            continue
+        origin = spec.origin
+        if origin in (None, "namespace"):  # a namespace package: its modules are found by their own names
+            continue
+        if not isinstance(origin, str) or not origin.endswith(".py"):
+            return None
+        data = _read(origin)
+        if data is None:
+            return None
+        files[os.path.normpath(os.path.abspath(origin))] = _sha_bytes(data)
+        package = name if spec.submodule_search_locations else name.rpartition(".")[0]
+        for imported in _import_statements(data, package):
+            if imported.partition(".")[0] == "kbuild":
+                stack.extend(_with_parents(imported))
+    return files
+
+
+def _read(path: str | Path) -> bytes | None:
+    try:
+        return Path(path).read_bytes()
+    except OSError:
+        return None
+
+
+def _import_statements(source: bytes, package: str) -> set[str]:
+    """The absolute module names the ``import`` statements of ``source`` name (``from m import a``: ``m`` and
+    ``m.a``, which may be a submodule or a name in ``m``)."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError):
+        return set()
+    names: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            try:
+                base = importlib.util.resolve_name("." * node.level + (node.module or ""), package) if node.level \
+                    else node.module or ""
+            except (ImportError, ValueError):
+                continue
+            names.add(base)
+            names.update(f"{base}.{alias.name}" for alias in node.names if alias.name != "*")
+    return names
+
+
+def _files_hold(files: Mapping[str, str]) -> bool:
+    for f, digest in files.items():
+        if _sha_file(f) != digest:
+            log.debug("memo: %s changed", f)
+            return False
+    return True
 
 
 def _memo_path(settings: Any, doc: dict[str, Any]) -> Path:
@@ -210,23 +293,10 @@ def _imported_names(mod: Any) -> set[str]:
     path = getattr(mod, "__file__", None)
     if not isinstance(path, str) or not path.endswith(".py"):
         return set()
-    try:
-        tree = ast.parse(Path(path).read_bytes())
-    except (OSError, SyntaxError, ValueError):
+    data = _read(path)
+    if data is None:
         return set()
-    names: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            names.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            try:
-                base = importlib.util.resolve_name("." * node.level + (node.module or ""),
-                                                   getattr(mod, "__package__", None) or "") if node.level \
-                    else node.module or ""
-            except (ImportError, ValueError):
-                continue
-            names.add(base)
-            names.update(f"{base}.{alias.name}" for alias in node.names)
+    names = _import_statements(data, getattr(mod, "__package__", None) or "")
     return {parent for name in names for parent in _with_parents(name)}
 
 
@@ -325,11 +395,7 @@ def _loaded_code_holds(settings: Any, code: dict[str, Any]) -> bool:
             if now != where:
                 log.debug("memo: %s is now found at %s, not %s", top, now, where)
                 return False
-    for f, digest in code["files"].items():
-        if _sha_file(f) != digest:
-            log.debug("memo: %s changed", f)
-            return False
-    return True
+    return _files_hold(code["files"])
 
 
 def _ptxas_identity() -> list[dict[str, Any]] | None:
@@ -371,11 +437,115 @@ _PURE_CALLS = frozenset({"int", "float", "bool", "str", "tuple", "abs", "min", "
 _CONSTANT_MODULES = frozenset({"triton", "math"})
 
 
-class _Provenance:
-    """Decides whether module-level names are bound, once, to values computed from literals alone."""
+#: Names through which code writes a namespace without spelling the name it binds, called by name
+#: (``exec(...)``, ``vars(m)[...]``): ``exec``/``eval`` run any code; ``vars``, ``setattr`` with a computed name
+#: and ``__builtins__`` reach any module.
+_WRITERS = frozenset({"exec", "eval", "vars", "setattr", "delattr", "__builtins__"})
+#: The same as attributes of any object: ``m.__dict__[...]``, ``object.__setattr__(m, ...)``,
+#: ``monkeypatch.setattr(m, name, ...)`` (``x.exec``/``x.eval`` count only on the ``builtins`` module:
+#: ``model.eval()`` writes nothing).
+_WRITER_ATTRIBUTES = frozenset({"__dict__", "__setattr__", "__delattr__", "setattr", "delattr", "__builtins__"})
+#: Names that write the namespace of the module they are used in: ``globals()["SCALE"] = ...``.
+_OWN_WRITERS = frozenset({"globals", "locals"})
+_SETATTRS = frozenset({"setattr", "delattr", "__setattr__", "__delattr__"})
 
-    def __init__(self) -> None:
+
+@dataclasses.dataclass(frozen=True)
+class _Writes:
+    """What one module's source can rebind: the attribute names it assigns or deletes (``m.SCALE = ...``,
+    ``del m.SCALE``, ``setattr(m, "SCALE", v)``), and the first construct that writes a namespace without
+    naming what it binds, in any module (``opaque``) or in its own (``opaque_own``: ``globals()``)."""
+
+    attributes: frozenset[str]
+    opaque: str | None
+    opaque_own: str | None
+
+    @classmethod
+    def of(cls, tree: ast.Module | None, where: str) -> _Writes:
+        if tree is None:
+            return cls(frozenset(), f"{where} is not Python source kbuild can read", None)
+        builtins_names = {"builtins", "__builtins__"} | {
+            a.asname or a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names
+            if a.name == "builtins"}
+        attributes: set[str] = set()
+        named: set[int] = set()  # the function of setattr(m, "NAME", v): a named write, not an opaque one
+        opaque: str | None = None
+        own: str | None = None
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.Call):
+                continue
+            called = _called_name(node.func)
+            texts = [a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+            if called in _SETATTRS and len(node.args) >= 2 and not any(isinstance(a, ast.Starred) for a in node.args):
+                if any(isinstance(a, ast.Constant) and isinstance(a.value, str) for a in node.args[1:2]) \
+                        or any("." in t for t in texts):  # monkeypatch.setattr("pkg.mod.NAME", value)
+                    attributes.update(t.rpartition(".")[2] for t in texts)
+                    named.add(id(node.func))
+            elif called == "getattr" and any(t in _WRITERS | _WRITER_ATTRIBUTES | _OWN_WRITERS for t in texts):
+                opaque = opaque or f"{where}:{node.lineno} gets {next(t for t in texts if t in _WRITERS | _WRITER_ATTRIBUTES | _OWN_WRITERS)} by name"
+        for node in ast.walk(tree):
+            line = f"{where}:{getattr(node, 'lineno', '?')}"
+            if isinstance(node, ast.Attribute):
+                if isinstance(node.ctx, (ast.Store, ast.Del)):
+                    attributes.add(node.attr)
+                on_builtins = isinstance(node.value, ast.Name) and node.value.id in builtins_names
+                if id(node) not in named and (node.attr in _WRITER_ATTRIBUTES or
+                                              (on_builtins and node.attr in _WRITERS | _OWN_WRITERS)):
+                    opaque = opaque or f"{line} uses .{node.attr}"
+            elif isinstance(node, ast.Name) and id(node) not in named:
+                if node.id in _WRITERS:
+                    opaque = opaque or f"{line} uses {node.id}"
+                elif node.id in _OWN_WRITERS:
+                    own = own or f"{line} uses {node.id}"
+        return cls(frozenset(attributes), opaque, own)
+
+
+def _called_name(func: ast.expr) -> str | None:
+    return func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else None
+
+
+class _Provenance:
+    """Decides whether module-level names are bound, once, to values computed from literals alone, and
+    rebound by nothing: neither by the defining module nor by the source files in ``scope`` (the loose
+    files of the fingerprint), see :class:`_Writes`. ``why`` holds the reason of the last refusal."""
+
+    def __init__(self, scope: Iterable[str] = ()) -> None:
+        from importlib.machinery import all_suffixes
+
         self._trees: dict[str, ast.Module | None] = {}
+        self._scope = sorted({f for f in scope if f.endswith(tuple(all_suffixes()))})  # modules, not pyproject.toml
+        self._writes: dict[str, _Writes] = {}
+        self.why = ""
+
+    def _writes_of(self, path: str) -> _Writes:
+        if path not in self._writes:
+            tree = None
+            if path.endswith(".py"):
+                data = _read(path)
+                try:
+                    tree = ast.parse(data) if data is not None else None
+                except (SyntaxError, ValueError):
+                    tree = None
+            self._writes[path] = _Writes.of(tree, path)
+        return self._writes[path]
+
+    def _rebound(self, module: str, name: str) -> str | None:
+        """Why ``module.name`` may be rebound after its one binding (None: nothing can rebind it)."""
+        path = getattr(sys.modules.get(module), "__file__", None)
+        own = self._writes_of(os.path.normpath(os.path.abspath(path))) if isinstance(path, str) else None
+        if own is None:
+            return f"{module} has no source file"
+        if own.opaque_own or own.opaque:
+            return own.opaque_own or own.opaque
+        if name in own.attributes:
+            return f"{path} assigns an attribute named {name}"
+        for f in self._scope:
+            w = self._writes_of(f)
+            if w.opaque:
+                return w.opaque
+            if name in w.attributes:
+                return f"{f} assigns an attribute named {name}"
+        return None
 
     def _tree(self, module: str) -> ast.Module | None:
         if module not in self._trees:
@@ -456,17 +626,26 @@ class _Provenance:
             return None
 
     def proven(self, module: str | None, name: str, depth: int = 0) -> bool:
-        """Whether ``module.name`` is bound once, at the top of the module, to a literal-only value."""
+        """Whether ``module.name`` is bound once, at the top of the module, to a literal-only value, and
+        nothing can rebind it."""
         if module is None or depth > 32:
+            self.why = "no module, or too deep a chain of names"
             return False
         if module.partition(".")[0] in _CONSTANT_MODULES:
             return True
         tree = self._tree(module)
         if tree is None:
+            self.why = f"{module} has no Python source"
             return False
         bindings = self._bindings(tree, name)
         if len(bindings) != 1 or not bindings[0][1]:
+            self.why = f"{module}.{name} is bound {len(bindings)} times, or not at the top of the module"
             return False
+        rebound = self._rebound(module, name)
+        if rebound is not None:
+            self.why = f"{module}.{name} may be rebound: {rebound}"
+            return False
+        self.why = f"{module}.{name} is not computed from literals alone"
         st = bindings[0][0]
         if isinstance(st, ast.ImportFrom) and all(a.name != "*" for a in st.names):
             alias = next(a for a in st.names if (a.asname or a.name) == name)
@@ -541,19 +720,29 @@ class _Provenance:
         return source is not None and source.partition(".")[0] == "triton"
 
 
-def _folded_values(builds: Sequence[Any]) -> dict[str, str] | None:
+def _loaded_files(files: Iterable[str]) -> list[str]:
+    """Those of ``files`` that are the source of a module loaded in this process: the code that ran before the
+    keys were computed (a file of the kernels' packages that nothing imported rebinds nothing)."""
+    loaded = {os.path.normpath(os.path.abspath(f)) for m in list(sys.modules.values())
+              if isinstance(f := getattr(m, "__file__", None), str)}
+    return [f for f in files if f in loaded]
+
+
+def _folded_values(builds: Sequence[Any], scope: Iterable[str]) -> dict[str, str] | None:
     """``{"module:name": value}`` of the globals Triton folds into these kernels; None when some value is
-    not plainly a function of the source files (see the module docstring)."""
+    not proven to be a function of the source files (see the module docstring). ``scope``: the loose source
+    files of the fingerprint, each read for code that could rebind a value."""
     from kbuild.compile.triton_aot import folded_globals
 
-    proof = _Provenance()
+    proof = _Provenance(scope)
     out: dict[str, str] = {}
     for fn in {id(b.fn): b.fn for b in builds if b.fn is not None}.values():
         for g in folded_globals(fn):
             text = g.text
             if text is None or "." in g.name or not proof.proven(g.module, g.name):  # "Config.BLOCK": not proven
-                log.debug("memo not written: %s:%s (folded into %s) is not computed from literals alone",
-                          g.module, g.name, getattr(fn, "__name__", fn))
+                log.debug("memo not written: %s:%s (folded into %s) is not proven constant: %s",
+                          g.module, g.name, getattr(fn, "__name__", fn),
+                          proof.why if text is not None and "." not in g.name else "not a plain module global")
                 return None
             out[f"{g.module}:{g.name}"] = text
     return out
@@ -592,7 +781,8 @@ def load(settings: Any, kernels: Sequence[Any], targets: Sequence[Any]) -> list[
         if memo["triton_env"] != _compile_env(memo["env_names"]):
             log.debug("memo %s: Triton's environment changed", path)
             return None
-        if not _ptxas_holds(memo["ptxas"]) or not _loaded_code_holds(settings, memo["code"]):
+        if not _files_hold(memo["kbuild_code"]) or not _ptxas_holds(memo["ptxas"]) \
+                or not _loaded_code_holds(settings, memo["code"]):
             return None
         return list(memo["builds"])
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
@@ -607,10 +797,13 @@ def save(settings: Any, kernels: Sequence[Any], targets: Sequence[Any], builds: 
         if env is None:
             return
         doc = _settings_doc(settings, kernels, targets)
-        folded = _folded_values(builds)
-        ptxas = _ptxas_identity()
         code = _loaded_code(settings, {b.fn.__module__ for b in builds if getattr(b, "fn", None) is not None})
-        if folded is None or ptxas is None or code is None:
+        if code is None:
+            return
+        folded = _folded_values(builds, _loaded_files(code["files"]))
+        ptxas = _ptxas_identity()
+        kbuild_code = _kbuild_code()
+        if folded is None or ptxas is None or kbuild_code is None:
             return
         for b in builds:  # the components must survive JSON with the same digest
             for key in (b.baseline_key, b.tuned_key):
@@ -619,6 +812,7 @@ def save(settings: Any, kernels: Sequence[Any], targets: Sequence[Any], builds: 
         names = _knob_names()
         memo = {"environment": env, "settings": json.loads(json.dumps(doc, default=str)),
                 "env_names": names, "triton_env": _compile_env(names), "ptxas": ptxas, "code": code,
+                "kbuild_code": kbuild_code,
                 "folded_globals": folded,
                 "builds": [{"kernel": b.spec.name, "target": b.target.name, "baseline": b.baseline_key.components,
                             "tuned": b.tuned_key.components if b.tuned_key is not None else None,

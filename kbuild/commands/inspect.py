@@ -4,7 +4,13 @@ Two kinds of wheel: an extension wheel's launchers are described by its ``.dist-
 manifest); a JIT package's wheel (``ship = "package-data"``) has the manifest too and ships the cubins as
 package data, ``<package>/_kbuild/index.json`` next to ``<sha256>.cubin`` files. This module reads both: each
 index is checked as the run time checks it (:func:`kbuild.runtime.index.parse_index`), and each cubin it names
-must be in the wheel with that sha256.
+as the run time checks it before loading it (:mod:`kbuild.runtime.verify`): in the wheel, of the recorded size
+and sha256, its ELF (architecture, kernel symbol, block size, parameter layout, shared-memory use) agreeing
+with the entry, and named by no entry of another key. The wheel's member names must be safe to install
+(relative, no ``..``, no backslash, each once), and a ``_kbuild/`` folder must hold only what kbuild writes.
+
+Exit status, as a verifier's: 0 when every check holds, 1 when one fails (each failure is a warning line, and
+the ``--json`` document lists them under ``"problems"``), 2 when the input cannot be read at all.
 """
 
 from __future__ import annotations
@@ -13,10 +19,12 @@ import argparse
 import hashlib
 import zipfile
 import zlib
+from collections import Counter
 from pathlib import Path, PurePosixPath
 from typing import Any
 
 from kbuild.console import emit_json, print_table, table_text, warn
+from kbuild.errors import ExitCode
 
 #: Errors a damaged zip member raises when read.
 _MEMBER_ERRORS = (zipfile.BadZipFile, zlib.error, EOFError, OSError, NotImplementedError, RuntimeError)
@@ -33,7 +41,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("wheel", metavar="WHEEL", help="a .whl file (or a kbuild.json manifest)")
     p.add_argument("--json", action="store_true",
                    help="print the manifest as one JSON document on stdout (with a \"package_data\" list for a "
-                        "wheel that ships package data)")
+                        "wheel that ships package data, and \"problems\": every failed check); the exit status is "
+                        "1 when a check fails")
     p.set_defaults(func=run)
 
 
@@ -44,28 +53,28 @@ def run(args: argparse.Namespace) -> int:
     # field used below has its type. Its strings are still untrusted: the table shows them through
     # table_text (no terminal escapes, no rich markup); --json keeps them, JSON-escaped.
     package_data: list[dict[str, Any]] = []
+    problems: list[str] = []
     if args.wheel.endswith(".json"):
         manifest: dict[str, Any] | None = read_manifest(args.wheel)
     else:
-        has_manifest, package_data = wheel_package_data(args.wheel)
+        has_manifest, package_data, problems = wheel_package_data(args.wheel)
         manifest = wheel_manifest(args.wheel) if has_manifest or not package_data else None
-        for data in package_data:
-            for e in data["entries"]:
-                if e["cubin_check"] != "ok":
-                    warn(f"{table_text(args.wheel)}!{table_text(e['cubin'])}: {e['cubin_check']}: "
-                         "the run time will not substitute this cubin")
+    for problem in problems:
+        warn(f"{table_text(args.wheel)}!{table_text(problem)}")
+    status = ExitCode.FAILED if problems else ExitCode.OK
     if args.json:
         doc = dict(manifest) if manifest is not None else {}
         if package_data:
             doc["package_data"] = package_data
+        doc["problems"] = problems
         emit_json(doc)
-        return 0
+        return status
     if manifest is not None:
         _print_manifest(args.wheel + (" (the build's manifest; the cubins shipped: its package data, below)"
                                       if package_data else ""), manifest)
     for data in package_data:
         _print_package_data(args.wheel, data)
-    return 0
+    return status
 
 
 def _print_manifest(wheel: str, manifest: dict[str, Any]) -> None:
@@ -110,11 +119,31 @@ def _is_index_name(name: str) -> bool:
             and not parts[0].endswith((".dist-info", ".data")))
 
 
-def wheel_package_data(wheel: str | Path) -> tuple[bool, list[dict[str, Any]]]:
-    """Whether ``wheel`` has a ``.dist-info/kbuild.json``, and its package data: one table per
-    ``<package>/_kbuild/index.json`` (``index``: the member's name, ``package``, ``kbuild_version``,
-    ``entries``: one per kernel × target, sorted by kernel and target, each with ``cubin_check``: ``ok``,
-    ``missing`` or ``sha256 mismatch``).
+def unsafe_member(name: str) -> str | None:
+    """Why a wheel member's name is not safe to install (None: it is): an installer writes it below
+    site-packages, so it must be a relative path without ``..``, backslashes or empty parts."""
+    if not name or "\0" in name:
+        return "an empty name or one with a NUL byte"
+    if name.startswith("/") or (len(name) > 1 and name[1] == ":"):
+        return "an absolute path"
+    if "\\" in name:
+        return "a backslash (a Windows path separator)"
+    parts = name.rstrip("/").split("/")
+    if ".." in parts:
+        return "'..' (a path out of the install folder)"
+    if any(part in ("", ".") for part in parts):
+        return "an empty or '.' path part"
+    return None
+
+
+def wheel_package_data(wheel: str | Path) -> tuple[bool, list[dict[str, Any]], list[str]]:
+    """Whether ``wheel`` has a ``.dist-info/kbuild.json``, its package data, and every failed check.
+
+    The package data: one table per ``<package>/_kbuild/index.json`` (``index``: the member's name, ``package``,
+    ``kbuild_version``, ``entries``: one per kernel × target, sorted by kernel and target, each with
+    ``cubin_check`` (``ok``, ``missing``, ``size mismatch``, ``sha256 mismatch``, ``ELF mismatch`` or
+    ``conflict``) and ``problems``, the reasons; ``problems``: members of the ``_kbuild/`` folder kbuild does not
+    write). The failed checks: those reasons, each prefixed with its member, and each unsafe member name.
 
     A :class:`~kbuild.errors.UsageError` names the wheel (and the member) when it is no zip, an index is over
     :data:`kbuild.jsonio.DEFAULT_MAX_BYTES` or is no kbuild runtime index (:func:`kbuild.runtime.index.parse_index`).
@@ -126,58 +155,92 @@ def wheel_package_data(wheel: str | Path) -> tuple[bool, list[dict[str, Any]]]:
         names = zf.namelist()
         has_manifest = any(n.count("/") == 1 and n.split("/")[0].endswith(".dist-info")
                            and n.endswith("/" + MANIFEST_NAME) for n in names)
+        problems = [f"{n}: unsafe member name: {why}" for n in names if (why := unsafe_member(n))]
+        problems += [f"{n}: appears {count} times" for n, count in sorted(Counter(names).items()) if count > 1]
         out = [_read_index(zf, path, name) for name in sorted(n for n in set(names) if _is_index_name(n))]
-    return has_manifest, out
+    for data in out:
+        problems += [f"{data['index'].rpartition('/')[0]}/: {p}" for p in data["problems"]]
+        problems += [f"{e['cubin']}: {p}" for e in data["entries"] for p in e["problems"]]
+    return has_manifest, out, problems
 
 
 def _read_index(zf: zipfile.ZipFile, path: Path, name: str) -> dict[str, Any]:
     from kbuild.errors import UsageError
     from kbuild.jsonio import DEFAULT_MAX_BYTES, load_json
-    from kbuild.runtime.index import parse_index
+    from kbuild.runtime.index import INDEX_FILE, parse_index
+    from kbuild.runtime.package import render_init
 
     where = f"{path}!{name}"
     info = zf.getinfo(name)
     if info.file_size > DEFAULT_MAX_BYTES:
         raise UsageError(f"{where}: {info.file_size:,} bytes, over the {DEFAULT_MAX_BYTES:,}-byte limit for an index")
-    try:
-        with zf.open(info) as f:
-            raw = f.read(DEFAULT_MAX_BYTES + 1)
-    except _MEMBER_ERRORS as exc:
-        raise UsageError(f"{where}: cannot read the member: {exc}") from None
+    raw = _read_member(zf, info, DEFAULT_MAX_BYTES, where=where)
     folder = PurePosixPath(name).parent
     index = parse_index(raw, data_dir=Path(folder.as_posix()), where=where)
-    members = set(zf.namelist())
+    infos = {i.filename: i for i in zf.infolist()}
     entries = []
     for key, e in index.entries.items():
         target = e["target"]
         speedup = e.get("speedup")
         member = (folder / e["cubin"]).as_posix()
+        check, problems = _check_cubin(zf, infos.get(member), key, e, index.conflicts.get(key),
+                                       where=f"{path}!{member}")
         entries.append({
             "key": key, "kernel": str(e.get("kernel", e["function"])), "function": e["function"],
             "target": str(target.get("name", "")), "arch": str(target.get("arch", "")),
             "tuned": e["tuned"], "speedup": speedup if _is_number(speedup) else None,
             "cubin": member, "cubin_sha256": e["cubin_sha256"],
             "cubin_bytes": e["cubin_bytes"] if _is_number(e.get("cubin_bytes")) else 0,
-            "cubin_check": _check_cubin(zf, member, e["cubin_sha256"], where=f"{path}!{member}")
-            if member in members else "missing",
+            "cubin_check": check, "problems": problems,
         })
     entries.sort(key=lambda x: (x["kernel"], x["target"], x["key"]))
     version = load_json(raw, where=where).get("kbuild_version")  # parse_index checked it is a table
+    expected = {INDEX_FILE, "__init__.py"} | {e["cubin"] for e in index.entries.values()}
+    folder_problems = [f"{n}: not written by kbuild (a _kbuild/ folder holds {INDEX_FILE}, __init__.py and "
+                       "the cubins its index names)" for n in sorted(infos)
+                       if PurePosixPath(n).parent == folder and PurePosixPath(n).name not in expected]
+    init = infos.get((folder / "__init__.py").as_posix())
+    if init is not None and _read_member(zf, init, 1 << 20, where=f"{path}!{init.filename}") != render_init(index.package):
+        folder_problems.append(f"__init__.py is not the module kbuild writes for package {index.package!r} "
+                               "(it runs when the package is imported)")
     return {"index": name, "package": index.package, "kbuild_version": version if isinstance(version, str) else None,
-            "entries": entries}
+            "entries": entries, "problems": folder_problems}
 
 
-def _check_cubin(zf: zipfile.ZipFile, member: str, sha256: str, *, where: str) -> str:
+def _read_member(zf: zipfile.ZipFile, info: zipfile.ZipInfo, limit: int, *, where: str) -> bytes:
+    """At most ``limit + 1`` bytes of a member (a longer one is then seen to be too long)."""
     from kbuild.errors import UsageError
 
-    h = hashlib.sha256()
     try:
-        with zf.open(member) as f:
-            for chunk in iter(lambda: f.read(1 << 20), b""):
-                h.update(chunk)
+        with zf.open(info) as f:
+            return f.read(limit + 1)
     except _MEMBER_ERRORS as exc:
         raise UsageError(f"{where}: cannot read the member: {exc}") from None
-    return "ok" if h.hexdigest() == sha256 else "sha256 mismatch"
+
+
+def _check_cubin(zf: zipfile.ZipFile, info: zipfile.ZipInfo | None, key: str, entry: dict[str, Any],
+                 conflict: str | None, *, where: str) -> tuple[str, list[str]]:
+    """``(status, reasons)`` of one entry's cubin, checked as the run time checks it before loading it."""
+    from kbuild.runtime.verify import MAX_CUBIN_BYTES, cubin_mismatch
+
+    problems = [conflict] if conflict else []
+    status = "conflict" if conflict else "ok"
+    if info is None:
+        return "missing", [*problems, "not in the wheel"]
+    size = entry.get("cubin_bytes")
+    if type(size) is not int or not 0 < size <= MAX_CUBIN_BYTES:
+        return "size mismatch", [*problems, f"the entry records no usable cubin size (cubin_bytes {size!r:.40})"]
+    if info.file_size != size:
+        return "size mismatch", [*problems, f"{info.file_size:,} bytes, the entry records {size:,}"]
+    data = _read_member(zf, info, size, where=where)
+    if len(data) != size:
+        return "size mismatch", [*problems, f"{len(data):,} bytes read, the entry records {size:,}"]
+    if hashlib.sha256(data).hexdigest() != entry["cubin_sha256"]:
+        return "sha256 mismatch", [*problems, "sha256 mismatch: the run time will not load this cubin"]
+    elf = cubin_mismatch(data, entry, where=where)
+    if elf is not None:
+        return ("conflict" if conflict else "ELF mismatch"), [*problems, elf]
+    return status, problems
 
 
 def _is_number(value: object) -> bool:

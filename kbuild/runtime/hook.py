@@ -13,12 +13,15 @@ first launch. At that point the ``CompiledKernel`` holds its cubin in ``.kernel`
    baseline key exactly as the build does (:mod:`kbuild.runtime.keys`), with this device's compute
    capability (from the compiled kernel's target) and this Triton's version;
 3. on an entry with that key, checks the compiled kernel's symbol, shared memory, warps, CTAs and
-   scratch size against the entry, reads the cubin and verifies its sha256;
+   scratch size against the entry, reads the cubin (size, sha256) and compares its ELF with the entry
+   and with the cubin Triton just compiled (:mod:`kbuild.runtime.verify`: architecture, symbol,
+   parameter layout, block size, shared-memory use; and no other entry of another key names it);
 4. only then replaces ``.kernel`` and ``.asm["cubin"]``; Triton then loads the tuned cubin.
 
 Any mismatch, any unsupported argument, any error: nothing is changed and Triton's own cubin runs.
-A digest mismatch is logged as a warning (the package data is damaged); every other refusal and
-every substitution is logged once at debug level on the ``kbuild.runtime`` logger.
+A cubin refused by :mod:`kbuild.runtime.verify` is logged as a warning (the package data is damaged or
+was edited); every other refusal and every substitution is logged once at debug level on the
+``kbuild.runtime`` logger.
 ``KBUILD_RUNTIME=off`` (or 0/false/no; the settings' ``runtime`` field) disables :func:`enable` and the hook
 itself; a value that is neither true nor false disables them too, with one warning naming the variable.
 
@@ -33,7 +36,6 @@ indexes, artefacts that did not record it) and kernels the loader declined go th
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import json
 import logging
@@ -47,6 +49,7 @@ from kbuild.canonical import canonical_json
 from kbuild.config import env_setting
 from kbuild.errors import ConfigError
 from kbuild.runtime.index import CHECK_FIELDS, DATA_DIR, INDEX_FILE, Index, load_index
+from kbuild.runtime.verify import Expected, Refused, cubin_mismatch, read_cubin
 
 log = logging.getLogger("kbuild.runtime")
 
@@ -272,7 +275,7 @@ def _record(event: Event) -> None:
         log.debug("substituted %s cubin for %s [%s] from %s (kernel %s, key %s, sha256 %s, %s)%s",
                   "tuned" if event.tuned else "shipped", event.function, event.target, event.package, event.kernel,
                   (event.key or "")[:16], (event.cubin_sha256 or "")[:16], event.stage or "?", speed)
-    elif event.reason.startswith("cubin digest"):
+    elif event.reason.startswith(REFUSED):
         log.warning("%s: %s; Triton's own cubin is used", event.function, event.reason)
     else:
         log.debug("%s: no substitution: %s", event.function, event.reason)
@@ -349,13 +352,13 @@ def _substitute(kernel: Any, index: Index, key: str, entry: dict[str, Any], func
         if have != want:
             _record(Event(**base, substituted=False, reason=f"compiled kernel's {name} is {have!r}, entry says {want!r}"))
             return
-    cubin = _verified_cubin(index, entry)
-    if cubin is None:
-        _record(Event(**base, substituted=False,
-                      reason=f"cubin digest mismatch or unreadable: {index.data_dir / entry['cubin']}"))
+    if not kernel.kernel or kernel.kernel[:4] != b"\x7fELF":
+        _record(Event(**base, substituted=False, reason="Triton's kernel is not an ELF cubin"))
         return
-    if not kernel.kernel or kernel.kernel[:4] != b"\x7fELF" or cubin[:4] != b"\x7fELF":
-        _record(Event(**base, substituted=False, reason="not an ELF cubin"))
+    try:
+        cubin = verified_cubin(index, key, entry, call=_expected_of(kernel.kernel, md))
+    except Refused as exc:
+        _record(Event(**base, substituted=False, reason=f"{REFUSED}: {exc}"))
         return
     kernel.kernel = cubin
     kernel.asm["cubin"] = cubin
@@ -364,21 +367,43 @@ def _substitute(kernel: Any, index: Index, key: str, entry: dict[str, Any], func
                   speedup=entry.get("speedup"), cubin_sha256=entry["cubin_sha256"], stage="post-compile"))
 
 
-def _verified_cubin(index: Index, entry: Mapping[str, Any]) -> bytes | None:
+#: How a refusal of :func:`verified_cubin` starts in an :class:`Event` (logged as a warning).
+REFUSED = "shipped cubin refused"
+
+
+def verified_cubin(index: Index, key: str, entry: Mapping[str, Any], *, call: Expected | None = None) -> bytes:
+    """The cubin of ``index``'s entry ``key``, checked (:mod:`kbuild.runtime.verify`): no other key names it, it
+    is read within its recorded size with its sha256, and its ELF agrees with the entry and with ``call``.
+    :class:`~kbuild.runtime.verify.Refused` says why not. The bytes are kept once their digest held."""
+    conflict = index.conflicts.get(key)
+    if conflict is not None:
+        raise Refused(conflict)
     cache_key = (str(index.data_dir), str(entry["cubin_sha256"]))
     with _state.lock:
-        cached = _state.cubins.get(cache_key)
-    if cached is not None:
-        return cached
-    try:
-        data = (index.data_dir / str(entry["cubin"])).read_bytes()
-    except OSError:
-        return None
-    if hashlib.sha256(data).hexdigest() != entry["cubin_sha256"]:
-        return None
-    with _state.lock:
-        _state.cubins[cache_key] = data
+        data = _state.cubins.get(cache_key)
+    if data is None:
+        data = read_cubin(index.data_dir, entry)
+        with _state.lock:
+            _state.cubins[cache_key] = data
+    problem = cubin_mismatch(data, entry, where=str(index.data_dir / str(entry["cubin"])), call=call)
+    if problem is not None:
+        raise Refused(problem)
     return data
+
+
+def _expected_of(compiled: bytes, md: Any) -> Expected:
+    """What the cubin Triton compiled for this call states (its parameters, architecture, name), for the shipped
+    one to agree with; the parts that cannot be read are left unchecked."""
+    from kbuild.errors import UsageError
+    from kbuild.sass.elf import Cubin
+
+    try:
+        own = Cubin(compiled, "<Triton's cubin>")
+        name = getattr(md, "name", None)
+        params = [p.size for p in own.params(name)] if name in own.kernels() else None
+        return Expected(cc=own.sm, params=params, num_warps=getattr(md, "num_warps", None), name=name)
+    except UsageError:
+        return Expected(num_warps=getattr(md, "num_warps", None), name=getattr(md, "name", None))
 
 
 _ORDER = ("target", "compiler.triton", "kernel", "compiler.ptxas", "compiler")

@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -157,6 +157,9 @@ class Index:
     data_dir: Path
     entries: dict[str, dict[str, Any]]
     version: int = INDEX_VERSION
+    conflicts: dict[str, str] = field(default_factory=dict)
+    """Key → why the entry is not trusted although it parses: it names the same cubin as an entry of another
+    key (:func:`kbuild.runtime.verify.pairing_conflicts`)."""
 
     def by_function(self) -> dict[str, list[tuple[str, dict[str, Any]]]]:
         out: dict[str, list[tuple[str, dict[str, Any]]]] = {}
@@ -212,7 +215,10 @@ def _check_index(doc: Any, *, data_dir: Path, where: str) -> Index:
             raise IndexFormatError(f"{where}: entries.{key}: the key is not the digest of its key_components")
         if entry["cubin"] != f"{entry['cubin_sha256']}.cubin" or "/" in entry["cubin"] or "\\" in entry["cubin"]:
             raise IndexFormatError(f"{where}: entries.{key}: cubin file must be <sha256>.cubin")
-    return Index(package=str(doc.get("package", "")), data_dir=data_dir, entries=dict(entries), version=version)
+    from kbuild.runtime.verify import pairing_conflicts
+
+    return Index(package=str(doc.get("package", "")), data_dir=data_dir, entries=dict(entries), version=version,
+                 conflicts=pairing_conflicts(entries))
 
 
 def _check_v2_fields(entry: Mapping[str, Any], *, where: str) -> None:
@@ -238,11 +244,17 @@ def _check_v2_fields(entry: Mapping[str, Any], *, where: str) -> None:
 
 
 def load_index(path: str | Path) -> Index:
-    """The index file ``path``, read at most :data:`kbuild.jsonio.DEFAULT_MAX_BYTES` (16 MiB)."""
-    from kbuild.jsonio import read_json_file
+    """The index file ``path``: a regular file of at most :data:`kbuild.jsonio.DEFAULT_MAX_BYTES` (16 MiB),
+    read through :func:`kbuild.fsutil.read_bounded` (a FIFO or a device is refused, never waited on)."""
+    from kbuild.fsutil import read_bounded
+    from kbuild.jsonio import DEFAULT_MAX_BYTES
 
     p = Path(path)
-    return _check_index(read_json_file(p, error=IndexFormatError), data_dir=p.parent, where=str(p))
+    try:
+        data = read_bounded(p, max_bytes=DEFAULT_MAX_BYTES)
+    except OSError as exc:
+        raise IndexFormatError(f"{p}: cannot read: {exc.strerror or exc}") from None
+    return parse_index(data, data_dir=p.parent, where=str(p))
 
 
 __all__ = ["CHECK_FIELDS", "DATA_DIR", "INDEX_FILE", "INDEX_FORMAT", "INDEX_VERSION", "READ_VERSIONS", "Index",

@@ -30,8 +30,10 @@ exactly what ``triton.compile`` would get (the ``ASTSource``, the target, the op
 call's key (:func:`kbuild.runtime.keys.specialization_from_source`: signature types,
 divisibility and 1-specialisation, constexprs, every backend option, the target's compute
 capability, Triton's version) equals an index entry's, and the entry's recorded Triton metadata
-agrees with the call's options and target, it returns a ``CompiledKernel`` rebuilt from the
-shipped cubin (sha256-verified) and that metadata (:func:`kbuild.runtime.handover.kernel_from_payload`,
+agrees with the call's options and target, and the shipped cubin passes :func:`kbuild.runtime.hook.verified_cubin`
+(read within its recorded size, sha256, its ELF against the entry and the call: architecture, symbol, parameter
+layout, block size, shared-memory use; no other key names it), it returns a ``CompiledKernel`` rebuilt from the
+shipped cubin and that metadata (:func:`kbuild.runtime.handover.kernel_from_payload`,
 the same rebuild the tuner uses between processes). Triton then caches, hooks and launches it as
 its own. Anything else calls Triton's ``compile`` unchanged (logged once per kernel), after which
 the post-compile substitution of :mod:`kbuild.runtime.hook` still applies (version 1 indexes).
@@ -62,8 +64,9 @@ import threading
 from collections.abc import Mapping
 from typing import Any
 
-from kbuild.runtime.hook import Event, _record, _state, _verified_cubin, runtime_disabled
+from kbuild.runtime.hook import Event, _record, _state, runtime_disabled, verified_cubin
 from kbuild.runtime.index import CHECK_FIELDS, Index
+from kbuild.runtime.verify import Expected, Refused, call_params
 
 log = logging.getLogger("kbuild.runtime")
 
@@ -92,13 +95,14 @@ def _candidates(function: str, field: str) -> list[tuple[Index, str, dict[str, A
         return [c for c in _state.by_function.get(function, ()) if field in c[2]]
 
 
-def _fallback(function: str, reason: str) -> None:
-    """Log once per kernel that Triton's own path runs for it, and why (the first reason)."""
+def _fallback(function: str, reason: str, *, level: int = logging.INFO) -> None:
+    """Log once per kernel that Triton's own path runs for it, and why (the first reason); a shipped cubin
+    that failed its checks is a warning (``level``): the package data is damaged or was edited."""
     with _loader.lock:
         if function in _loader.fallbacks_logged:
             return
         _loader.fallbacks_logged.add(function)
-    log.info("%s: no shipped cubin for this call (%s); Triton compiles it", function, reason)
+    log.log(level, "%s: no shipped cubin for this call (%s); Triton compiles it", function, reason)
 
 
 def reset_fallback_log() -> None:
@@ -248,9 +252,12 @@ def shipped_kernel(src: Any, target: Any, options: Mapping[str, Any]) -> Any | N
         if problem is not None:
             _fallback(function, problem)
             return None
-        cubin = _verified_cubin(index, entry)
-        if cubin is None:
-            _fallback(function, f"cubin digest mismatch or unreadable: {index.data_dir / entry['cubin']}")
+        expected = Expected(cc=int(target.arch), params=call_params(getattr(src, "signature", None) or {}),
+                            num_warps=options.get("num_warps"), name=getattr(jit.fn, "__name__", None))
+        try:
+            cubin = verified_cubin(index, entry_key, entry, call=expected)
+        except Refused as exc:
+            _fallback(function, f"shipped cubin refused: {exc}", level=logging.WARNING)
             return None
         payload = KernelPayload(name=str(md["name"]), cubin=cubin, metadata_json=json.dumps(md),
                                 hash=str(md.get("hash") or entry["cubin_sha256"]))
@@ -330,6 +337,9 @@ def answer_autotuner(tuner: Any, *, arch: int | None = None) -> int:
     answered = 0
     for index, entry_key, entry in candidates:
         if entry["target"].get("cc") != arch or entry["triton_version"] != triton_version:
+            continue
+        if entry_key in index.conflicts:  # a self-contradicting index chooses nothing for the autotuner
+            _fallback(function, f"shipped cubin refused: {index.conflicts[entry_key]}", level=logging.WARNING)
             continue
         key = tuple(entry["autotune"]["key"])
         config = next((c for c in tuner.configs if config_matches(c, entry["config"])), None)

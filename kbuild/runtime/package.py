@@ -262,6 +262,27 @@ def select_shipped(builds: Iterable[Any], *, include_untuned: bool = False, sett
     return shipped, skipped
 
 
+def one_key_per_cubin(shipped: Sequence[Shipment]) -> tuple[list[Shipment], list[tuple[str, str, str]]]:
+    """``shipped`` without the shipments whose cubin another shipment files under another key, and ``(kernel,
+    target, reason)`` of each one left out. Two specialisations may compile to the same bytes (a constexpr the code
+    does not read); the run time refuses every entry of such a pair (:func:`kbuild.runtime.verify.pairing_conflicts`:
+    an index that names one cubin under two keys contradicts itself), so the build keeps the first key (by its hex)
+    and Triton compiles the others' calls."""
+    owner: dict[str, str] = {}
+    for s in sorted(shipped, key=lambda s: s.key.hex):
+        owner.setdefault(s.artefact.cubin_sha256, s.key.hex)
+    kept, left = [], []
+    for s in shipped:
+        first = owner[s.artefact.cubin_sha256]
+        if first == s.key.hex:
+            kept.append(s)
+        else:
+            left.append((s.build.spec.name, s.build.target.name,
+                         f"its cubin is byte-identical to that of key {first[:16]}, which ships it; a cubin answers one "
+                         "key at run time, so Triton compiles this one"))
+    return kept, left
+
+
 def render_init(package: str) -> bytes:
     return _INIT.format(package=package).encode("utf-8")
 
@@ -275,9 +296,12 @@ def write_package_data(settings: Settings, builds: Sequence[Any], package_dir: s
     package). What ships is :func:`select_shipped`'s choice (``settings.package_data``; ``include_untuned``
     ships every build whatever it says); ``store`` is where the default's compile of a config-tuned plain
     ``@triton.jit`` kernel is looked up (default: the settings' store, opened only then). The index is written
-    after the cubins, and stale files in ``_kbuild/`` are removed after it."""
+    after the cubins, and stale files in ``_kbuild/`` are removed after it. A cubin is filed under one key only
+    (:func:`one_key_per_cubin`)."""
     pkg = package or infer_package(settings, builds)
     shipped, skipped = select_shipped(builds, include_untuned=include_untuned, settings=settings, store=store)
+    shipped, shared = one_key_per_cubin(shipped)
+    skipped = [*skipped, *shared]
     index = build_index((index_entry(s.build, artefact=s.artefact, key=s.key, tuned=s.tuned, state=s.state,
                                      autotune_key=s.autotune_key, note=s.note) for s in shipped), package=pkg)
     data_dir = Path(package_dir) / DATA_DIR
@@ -298,4 +322,5 @@ def write_package_data(settings: Settings, builds: Sequence[Any], package_dir: s
     return PackageData(package=pkg, data_dir=data_dir, index=index, files=files, skipped=skipped, notes=notes)
 
 
-__all__ = ["PackageData", "Shipment", "config_key", "infer_package", "render_init", "select_shipped", "write_package_data"]
+__all__ = ["PackageData", "Shipment", "config_key", "infer_package", "one_key_per_cubin", "render_init", "select_shipped",
+           "write_package_data"]

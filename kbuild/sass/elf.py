@@ -1,8 +1,10 @@
 """kbuild's one reader for NVIDIA cubins (64-bit little-endian ELF), and an in-place patcher.
 
 Only what kbuild needs: the section table, ``.text.<kernel>``, the ``.nv.info`` attribute records
-(which general ELF libraries do not decode), relocation offsets into a kernel's text, and the CUDA
-architecture from the header. The SASS engine and measurement (:mod:`kbuild.tune.measure.cubin`)
+(which general ELF libraries do not decode), relocation offsets into a kernel's text, the CUDA
+architecture from the header, and what a kernel's interface looks like to the driver: its parameter
+layout (``EIATTR_KPARAM_INFO``), its required block size (``EIATTR_REQNTID``) and whether it uses
+shared memory (a ``.nv.shared.<kernel>`` section), which the run time compares with an index entry. The SASS engine and measurement (:mod:`kbuild.tune.measure.cubin`)
 both read cubins through this module. The tests check the section table and the relocations against
 pyelftools. Every malformed input raises :class:`kbuild.errors.UsageError` naming the file.
 
@@ -37,6 +39,11 @@ SHT_REL = 9
 SHT_NOBITS = 8
 SHDR_SIZE = 64  # Elf64_Shdr
 REL_SIZE, RELA_SIZE = 16, 24  # Elf64_Rel, Elf64_Rela
+#: ``.nv.info`` attributes of the CUDA ELF format that describe a kernel's interface; the same code and
+#: layout in every family kbuild has seen (sm_80 to sm_90a, ABI version 7; sm_100a and sm_120, version 8).
+EIATTR_REQNTID = 0x10  # three u32: the block size the kernel was compiled for (.reqntid)
+EIATTR_KPARAM_INFO = 0x17  # per parameter: u32 index, u16 ordinal, u16 offset, u32 flags (size in bits 18-31)
+EIATTR_CBANK_PARAM_SIZE = 0x19  # u16: bytes of parameters in the constant bank
 
 @dataclass(frozen=True)
 class Section:
@@ -61,6 +68,15 @@ class NvInfoRecord:
     attr: int
     value_offset: int  # absolute file offset of the value
     value: bytes
+
+
+@dataclass(frozen=True)
+class KernelParam:
+    """One kernel parameter as ``EIATTR_KPARAM_INFO`` records it: position, byte offset and size."""
+
+    ordinal: int
+    offset: int
+    size: int
 
 
 class Cubin:
@@ -193,6 +209,37 @@ class Cubin:
                 out.append(NvInfoRecord(name, fmt, attr, sec.offset + vstart, raw[vstart:vend]))
                 pos = vend
         return out
+
+    def params(self, kernel: str) -> list[KernelParam]:
+        """The kernel's parameters in order (``EIATTR_KPARAM_INFO`` of ``.nv.info.<kernel>``)."""
+        out = []
+        for rec in self.nvinfo(kernel):
+            if rec.attr != EIATTR_KPARAM_INFO or rec.section == ".nv.info":
+                continue
+            if rec.fmt != 0x04 or len(rec.value) != 12:
+                raise self._bad(f"{rec.section}: a parameter record of {len(rec.value)} bytes, expected 12")
+            _index, ordinal, offset, flags = struct.unpack("<IHHI", rec.value)
+            out.append(KernelParam(ordinal, offset, flags >> 18))
+        out.sort(key=lambda p: p.ordinal)
+        if [p.ordinal for p in out] != list(range(len(out))):
+            raise self._bad(f".nv.info.{kernel}: parameter ordinals {[p.ordinal for p in out]} are not 0..n-1")
+        return out
+
+    def required_threads(self, kernel: str) -> tuple[int, int, int] | None:
+        """The block size the kernel was compiled for (``EIATTR_REQNTID``), or None when it records none."""
+        for rec in self.nvinfo(kernel):
+            if rec.attr == EIATTR_REQNTID and rec.section != ".nv.info":
+                if rec.fmt != 0x04 or len(rec.value) != 12:
+                    raise self._bad(f"{rec.section}: a block-size record of {len(rec.value)} bytes, expected 12")
+                x, y, z = struct.unpack("<III", rec.value)
+                return x, y, z
+        return None
+
+    def uses_shared_memory(self, kernel: str) -> bool:
+        """Whether the kernel addresses shared memory: ptxas emits ``.nv.shared.<kernel>`` for static and
+        dynamic (``extern .shared``) use alike, and none for a kernel that uses none (Triton 3.6 cubins:
+        softmax and matmul have one, an elementwise kernel has none)."""
+        return self.section(f".nv.shared.{kernel}") is not None
 
     # --- relocations ---------------------------------------------------------------------------
     def relocation_offsets(self, kernel: str) -> list[int]:

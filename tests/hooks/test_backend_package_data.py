@@ -254,9 +254,9 @@ def test_inspect_flags_a_cubin_whose_digest_does_not_match(built: dict[str, Any]
     with zipfile.ZipFile(built["wheel"]) as src, zipfile.ZipFile(bad, "w") as dst:
         for info in src.infolist():
             data = src.read(info)
-            dst.writestr(info, data + b"x" if info.filename == victim else data)
+            dst.writestr(info, data[:-1] + bytes([data[-1] ^ 1]) if info.filename == victim else data)  # same size
     proc = kbuild_cli("inspect", str(bad), "--json", env={**built["env"], "COLUMNS": "1000"})
-    assert proc.returncode == 0, proc.stderr
+    assert proc.returncode == 1, proc.stderr  # a failed check, as a verifier says it (issue 32: it was 0)
     checks = {e["cubin"]: e["cubin_check"] for e in json.loads(proc.stdout)["package_data"][0]["entries"]}
     assert checks[victim] == "sha256 mismatch"
     assert sorted(checks.values()) == ["ok", "ok", "ok", "sha256 mismatch"]  # the other tuned one and 2 baselines

@@ -73,6 +73,19 @@ def baseline_builds(jit_settings: Any) -> list[Any]:
     return run_pipeline(jit_settings, kernels=["softmax"], targets=["sm_90", "sm_80"])
 
 
+@pytest.fixture(scope="session")
+def block_2048_build(jit_settings: Any) -> Any:
+    """The same softmax declared with BLOCK=2048, compiled for sm_90 (a second specialisation, as a package
+    shipping both sizes has)."""
+    from kbuild.hooks.pipeline import run_pipeline
+
+    softmax = jit_settings.kernel("softmax")
+    wide = dataclasses.replace(softmax, name="softmax_2048", constexprs={"BLOCK": 2048})
+    settings = dataclasses.replace(jit_settings, kernels=[*jit_settings.kernels, wide])
+    (build,) = run_pipeline(settings, kernels=["softmax_2048"], targets=["sm_90"])
+    return build
+
+
 @pytest.fixture
 def tuned_builds(jit_settings: Any, baseline_builds: list[Any]) -> list[Any]:
     return [make_tuned(jit_settings, dataclasses.replace(b)) for b in baseline_builds]

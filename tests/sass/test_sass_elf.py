@@ -92,3 +92,32 @@ def test_measurement_reports_malformed_cubins_as_its_own_error():
         mcubin.cubin_arch(b"MZ not an elf" + b"\0" * 64)
     with pytest.raises(UsageError):
         Cubin(b"MZ not an elf" + b"\0" * 64)
+
+
+#: file → the parameter sizes its kernel's source gives (tests/fixtures/sass/kernels.py, cubins/make.py: pointers 8,
+#: i32 4, ``:1`` arguments compiled away), then Triton 3.6's two scratch pointers; nvcc's sm_100a/sm_120 store
+#: kernel takes one pointer and no scratch.
+PARAMS = {
+    FIXTURES / "softmax.sm80.cubin": [8, 8, 4, 4, 4, 8, 8],
+    FIXTURES / "softmax.sm90.cubin": [8, 8, 4, 4, 4, 8, 8],
+    ARCH_FIXTURES / "softmax.sm86.cubin": [8, 8, 4, 4, 4, 8, 8],
+    ARCH_FIXTURES / "store.sm100a.cubin": [8],
+    ARCH_FIXTURES / "store.sm120.cubin": [8],
+}
+
+
+@pytest.mark.parametrize("path", ALL, ids=lambda p: p.stem)
+def test_parameters_fill_the_parameter_bank_it_declares(path):
+    """The parameter records (EIATTR_KPARAM_INFO) agree with the bank size the cubin states separately
+    (EIATTR_CBANK_PARAM_SIZE): contiguous up to alignment, ending at that size."""
+    c = Cubin(path.read_bytes(), str(path))
+    for kernel in c.kernels():
+        params = c.params(kernel)
+        (bank,) = [struct.unpack("<H", r.value)[0] for r in c.nvinfo(kernel) if r.attr == 0x19]
+        assert params and params[-1].offset + params[-1].size == bank
+        assert all(p.offset % p.size == 0 and (i == 0 or p.offset >= params[i - 1].offset + params[i - 1].size)
+                   for i, p in enumerate(params))
+        if path in PARAMS:
+            assert [p.size for p in params] == PARAMS[path]
+        threads = c.required_threads(kernel)
+        assert threads is None or (threads[0] % 32 == 0 and threads[1:] == (1, 1))
