@@ -446,8 +446,9 @@ class Settings:
 
     compile_timeout: float = _setting(600.0, env="KBUILD_COMPILE_TIMEOUT", check=_check_positive,
                                       schema={"exclusiveMinimum": 0})
-    """Most seconds ptxas may run on one kernel × target (wall clock). Past it ptxas is stopped and the build
-    fails with an error naming the kernel and the target."""
+    """Most seconds the compile of one kernel × target may take (wall clock): Triton's passes and ptxas, in a
+    child process. Past it the child is stopped and the build fails with an error naming the kernel, the target
+    and this setting (exit status 3)."""
 
     wgmma_hazards: WgmmaHazardMode = _setting("warn", env="KBUILD_WGMMA_HAZARDS")
     """What a wgmma register race in an sm_90 cubin does: an instruction that touches a register of a wgmma still
