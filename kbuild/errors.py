@@ -127,6 +127,11 @@ class StoreError(KBuildError):
     exit_code = ExitCode.STORE
 
 
+class ClusterUnreachableError(UsageError):
+    """No Ray cluster answers at the address ``kbuild prewarm --ray`` was given (its name does not resolve, nothing
+    listens, or what listens is not Ray), within the deadline: fix the address or start the cluster. Exit status 2."""
+
+
 class GPUUnavailableError(UsageError):
     """A command needs a GPU of a given architecture that this machine does not have."""
 
