@@ -274,7 +274,7 @@ class PrewarmSettings:
     connect_timeout: float = _setting(10.0, env="KBUILD_PREWARM_CONNECT_TIMEOUT", check=_check_positive,
                                       schema={"exclusiveMinimum": 0})
     """Most seconds the driver waits for the cluster at ``address`` to answer before it joins it: the host name
-    resolved, a TCP connection and the gRPC (HTTP/2) handshake of Ray's servers. Past it, or when nothing or
+    resolved, a TCP connection and a gRPC call answered, as Ray's servers answer it. Past it, or when nothing or
     something other than Ray answers, the prewarm stops with an error naming the address (exit status 2); left
     to itself, ``ray.init`` retried such an address for minutes."""
 

@@ -588,7 +588,7 @@ def check_cluster(settings: Settings, *, given: bool = True) -> str | None:
     where = _where_address(settings, given and settings.prewarm.address is not None)
     address = parse(text)  # the settings model checked the form already
     seconds = settings.prewarm.connect_timeout
-    h2 = parse_bool(env_value("RAY_USE_TLS") or "0") is not True  # Ray's TLS: the handshake is not plain HTTP/2
+    grpc = parse_bool(env_value("RAY_USE_TLS") or "0") is not True  # Ray's TLS: no plain HTTP/2 to speak
     if address.kind == "local":
         return "local"
     if address.kind == "client":
@@ -611,7 +611,7 @@ def check_cluster(settings: Settings, *, given: bool = True) -> str | None:
         where = ("the cluster Ray found for \"auto\" (RAY_ADDRESS, or the address the last `ray start` on this "
                  "machine left behind)")
     try:
-        check_reachable(address, seconds, h2=h2)
+        check_reachable(address, seconds, grpc=grpc)
     except ClusterUnreachableError as exc:
         hint = ("run `ray stop` (a cluster that died leaves its address behind) or unset RAY_ADDRESS, or pass --ray "
                 "local for a new cluster here") if address.text != text else (

@@ -108,27 +108,51 @@ def _http_server() -> Iterator[int]:
         server.server_close()
 
 
+@contextlib.contextmanager
+def _http2_not_grpc() -> Iterator[int]:
+    """An HTTP/2 server that is not gRPC, as an egress proxy is: its SETTINGS, then ``:status: 404`` on stream 1."""
+    listener = socket.create_server(("0.0.0.0", 0))
+    answer = (b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"  # SETTINGS (empty)
+              b"\x00\x00\x01\x01\x05\x00\x00\x00\x01\x8d")  # HEADERS, END_STREAM | END_HEADERS: :status 404
+
+    def serve() -> None:
+        with contextlib.suppress(OSError):
+            while True:
+                conn, _ = listener.accept()
+                with conn:
+                    conn.recv(65536)
+                    conn.sendall(answer)
+                    time.sleep(0.5)
+
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        yield int(listener.getsockname()[1])
+    finally:
+        listener.close()
+
+
 @pytest.mark.nginx
 @pytest.mark.hostile(fault="unreachable Ray address", outcome="clean error")
-@pytest.mark.parametrize("where", ["closed port", "no such host", "not Ray"])
+@pytest.mark.parametrize("where", ["closed port", "no such host", "not Ray", "HTTP/2 not gRPC"])
 def test_an_address_where_no_cluster_answers_fails_within_seconds(example_project: Path, where: str,
                                                                   dav_server: Any) -> None:
     """``ray.init`` retried these for minutes (``127.0.0.1:1`` and ``no-such-host.invalid:6379`` ran past 180 s,
-    with a shared tier that works, as here): kbuild checks the address first (name, TCP, gRPC handshake) and stops
+    with a shared tier that works, as here): kbuild checks the address first (name, TCP, a gRPC call) and stops
     with one line naming it, exit 2."""
     pytest.importorskip("ray")
     with contextlib.ExitStack() as stack:
         address = {"closed port": lambda: f"127.0.0.1:{closed_port()}",
                    "no such host": lambda: "no-such-host.invalid:6379",
-                   "not Ray": lambda: f"127.0.0.1:{stack.enter_context(_http_server())}"}[where]()
+                   "not Ray": lambda: f"127.0.0.1:{stack.enter_context(_http_server())}",
+                   "HTTP/2 not gRPC": lambda: f"127.0.0.1:{stack.enter_context(_http2_not_grpc())}"}[where]()
         proc, seconds = _prewarm(example_project / "pyproject.toml", "--ray", address, "--json",
-                                 remote=f"{dav_server.url}/t-{where.replace(' ', '-')}")
+                                 remote=f"{dav_server.url}/t-{where.replace(' ', '-').replace('/', '')}")
     assert proc.returncode == 2, proc.stderr
     assert "Traceback" not in proc.stderr and proc.stdout == ""
     (line,) = _error_lines(proc.stderr)
     assert f"--ray {address}" in line and "connect_timeout" in line, line
-    assert {"closed port": "connection refused", "no such host": "does not resolve",
-            "not Ray": "not a Ray cluster"}[where] in line
+    assert {"closed port": "connection refused", "no such host": "does not resolve", "not Ray": "not a Ray cluster",
+            "HTTP/2 not gRPC": "not as gRPC does"}[where] in line
     assert seconds < 30, f"took {seconds:.1f} s"
 
 
