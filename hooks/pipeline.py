@@ -563,17 +563,21 @@ def compile_baselines(settings: Settings, builds: Sequence[KernelBuild], store: 
                       on_step: Callable[[KernelBuild], None] | None = None) -> list[Any]:
     """Phases store (second half) and compile: each build without a tuned entry gets its stored baseline, or
     one compiled now; ``on_step`` hears of each build in turn. Returns the new artefacts; nothing is written
-    yet."""
+    yet. The compiles run one after another in one child process (:class:`kbuild.compile.workers.CompileProcess`),
+    each stopped past ``compile_timeout``."""
+    from kbuild.compile.workers import CompileProcess
+
     new: list[Any] = []
-    for b in builds:
-        if not b.tuned:
-            _find_or_compile(settings, b, store, new)
-        if on_step is not None:
-            on_step(b)
+    with CompileProcess() as process:
+        for b in builds:
+            if not b.tuned:
+                _find_or_compile(settings, b, store, new, process)
+            if on_step is not None:
+                on_step(b)
     return new
 
 
-def _find_or_compile(settings: Settings, b: KernelBuild, store: Any, new: list[Any]) -> None:
+def _find_or_compile(settings: Settings, b: KernelBuild, store: Any, new: list[Any], process: Any = None) -> None:
     found = store.get(b.baseline_key.hex)
     if found is None and b.fn is None:  # a memo build whose entry vanished since the check: import it now
         (fresh,) = resolve(settings, [settings.kernel(b.spec.name)], [b.target])
@@ -583,16 +587,16 @@ def _find_or_compile(settings: Settings, b: KernelBuild, store: Any, new: list[A
     if found is not None:
         b.artefact, b.hit = found, True
     else:
-        b.artefact = _compile_baseline(settings, b)
+        b.artefact = _compile_baseline(settings, b, process)
         new.append(b.artefact)
     b.status = untuned_reason(settings, b.target)
 
 
-def _compile_baseline(settings: Settings, b: KernelBuild) -> Any:
+def _compile_baseline(settings: Settings, b: KernelBuild, process: Any = None) -> Any:
     from kbuild.cache import Artefact
 
     started = time.time()
-    ck = compile_kernel(settings, b.spec, b.target, fn=b.fn)
+    ck = compile_kernel(settings, b.spec, b.target, fn=b.fn, process=process)
     meta = dict(ck.metadata)
     meta.update({
         "key": b.baseline_key.hex,

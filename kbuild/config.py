@@ -9,7 +9,8 @@ under the field) that the schema and ``kbuild config`` show. Field metadata says
 
 Sources, each beating the ones before it: defaults, ``pyproject.toml``'s ``[tool.kbuild]``, PEP 517
 config settings (``pip wheel -C kbuild.locked=true``), the environment (``KBUILD_LOCKED=1``), and last
-the command-line flags that exist (``kbuild emit --locked``; :func:`apply_flags`). A field marked
+the command-line flags that exist (``kbuild emit --locked``; :func:`apply_flags`, and :func:`apply_flag`,
+which holds a flag's value to the field's rules). A field marked
 ``env_only`` (a secret, a path on this machine, a switch of one process) comes from the environment
 alone. Strings become booleans by one rule, :func:`parse_bool`. A wrong type or an unknown key raises
 :class:`kbuild.errors.ConfigError` naming the file (or variable, or config setting) and the dotted
@@ -87,6 +88,17 @@ def _check_targets(value: list[str], conv: _Converter, path: str) -> None:
 def _check_positive(value: float, conv: _Converter, path: str) -> None:
     if value <= 0:
         raise conv.error(path, f"must be positive, got {value}")
+
+
+def _check_ray_address(value: str | None, conv: _Converter, path: str) -> None:
+    if value is None:
+        return
+    from kbuild.prewarm.address import parse  # standard library only; it imports nothing of Ray
+
+    try:
+        parse(value)
+    except ValueError as exc:
+        raise conv.error(path, str(exc)) from None
 
 
 def default_store_path() -> Path:
@@ -249,13 +261,22 @@ class PrewarmSettings:
     """``local``: one kernel × target at a time on this machine's GPUs; ``ray``: one Ray task per kernel × target
     on the cluster's GPU workers (``kbuild prewarm --ray``; needs ``pip install 'kbuild[ray]'``)."""
 
-    address: str | None = _setting(None, env="KBUILD_PREWARM_ADDRESS")
-    """The Ray cluster to join (``ray://host:10001``, ``host:6379`` or ``auto``); unset: Ray's own default (a
-    cluster started on this machine with ``ray start``, else a new local one). ``--ray ADDRESS`` beats it."""
+    address: str | None = _setting(None, env="KBUILD_PREWARM_ADDRESS", check=_check_ray_address)
+    """The Ray cluster to join: ``host:6379`` (the cluster's GCS), ``ray://host[:10001]`` (a Ray Client server,
+    needs ``ray[client]``), ``auto`` (``RAY_ADDRESS``, else the cluster ``ray start`` made on this machine) or
+    ``local`` (a new cluster on this machine); unset: ``auto`` if it finds one, else ``local``. ``--ray ADDRESS``
+    beats it. Before joining, kbuild checks that a Ray cluster answers there (``connect_timeout``)."""
 
     lease_seconds: float = _setting(300.0, check=_check_positive, schema={"exclusiveMinimum": 0})
     """Time to live of the lease a task holds in the shared tier while it tunes an entry (renewed every third
-    of it): how long a prewarm that died keeps another from that entry."""
+    of it): how long a prewarm that died keeps another from that entry. ``--lease-seconds`` beats it."""
+
+    connect_timeout: float = _setting(10.0, env="KBUILD_PREWARM_CONNECT_TIMEOUT", check=_check_positive,
+                                      schema={"exclusiveMinimum": 0})
+    """Most seconds the driver waits for the cluster at ``address`` to answer before it joins it: the host name
+    resolved, a TCP connection and a gRPC call answered, as Ray's servers answer it. Past it, or when nothing or
+    something other than Ray answers, the prewarm stops with an error naming the address (exit status 2); left
+    to itself, ``ray.init`` retried such an address for minutes."""
 
 
 @dataclass(frozen=True)
@@ -446,8 +467,9 @@ class Settings:
 
     compile_timeout: float = _setting(600.0, env="KBUILD_COMPILE_TIMEOUT", check=_check_positive,
                                       schema={"exclusiveMinimum": 0})
-    """Most seconds ptxas may run on one kernel × target (wall clock). Past it ptxas is stopped and the build
-    fails with an error naming the kernel and the target."""
+    """Most seconds the compile of one kernel × target may take (wall clock): Triton's passes and ptxas, in a
+    child process. Past it the child is stopped and the build fails with an error naming the kernel, the target
+    and this setting (exit status 3)."""
 
     wgmma_hazards: WgmmaHazardMode = _setting("warn", env="KBUILD_WGMMA_HAZARDS")
     """What a wgmma register race in an sm_90 cubin does: an instruction that touches a register of a wgmma still
@@ -1042,6 +1064,28 @@ def _apply_config_settings(s: Settings, config_settings: Mapping[str, Any] | Non
 def _replace_at(obj: Any, path: tuple[str, ...], value: Any) -> Any:
     head, *rest = path
     return dataclasses.replace(obj, **{head: _replace_at(getattr(obj, head), tuple(rest), value) if rest else value})
+
+
+def apply_flag(settings: Settings, path: str, value: Any, *, flag: str) -> Settings:
+    """The last source for one setting, a command-line ``flag`` (or a library function's argument) given as
+    ``value`` (None: not given, ``settings`` unchanged), at the dotted ``path`` of the model
+    (``"prewarm.lease_seconds"``). The value is held to the model's own rules for that field, as one from
+    ``pyproject.toml`` or the environment is (a finite number, its check: ``--lease-seconds nan`` is refused); a
+    bad one is a :class:`ConfigError` naming the flag."""
+    if value is None:
+        return settings
+    parts = tuple(path.split("."))
+    owner: Any = Settings
+    for name in parts:
+        f = owner.__dataclass_fields__[name]
+        tp = _hints(owner)[name]
+        owner = tp
+    conv = _Converter("command line")
+    new = conv.convert(value, tp, flag)
+    check = f.metadata.get("check")
+    if check is not None:
+        check(new, conv, flag)
+    return _replace_at(settings, parts, new)
 
 
 def apply_flags(settings: Settings, **flags: Any) -> Settings:

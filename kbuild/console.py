@@ -9,10 +9,11 @@ FORCE_COLOR), and ``--json`` output goes to stdout as one JSON document, so that
 from __future__ import annotations
 
 import json
+import os
 import re
 import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any, Protocol
 
 from rich.console import Console
@@ -58,6 +59,31 @@ def emit_json(obj: Any) -> None:
     json.dump(obj, sys.stdout, indent=2, sort_keys=False, default=str)
     sys.stdout.write("\n")
     sys.stdout.flush()
+
+
+@contextmanager
+def stdout_to_stderr() -> Iterator[None]:
+    """While it lasts, whatever anything writes to stdout goes to stderr instead: ``sys.stdout`` (Python's
+    ``print``, whichever thread) and file descriptor 1 (C extensions, child processes started meanwhile). For a
+    library that prints on its own while a command runs (Ray's ``(raylet) A worker died...``), so that stdout
+    holds only the command's own output (one ``--json`` document)."""
+    sys.stdout.flush()
+    saved = sys.stdout
+    try:
+        fd_saved: int | None = os.dup(1)
+        os.dup2(2, 1)
+    except OSError:  # no file descriptor 1 (a closed stdout): Python's stream alone
+        fd_saved = None
+    sys.stdout = sys.stderr
+    try:
+        yield
+    finally:
+        sys.stdout = saved
+        with suppress(OSError, ValueError):
+            sys.stderr.flush()
+        if fd_saved is not None:
+            os.dup2(fd_saved, 1)
+            os.close(fd_saved)
 
 
 def print_table(title: str | None, columns: Sequence[str], rows: Iterable[Sequence[Any]]) -> None:

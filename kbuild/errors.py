@@ -50,9 +50,23 @@ class ExitCode(enum.IntEnum):
 
 
 class KBuildError(Exception):
-    """Base class. ``exit_code`` is the process status the CLI exits with."""
+    """Base class. ``exit_code`` is the process status the CLI exits with.
+
+    Every one pickles as it is (class, message and attributes, whatever its ``__init__`` takes), so that an error
+    raised in another process (a compile process, a Ray task) reaches the CLI unchanged."""
 
     exit_code: ExitCode = ExitCode.FAILED
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (_rebuild, (type(self), self.args, self.__dict__))
+
+
+def _rebuild(cls: type[KBuildError], args: tuple[object, ...], state: dict[str, object]) -> KBuildError:
+    """A pickled :class:`KBuildError` back, without calling its ``__init__`` (whose parameters differ per class)."""
+    exc = cls.__new__(cls)
+    exc.args = args
+    exc.__dict__.update(state)
+    return exc
 
 
 class UsageError(KBuildError):
@@ -111,6 +125,11 @@ class StoreError(KBuildError):
     """The artefact store cannot be read or written (unreadable path, full disk, remote down under --strict)."""
 
     exit_code = ExitCode.STORE
+
+
+class ClusterUnreachableError(UsageError):
+    """No Ray cluster answers at the address ``kbuild prewarm --ray`` was given (its name does not resolve, nothing
+    listens, or what listens is not Ray), within the deadline: fix the address or start the cluster. Exit status 2."""
 
 
 class GPUUnavailableError(UsageError):

@@ -7,8 +7,9 @@ numpy); ``remote`` adds the Redis tier; ``ray`` the distributed prewarm (``kbuil
 pyproject.toml's ``[project.optional-dependencies]`` is the install side of the same table
 (tests/test_light_deps.py checks the two agree).
 
-Nothing here imports an optional package: :func:`missing` asks the import system where a package would
-come from (:func:`importlib.util.find_spec`), which runs none of its code.
+Nothing here imports an optional package until asked to: :func:`missing` asks the import system where a package
+would come from (:func:`importlib.util.find_spec`), which runs none of its code; :func:`import_extra` imports one
+for a command that needs it, turning a failed import into the same kind of error.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import importlib.util
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from kbuild.errors import MissingDependencyError
 
@@ -45,6 +47,21 @@ def missing_error(extra: str, what: str, names: list[str]) -> MissingDependencyE
     return MissingDependencyError(
         f"{what} needs kbuild's [{extra}] extra, and {', '.join(names)} "
         f"{'is' if len(names) == 1 else 'are'} not installed; install it with: pip install 'kbuild[{extra}]'")
+
+
+def import_extra(extra: str, module: str, what: str) -> Any:
+    """``module`` (a package of ``extra``) imported for ``what``: a :class:`MissingDependencyError` (exit status 2)
+    when it is not installed (:func:`require`), and also when importing it fails (a broken or partial
+    installation: the error's first line), never a traceback."""
+    require(extra, what)
+    try:
+        return importlib.import_module(module)
+    except (Exception, SystemExit) as exc:
+        first = (str(exc).strip().splitlines() or [""])[0][:300]
+        raise MissingDependencyError(
+            f"{what} needs {module} (kbuild's [{extra}] extra), which is installed but fails to import: "
+            f"{type(exc).__name__}: {first}; reinstall it with: pip install --force-reinstall 'kbuild[{extra}]'"
+        ) from None
 
 
 def require(extra: str, what: str) -> None:

@@ -1,5 +1,5 @@
-"""``kbuild compile`` under hostile conditions (issue 13): a ptxas that runs too long is stopped by
-``compile_timeout``; SIGTERM, SIGINT and SIGKILL mid-compile leave no temporary directories (where
+"""``kbuild compile`` under hostile conditions (issues 13 and 32): a ptxas that runs too long, and Triton's own
+passes on a huge block (issue 32), are stopped by ``compile_timeout``; SIGTERM, SIGINT and SIGKILL mid-compile leave no temporary directories (where
 the process can clean up) and no orphaned ptxas; ``--strict``/``KBUILD_STRICT`` turns a down remote
 into exit 4."""
 
@@ -30,14 +30,14 @@ def big(x_ptr, n, BLOCK: tl.constexpr):
 """
 
 
-def slow_project(root: Path, extra: str = "") -> Path:
+def slow_project(root: Path, extra: str = "", block: int = 131072) -> Path:
     (root / "bigk").mkdir(parents=True)
     (root / "bigk" / "__init__.py").write_text("")
     (root / "bigk" / "k.py").write_text(SLOW_KERNEL)
     (root / "pyproject.toml").write_text(
         f"[project]\nname = 'p'\nversion = '0'\n[tool.kbuild]\ntargets = ['sm_90']\ntune = 'off'\n{extra}"
         "[[tool.kbuild.kernels]]\nname = 'big'\nsource = 'bigk.k:big'\n"
-        "signature = { x_ptr = '*fp32:16', n = 'i32' }\nconstexprs = { BLOCK = 131072 }\n")
+        f"signature = {{ x_ptr = '*fp32:16', n = 'i32' }}\nconstexprs = {{ BLOCK = {block} }}\n")
     return root / "pyproject.toml"
 
 
@@ -95,6 +95,30 @@ def test_ptxas_past_compile_timeout_is_stopped_with_a_clean_error(tmp_path: Path
                                                             str(config), "KBUILD_COMPILE_TIMEOUT"], exit_code=3)
     assert proc.stdout == ""  # Triton's dump of the PTX stays off stdout (it carries --json)
     assert elapsed < 30, f"took {elapsed:.1f} s"
+    assert list(Path(env["TMPDIR"]).iterdir()) == []
+    assert_no_orphans(Path(env["TMPDIR"]))
+    listed = subprocess.run([sys.executable, "-m", "kbuild", "cache", "ls", "--json"], env=env, capture_output=True,
+                            text=True, check=True)
+    assert json.loads(listed.stdout)["count"] == 0  # nothing stored
+
+
+@pytest.mark.hostile(fault="unbounded Triton compile", outcome="clean error")
+def test_a_huge_block_stuck_in_tritons_passes_is_stopped_at_compile_timeout(tmp_path: Path):
+    """BLOCK = 1048576 keeps Triton's own passes (before ptxas) busy for minutes (351 s in issue 32, where
+    ``compile_timeout`` bounded ptxas alone). The compile runs in a child process that is stopped at the timeout:
+    one error naming the kernel, the target and the setting, exit 3, within the timeout plus start-up, nothing
+    stored, no temporary directory and no process left behind."""
+    config = slow_project(tmp_path / "p", block=1048576)
+    env = cli_env(tmp_path, KBUILD_COMPILE_TIMEOUT="5")
+    started = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "kbuild", "compile", "--config", str(config), "--no-progress",
+                           "--json"], env=env, capture_output=True, text=True, timeout=90, check=False)
+    elapsed = time.monotonic() - started
+    assert_clean_error(proc.returncode, proc.stderr, names=["'big'", "sm_90", "compile_timeout = 5 s", str(config),
+                                                            "KBUILD_COMPILE_TIMEOUT"], exit_code=3)
+    assert len([line for line in proc.stderr.splitlines() if line.startswith("error: ")]) == 1, proc.stderr
+    assert proc.stdout == ""
+    assert elapsed < 5 + 15, f"took {elapsed:.1f} s"  # the CLI's own start (imports, keys) is the rest
     assert list(Path(env["TMPDIR"]).iterdir()) == []
     assert_no_orphans(Path(env["TMPDIR"]))
     listed = subprocess.run([sys.executable, "-m", "kbuild", "cache", "ls", "--json"], env=env, capture_output=True,

@@ -104,3 +104,18 @@ def test_verify_wheel_answers_with_the_tables_code() -> None:
     from kbuild.commands import verify_wheel
 
     assert verify_wheel.DIFFERS == ExitCode.WHEEL_DIFFERS
+
+
+def test_every_error_crosses_a_process_boundary_unchanged() -> None:
+    """Compiles run in a child process and prewarm tasks in Ray's workers: an error raised there must reach the CLI
+    as it was raised (a ConfigError from an import in the child took three arguments to rebuild and failed)."""
+    import pickle
+
+    from kbuild.errors import ConfigError, KernelSourceError, LockMismatchError, ToolError, VerificationError
+
+    for exc in (ConfigError("pyproject.toml", "targets", "bad"), KernelSourceError("p", "[tool.kbuild.kernels][0]", "x"),
+                ToolError("ptxas", ["ptxas", "-v"], 255, "boom"), VerificationError(["a problem"]),
+                LockMismatchError("kbuild.lock", ["one"])):
+        back = pickle.loads(pickle.dumps(exc))
+        assert type(back) is type(exc) and str(back) == str(exc) and vars(back) == vars(exc)
+        assert back.exit_code == exc.exit_code

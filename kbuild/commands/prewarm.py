@@ -75,22 +75,28 @@ class PrewarmFailed(KBuildError):
 
 def run_ray(args: argparse.Namespace, settings: Any) -> int:
     """``--ray``: :func:`kbuild.prewarm.ray_engine.prewarm_ray` with a live bar per target; a table (or ``--json``)
-    of every entry, then the failures with their node, GPU and error; exit status 1 when any failed."""
+    of every entry, then the failures with their node, GPU and error; exit status 1 when any failed. ``--ray`` and
+    ``--lease-seconds`` are held to the settings model's rules first (:func:`kbuild.config.apply_flag`). While
+    Ray runs, whatever it prints on its own (``(raylet) A worker died...``) goes to stderr: stdout holds the table
+    or the one JSON document."""
+    from kbuild.config import apply_flag
+
+    settings = apply_flag(settings, "prewarm.address", args.ray or None, flag="--ray")
+    settings = apply_flag(settings, "prewarm.lease_seconds", args.lease_seconds, flag="--lease-seconds")
     from kbuild.extras import require
 
     require("ray", "kbuild prewarm --ray")
-    from kbuild.console import target_bars
+    from kbuild.console import stdout_to_stderr, target_bars
     from kbuild.prewarm.ray_engine import counts_by_target, prewarm_ray
 
-    address = args.ray or None
     kernels, targets = args.kernel, target_list(args)
     from kbuild.hooks.pipeline import select_kernels, select_targets
 
     per_target = {t.name: len(select_kernels(settings, kernels)) for t in select_targets(settings, targets)}
-    with target_bars(per_target, enabled=not args.json) as update:
-        result = prewarm_ray(settings, address=address, targets=targets, kernels=kernels, remote=args.remote,
-                             backend=args.backend, lease_seconds=args.lease_seconds, ship=args.ship,
-                             on_update=lambda entries: update(counts_by_target(entries)))
+    with stdout_to_stderr(), target_bars(per_target, enabled=not args.json) as update:
+        result = prewarm_ray(settings, address=args.ray or None, targets=targets, kernels=kernels,
+                             remote=args.remote, backend=args.backend, lease_seconds=args.lease_seconds,
+                             ship=args.ship, on_update=lambda entries: update(counts_by_target(entries)))
     if args.json:
         emit_json(result)
     else:

@@ -8,8 +8,12 @@ runs against a private, empty Triton cache so that nothing stale or foreign is r
 Every compile runs in one private temporary directory (Triton's cache, its ``.ptx``/``.log``
 scratch files and the ptxas guard), removed when the compile ends, fails, is interrupted
 (SIGINT) or terminated (SIGTERM: the directory is removed, then the process dies of the signal
-as it would have). ptxas runs under a wall-clock bound (``compile_timeout``; see
-:mod:`kbuild.compile.ptxas_guard`).
+as it would have).
+
+:func:`compile_kernel` compiles in a child process (:class:`kbuild.compile.workers.CompileProcess`) under a
+wall-clock bound, ``compile_timeout``: Triton's passes have none of their own (a kernel declared with ``BLOCK =
+1048576`` ran 351 s), and past it the child is stopped and the compile fails naming the kernel, the target and
+the setting. ptxas has the same bound inside the child (:mod:`kbuild.compile.ptxas_guard`), and dies with it.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 from kbuild.compile import signature
+from kbuild.compile.workers import CompileProcess, Deadline, WorkerDied
 from kbuild.config import KernelSettings, Settings, env_value
 from kbuild.errors import CompileError, KBuildError, KernelSourceError, MissingDependencyError
 from kbuild.targets import Target
@@ -534,9 +539,12 @@ class PtxasTimeout(Exception):
     """ptxas ran past the compile timeout and was stopped (:func:`compile_kernel` names the kernel)."""
 
     def __init__(self, seconds: float, detail: str) -> None:
-        super().__init__(f"ptxas ran past {seconds:g} s and was stopped")
+        super().__init__(seconds, detail)  # both in args: it pickles (it crosses from the compile process)
         self.seconds = seconds
         self.detail = detail
+
+    def __str__(self) -> str:
+        return f"ptxas ran past {self.seconds:g} s and was stopped"
 
 
 class _Terminated(BaseException):
@@ -639,42 +647,90 @@ def ast_source_class(fn: Any) -> Any:
     return ASTSource
 
 
-def compile_kernel(settings: Settings, spec: KernelSettings, target: Target, fn: Any | None = None) -> CompiledKernel:
-    """Compile one kernel for one target to a cubin, deterministically, without a GPU."""
+class _Failed(Exception):
+    """What a compile in the child raised that is not kbuild's own, as one line (Triton's exceptions do not all
+    pickle)."""
+
+
+def _compile_here(settings: Settings, spec: KernelSettings, cc: int, args: dict[str, Any], options: dict[str, Any],
+                  expected: str, path: list[str], scratch: str) -> dict[str, Any]:
+    """The compile as the child process (:func:`compile_kernel`) runs it: import the kernel with the parent's
+    ``sys.path``, check that it is the function the parent keyed (``expected``: its :func:`source_hash`), compile
+    with Triton's scratch files under ``scratch`` (which the parent removes, whatever happens here); what the
+    parent needs of Triton's ``CompiledKernel``, as plain data."""
+    sys.path[:] = path
+    try:
+        fn = load_jit_function(settings, spec)
+        got = source_hash(fn)
+        if got != expected:
+            raise CompileError(
+                f"kernel {spec.name!r} ({spec.source}), imported again to compile it, is not the function whose key "
+                f"was computed (source hash {got[:16]} here, {expected[:16]} in the build): its module changed on "
+                "disk during the build, or sets the values it folds in differently in each process")
+        source = ast_source_class(fn)(fn=fn, **{**args, "constexprs": triton_constexprs(args["constexprs"])})
+        saved = tempfile.tempdir
+        tempfile.tempdir = scratch
+        try:
+            compiled = hermetic_compile(source, cc, options, timeout=settings.compile_timeout)
+        finally:
+            tempfile.tempdir = saved
+    except (KBuildError, PtxasTimeout):
+        raise
+    except BaseException as exc:  # SystemExit from the user's module included: one line, never this process's end
+        raise _Failed(f"{type(exc).__name__}: {exc}") from None
+    md = compiled.metadata
+    return {"cubin": compiled.asm["cubin"], "ptx": compiled.asm.get("ptx"), "symbol": md.name, "shared": md.shared,
+            "num_warps": md.num_warps, "num_stages": md.num_stages, "num_ctas": md.num_ctas,
+            "global_scratch_size": getattr(md, "global_scratch_size", 0), "triton_metadata": triton_metadata(compiled)}
+
+
+def compile_kernel(settings: Settings, spec: KernelSettings, target: Target, fn: Any | None = None, *,
+                   process: CompileProcess | None = None) -> CompiledKernel:
+    """Compile one kernel for one target to a cubin, deterministically, without a GPU, in a child process that
+    is stopped past ``settings.compile_timeout`` (a :class:`CompileError` naming the kernel, the target and the
+    setting). ``process``: the :class:`~kbuild.compile.workers.CompileProcess` to compile in (a build passes one
+    for all its compiles); None: one started for this compile alone."""
     fn = fn if fn is not None else load_jit_function(settings, spec)
-    ASTSource = ast_source_class(fn)
     args = ast_source_args(settings, spec, fn)
     options = compiler_options(target, spec)
+    what = f"kernel {spec.name!r} ({spec.source}) for {target.name}"
+    setting = f"{settings.config_file}: [tool.kbuild] compile_timeout, or KBUILD_COMPILE_TIMEOUT"
     started = time.perf_counter()
-    try:
-        source = ASTSource(fn=fn, **{**args, "constexprs": triton_constexprs(args["constexprs"])})
-        compiled = hermetic_compile(source, target.cc, options, timeout=settings.compile_timeout)
-    except PtxasTimeout as exc:
-        raise CompileError(
-            f"ptxas ran past compile_timeout = {exc.seconds:g} s compiling kernel {spec.name!r} ({spec.source}) for "
-            f"{target.name} and was stopped ({settings.config_file}: [tool.kbuild] compile_timeout, or "
-            "KBUILD_COMPILE_TIMEOUT)\n  next step: smaller blocks or constexprs for this kernel, or a larger "
-            "compile_timeout if it really needs that long"
-        ) from None
-    except Exception as exc:
-        raise CompileError(
-            f"Triton failed to compile kernel {spec.name!r} ({spec.source}) for {target.name}: "
-            f"{type(exc).__name__}: {exc}"
-        ) from exc
+    with _sigterm_unwinds(), contextlib.ExitStack() as stack:
+        if process is None:
+            process = stack.enter_context(CompileProcess())
+        # Removed after the child ended, even one killed inside a C++ pass (which leaves its own directory behind).
+        scratch = stack.enter_context(tempfile.TemporaryDirectory(prefix="kbuild-compile-", ignore_cleanup_errors=True))
+        try:
+            out = process.call(settings.compile_timeout, _compile_here, settings, spec, target.cc, args, options,
+                               source_hash(fn), list(sys.path), scratch)
+        except Deadline:
+            raise CompileError(
+                f"compiling {what} ran past compile_timeout = {settings.compile_timeout:g} s and was stopped "
+                f"({setting})\n  next step: smaller blocks or constexprs for this kernel, or a larger compile_timeout "
+                "if it really needs that long") from None
+        except PtxasTimeout as exc:
+            raise CompileError(
+                f"ptxas ran past compile_timeout = {exc.seconds:g} s compiling {what} and was stopped ({setting})"
+                "\n  next step: smaller blocks or constexprs for this kernel, or a larger compile_timeout if it "
+                "really needs that long") from None
+        except WorkerDied as exc:
+            raise CompileError(f"the process compiling {what} died ({exc}); out of memory?") from None
+        except _Failed as exc:
+            raise CompileError(f"Triton failed to compile {what}: {exc}") from None
     seconds = time.perf_counter() - started
-    md = compiled.metadata
-    cubin = compiled.asm["cubin"]
+    cubin = out["cubin"]
     metadata = {
         "kernel": spec.name,
         "source": spec.source,
-        "symbol": md.name,
+        "symbol": out["symbol"],
         "target": target.name,
         "arch": target.arch,
-        "shared": md.shared,
-        "num_warps": md.num_warps,
-        "num_stages": md.num_stages,
-        "num_ctas": md.num_ctas,
-        "global_scratch_size": getattr(md, "global_scratch_size", 0),
+        "shared": out["shared"],
+        "num_warps": out["num_warps"],
+        "num_stages": out["num_stages"],
+        "num_ctas": out["num_ctas"],
+        "global_scratch_size": out["global_scratch_size"],
         "params": [{"name": n, "type": args["signature"][n], "constexpr": n in args["constexprs"]} for n in fn.arg_names],
         "constexprs": args["constexprs"],
         "triton_version": triton_version(),
@@ -682,16 +738,17 @@ def compile_kernel(settings: Settings, spec: KernelSettings, target: Target, fn:
         "line_info": False,
         # Triton's own metadata (as its cache stores it; install paths reduced to file names): what
         # kbuild.runtime.loader needs to launch this cubin without running Triton's compiler (issue 16).
-        "triton_metadata": triton_metadata(compiled),
+        "triton_metadata": out["triton_metadata"],
     }
     if target.cc == 90:  # wgmma is sm_90's
-        hazards = _wgmma_hazards(settings, compiled, spec, target)
+        hazards = _wgmma_hazards(settings, cubin, out["symbol"], out["ptx"], spec, target)
         if hazards:  # recorded only when present: every other kernel's metadata stays as it was
             metadata["wgmma_register_hazards"] = hazards  # refused by the pipeline under wgmma_hazards = "error"
     return CompiledKernel(kernel=spec.name, target=target, cubin=cubin, metadata=metadata, compile_seconds=seconds)
 
 
-def _wgmma_hazards(settings: Settings, compiled: Any, spec: KernelSettings, target: Target) -> list[str]:
+def _wgmma_hazards(settings: Settings, cubin: bytes, symbol: str, ptx: str | None, spec: KernelSettings,
+                   target: Target) -> list[str]:
     """:mod:`kbuild.sass.hazards` on an sm_90 cubin with a register-operand wgmma, with a warning when it finds a
     race: Triton 3.6 pipelines such a wgmma over registers the next iteration overwrites (triton-lang/triton#9433),
     and the results then depend on timing. The cubin is what Triton produced: under ``wgmma_hazards = "error"``
@@ -700,7 +757,7 @@ def _wgmma_hazards(settings: Settings, compiled: Any, spec: KernelSettings, targ
     try:
         from kbuild.sass.hazards import WGMMA_RACE_ISSUE, recorded, register_wgmma_hazards
 
-        found = register_wgmma_hazards(compiled.asm["cubin"], compiled.metadata.name, compiled.asm.get("ptx"))
+        found = register_wgmma_hazards(cubin, symbol, ptx)
     except (KBuildError, OSError, ImportError) as exc:  # no nvdisasm, or no numpy (the core install without the
         if settings.wgmma_hazards == "error":  # tune extra): skipped, not the compile, unless it was asked for
             raise MissingDependencyError(

@@ -13,6 +13,9 @@ both run the same pipeline phases (:mod:`kbuild.hooks.pipeline`: resolve and key
   or process dies is replaced and its entry given to another (``max_retries``).
 * :mod:`kbuild.prewarm.shards` — level 1 of a kernel with a configuration space: its candidate compiles as Ray
   CPU tasks, a few configurations each, read by the one GPU task that races them.
+* :mod:`kbuild.prewarm.address` — the cluster's address: its form, and whether a Ray cluster answers there
+  within ``connect_timeout``, checked before ``ray.init`` (which retries an address nobody answers at for
+  minutes).
 
 The live bar per target (done, running, failed, compile shards, ETA) is :func:`kbuild.console.target_bars`.
 

@@ -1,6 +1,8 @@
 """``kbuild prewarm --ray``: the kernel × target work spread over a Ray cluster, results in the shared tier.
 
-**The driver** (:func:`prewarm_ray`, on the machine that runs ``kbuild prewarm``) resolves every kernel and
+**The driver** (:func:`prewarm_ray`, on the machine that runs ``kbuild prewarm``) first checks that a Ray cluster
+answers at the address within ``connect_timeout`` (:func:`check_cluster`, :mod:`kbuild.prewarm.address`:
+``ray.init`` alone retried an address nobody answers at for minutes), then resolves every kernel and
 computes its keys exactly as a build does (:func:`kbuild.hooks.pipeline.specs_and_keys`), looks the tuned keys
 up in the shared writable tier, and for each one missing:
 
@@ -83,8 +85,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kbuild.config import Settings
-from kbuild.errors import KBuildError, UsageError
+from kbuild.config import Settings, apply_flag, env_value, parse_bool
+from kbuild.errors import ClusterUnreachableError, KBuildError, MissingDependencyError, UsageError
 
 log = logging.getLogger(__name__)
 
@@ -445,12 +447,10 @@ def counts_by_target(entries: Sequence[Entry]) -> dict[str, TargetCounts]:
 
 
 def _ray() -> Any:
-    from kbuild.extras import require
+    """Ray, imported: not installed, or failing to import, is a :class:`MissingDependencyError` (exit status 2)."""
+    from kbuild.extras import import_extra
 
-    require("ray", "kbuild prewarm --ray")
-    import ray
-
-    return ray
+    return import_extra("ray", "ray", "kbuild prewarm --ray")
 
 
 def prewarm_ray(settings: Settings, *, address: str | None = None, targets: Sequence[str] | None = None,
@@ -465,7 +465,10 @@ def prewarm_ray(settings: Settings, *, address: str | None = None, targets: Sequ
     ``tuner`` replaces the backend's tuner in the tasks (tests, other measurement setups: it must pickle), called
     as ``tuner(settings, build, pool=...)`` (``pool``: level 1's compile shards, :mod:`kbuild.prewarm.shards`);
     ``on_update`` hears the entries whenever one changes state; ``ship`` (when this call starts Ray) sends the
-    project and kbuild to the nodes through Ray's ``runtime_env`` (:func:`ship_env`)."""
+    project and kbuild to the nodes through Ray's ``runtime_env`` (:func:`ship_env`).
+
+    ``address`` and ``lease_seconds`` are held to the settings model's rules (:func:`kbuild.config.apply_flag`),
+    and, when this call starts Ray, the address to :func:`check_cluster`'s, before any kernel is imported."""
     from kbuild.hooks.pipeline import select_kernels, select_targets, specs_and_keys
     from kbuild.hooks.prewarm import with_remote
 
@@ -474,11 +477,14 @@ def prewarm_ray(settings: Settings, *, address: str | None = None, targets: Sequ
     if settings.tune == "off":
         raise UsageError(f"{settings.config_file}: tune: \"off\" means builds never look up tuned results, so there "
                          f"is nothing to prewarm; set tune = \"auto\" (or KBUILD_TUNE=auto)")
+    given = address is not None
+    settings = apply_flag(settings, "prewarm.address", address, flag="address")
+    settings = apply_flag(settings, "prewarm.lease_seconds", lease_seconds, flag="lease_seconds")
+    lease_seconds = settings.prewarm.lease_seconds
     ray = _ray()
+    started_ray = not ray.is_initialized()
+    join = check_cluster(settings, given=given) if started_ray else None
     settings = with_remote(settings, remote)
-    lease_seconds = lease_seconds if lease_seconds is not None else settings.prewarm.lease_seconds
-    if lease_seconds <= 0:
-        raise UsageError(f"--lease-seconds must be positive, got {lease_seconds}")
     run_id = run_id or f"prewarm-{uuid.uuid4().hex[:12]}"
     started = time.time()
     builds, _ = specs_and_keys(settings, select_kernels(settings, kernels), select_targets(settings, targets),
@@ -495,12 +501,11 @@ def prewarm_ray(settings: Settings, *, address: str | None = None, targets: Sequ
                                               "host": "(driver)"}
             entries.append(e)
     keyed = time.time()
-    started_ray = not ray.is_initialized()
     shipped = started_ray and ship
     if started_ray:
         with tempfile.TemporaryDirectory(prefix="kbuild-ship-") as staging:  # ray.init uploads it
             env = ship_env(settings, Path(staging)) if shipped else None
-            _init(ray, address or settings.prewarm.address, backend, sorted({e.cc for e in entries}), env)
+            _init(ray, join, backend, sorted({e.cc for e in entries}), env)
     elif ship:
         log.info("Ray was initialised by the caller: its runtime_env applies, kbuild ships nothing")
     joined = time.time()
@@ -565,22 +570,98 @@ def _probe_leases(store: Any, run_id: str) -> None:
         leases.release(claim.held)
 
 
+def _where_address(settings: Settings, given: bool) -> str:
+    return "--ray" if given else (f"{settings.config_file}: [tool.kbuild.prewarm] address (or "
+                                  "KBUILD_PREWARM_ADDRESS)")
+
+
+def check_cluster(settings: Settings, *, given: bool = True) -> str | None:
+    """Before Ray sees ``settings.prewarm.address`` (:mod:`kbuild.prewarm.address`): a ``ray://`` address needs
+    ``ray[client]``, and a Ray cluster must answer there within ``connect_timeout`` (a
+    :class:`~kbuild.errors.ClusterUnreachableError`, exit status 2, naming the address and ``where`` it came from:
+    ``--ray`` when ``given``). Unset or ``auto``: the address Ray would find (``RAY_ADDRESS``, or a cluster ``ray
+    start`` made here), checked the same way, or None when it finds none (a new local cluster then). Returns the
+    address to hand to ``ray.init`` (``local``: start one here)."""
+    from kbuild.prewarm.address import check_reachable, parse
+
+    text = settings.prewarm.address or "auto"
+    where = _where_address(settings, given and settings.prewarm.address is not None)
+    address = parse(text)  # the settings model checked the form already
+    seconds = settings.prewarm.connect_timeout
+    grpc = parse_bool(env_value("RAY_USE_TLS") or "0") is not True  # Ray's TLS: no plain HTTP/2 to speak
+    if address.kind == "local":
+        return "local"
+    if address.kind == "client":
+        try:
+            from ray._private.utils import get_ray_client_dependency_error
+        except ImportError:  # another Ray: its ray.init says what it lacks
+            get_ray_client_dependency_error = lambda: None  # noqa: E731
+        if get_ray_client_dependency_error() is not None:
+            raise MissingDependencyError(f"{where} {text}: a Ray Client address, and Ray Client needs the "
+                                         "package ray[client], which is not installed; install it with: pip "
+                                         "install 'ray[client]', or give the cluster's GCS address (HOST:6379)")
+    if address.kind == "auto":
+        found = _found_address()
+        if found is None:
+            return None if settings.prewarm.address is None else "auto"
+        try:
+            address = parse(found)
+        except ValueError:
+            return "auto"  # Ray's own business (a ray:// RAY_ADDRESS...)
+        where = ("the cluster Ray found for \"auto\" (RAY_ADDRESS, or the address the last `ray start` on this "
+                 "machine left behind)")
+    try:
+        check_reachable(address, seconds, grpc=grpc)
+    except ClusterUnreachableError as exc:
+        hint = ("run `ray stop` (a cluster that died leaves its address behind) or unset RAY_ADDRESS, or pass --ray "
+                "local for a new cluster here") if address.text != text else (
+                "check the address (`ray status` on the head node prints it) and that the cluster is up")
+        raise ClusterUnreachableError(f"{where} {address.text}: {exc} (checked for {seconds:g} s, "
+                                      f"[tool.kbuild.prewarm] connect_timeout)\n  next step: {hint}") from None
+    return address.text if address.text == text else "auto"
+
+
+def _found_address() -> str | None:
+    """The address ``ray.init(address="auto")`` would join, as Ray finds it; None when it finds none."""
+    try:
+        from ray._private.services import canonicalize_bootstrap_address
+    except ImportError:  # another Ray: its ray.init decides alone
+        return None
+    try:
+        return canonicalize_bootstrap_address("auto")  # type: ignore[no-any-return]
+    except ConnectionError:
+        return None
+    except Exception as exc:  # a Ray of other ways: its ray.init decides
+        log.debug("looking up Ray's auto address failed: %s", exc)
+        return None
+
+
 def _init(ray: Any, address: str | None, backend: str, ccs: Sequence[int],
           runtime_env: dict[str, Any] | None = None) -> None:
-    """Join the cluster at ``address``; without one, the cluster ``ray start`` made on this machine, else a new local
-    one whose resources are this machine's GPUs (``kbuild_sm_<cc>`` each; the cost model: one per core and
-    target, labelled stand-ins for GPUs). ``runtime_env``: the job's (:func:`ship_env`), uploaded here."""
+    """Join the cluster at ``address`` (:func:`check_cluster` checked it); without one, the cluster ``ray start``
+    made on this machine, else (and for ``local``) a new local one whose resources are this machine's GPUs
+    (``kbuild_sm_<cc>`` each; the cost model: one per core and target, labelled stand-ins for GPUs).
+    ``runtime_env``: the job's (:func:`ship_env`), uploaded here. A ``ray.init`` that fails anyway is a
+    :class:`~kbuild.errors.ClusterUnreachableError` with Ray's reason in one line."""
     quiet: dict[str, Any] = {"log_to_driver": False, "logging_level": logging.WARNING, "configure_logging": False}
     if runtime_env is not None:
         quiet["runtime_env"] = runtime_env
-    if address:
-        ray.init(address=address, **quiet)
+    if address and address != "local":
+        try:
+            ray.init(address=address, **quiet)
+        except Exception as exc:
+            from kbuild.console import printable
+
+            lines = [printable(line).strip() for line in str(exc).splitlines() if line.strip()]
+            raise ClusterUnreachableError(f"joining the Ray cluster at {address} failed: {type(exc).__name__}: "
+                                          f"{lines[0] if lines else ''}") from None
         return
-    try:
-        ray.init(address="auto", **quiet)
-        return
-    except ConnectionError:
-        pass
+    if address is None:
+        try:
+            ray.init(address="auto", **quiet)
+            return
+        except ConnectionError:
+            pass
     resources = node_resources() if backend == "gpu" else {resource_name(cc): float(os.cpu_count() or 1)
                                                             for cc in ccs}
     ray.init(resources=resources, include_dashboard=False, **quiet)

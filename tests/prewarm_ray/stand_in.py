@@ -50,3 +50,9 @@ def events(log: str) -> list[dict[str, Any]]:
             return [json.loads(line) for line in f if line.strip()]
     except FileNotFoundError:
         return []
+
+
+def dying_compile_task(settings: Any, kernel: str, target: str, *, shipped: bool = False) -> Any:
+    """A compile task whose worker process dies on the spot, as one the kernel's out-of-memory killer took would:
+    Ray retries it, and its raylet reports each death to the driver (``(raylet) A worker died...``)."""
+    os._exit(1)

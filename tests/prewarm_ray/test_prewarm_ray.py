@@ -158,3 +158,21 @@ def test_cli_json_summary_and_a_target_no_node_offers(settings, dav_server, ray_
     assert "kbuild_sm_89" in failure["error"]
     assert doc["counts"]["sm_90"] == {"total": 1, "done": 1, "running": 0, "failed": 0, "waiting": 0,
                                       "shards_done": 0, "shards_running": 0, "shards_failed": 0}
+
+
+@pytest.mark.hostile(fault="Ray output on stdout", outcome="clean error")
+def test_cli_json_stdout_is_one_document_when_workers_die(settings, dav_server, ray_cluster, capsys,
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ray prints the raylet's reports on its own (``(raylet) A worker died or was killed...``), on stdout: with
+    ``--json`` the output was then no JSON. While Ray runs, kbuild sends what Ray prints to stderr."""
+    from kbuild.prewarm import ray_engine
+
+    monkeypatch.setattr(ray_engine, "_compile_task", stand_in.dying_compile_task)
+    remote = f"{dav_server.url}/t-{uuid.uuid4().hex[:8]}"
+    code = main(["prewarm", "--config", str(settings.config_file), "--ray", ray_cluster.address, "--backend", "model",
+                 "--remote", remote, "--kernel", "softmax", "--targets", "sm_90", "--json"])
+    out, err = capsys.readouterr()
+    assert code == 1 and "1 of 1 entries failed" in err
+    doc = json.loads(out)  # stdout is exactly one JSON document
+    assert [e["state"] for e in doc["entries"]] == ["failed"]
+    assert "A worker died" in err  # Ray's own report, on stderr

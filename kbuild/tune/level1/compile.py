@@ -1,7 +1,8 @@
 """Compiling level-1 configurations ahead of the GPU, in a pool of CPU processes.
 
 :func:`kbuild.bench.spec.compile_spec` holds a process-wide lock (``hermetic_compile``), so
-parallel compiles need processes. :class:`CompilePool` keeps ``jobs`` spawned processes; each
+parallel compiles need processes. :class:`CompilePool` keeps ``jobs`` spawned processes
+(:class:`kbuild.compile.workers.SpawnPool`, the build's compile processes); each
 loads the bench spec by its reference once, compiles a configuration exactly as ``kbuild compile``
 does (line info off, private Triton cache) and sends back a
 :class:`~kbuild.tune.measure.handover.KernelPayload` (cubin + metadata). ``submit`` returns at once,
@@ -19,15 +20,15 @@ from __future__ import annotations
 
 import functools
 import logging
-import multiprocessing
 import os
 import time
 from collections.abc import Callable, Iterable, Sequence
-from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from kbuild.bench.spec import BenchSpec, Config, compile_spec, load_spec
+from kbuild.compile.workers import SpawnPool
 from kbuild.errors import KBuildError
 from kbuild.tune.measure.handover import KernelPayload, kernel_payload
 
@@ -141,13 +142,13 @@ class CompilePool:
             self.jobs = 0  # a spec that cannot be imported by reference compiles here
         self._futures: dict[str, Future[CompiledConfig]] = {}
         self._done: dict[str, CompiledConfig] = {}
-        self._executor: ProcessPoolExecutor | None = None
+        self._executor: SpawnPool | None = None
         self.submitted = 0
 
-    def _pool(self) -> ProcessPoolExecutor:
+    def _pool(self) -> SpawnPool:
         if self._executor is None:
-            # spawn: the children import Triton afresh (no forked locks or CUDA state from the parent).
-            self._executor = ProcessPoolExecutor(max_workers=self.jobs, mp_context=multiprocessing.get_context("spawn"))
+            # kbuild's compile processes (kbuild.compile.workers): spawned, silent on stdout, gone with this one.
+            self._executor = SpawnPool(self.jobs)
         return self._executor
 
     def submit(self, configs: Iterable[Config]) -> None:
