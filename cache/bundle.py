@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from kbuild.errors import BundleError, StoreUsageError
+from kbuild.fsutil import open_regular
 from kbuild.jsonio import parse_json
 
 from .record import (
@@ -159,15 +160,21 @@ def _members(path: Path) -> Iterator[Iterator[tuple[tarfile.TarInfo, tarfile.Tar
     """The archive's members in order, each checked (name, type, size cap) before the caller sees it;
     :class:`BundleError` for anything that is not a kbuild bundle."""
     where = str(path)
-    try:
-        tar = tarfile.open(path, mode="r:*")
+    try:  # a regular file only: a FIFO would block, /dev/zero reads as an endless run of empty tar blocks
+        raw = open_regular(path)
     except FileNotFoundError:
         raise BundleError(f"{where}: no such bundle") from None
     except IsADirectoryError:
         raise BundleError(f"{where}: is a directory, not a kbuild bundle") from None
+    except OSError as exc:
+        raise BundleError(f"{where}: cannot read the bundle: {exc.strerror or exc}") from None
+    try:
+        tar = tarfile.open(fileobj=raw, mode="r:*")
     except tarfile.ReadError:
+        raw.close()
         raise BundleError(f"{where}: not a kbuild bundle (not a tar or tar.gz archive)") from None
     except (tarfile.TarError, OSError, EOFError, zlib.error) as exc:
+        raw.close()
         raise BundleError(f"{where}: not a kbuild bundle ({exc})") from None
 
     def each() -> Iterator[tuple[tarfile.TarInfo, tarfile.TarFile]]:
@@ -177,7 +184,7 @@ def _members(path: Path) -> Iterator[Iterator[tuple[tarfile.TarInfo, tarfile.Tar
             yield m, tar
 
     try:
-        with tar:
+        with raw, tar:
             yield each()
     except BundleError:
         raise
@@ -327,16 +334,19 @@ def read_bundle(path: str | os.PathLike[str], *, secret: str | None = None,
 
 
 def import_bundle(tier: Tier, path: str | os.PathLike[str], *, secret: str | None = None,
-                  max_bytes: int = MAX_BUNDLE_BYTES) -> BundleReport:
+                  max_bytes: int = MAX_BUNDLE_BYTES,
+                  verified: Iterator[tuple[Artefact, bytes]] | None = None) -> BundleReport:
     """Verify the whole bundle, then add its entries to ``tier`` (existing keys are kept as they are).
 
     With ``secret``, every record must carry a valid signature (a bundle is untrusted input).
-    ``max_bytes`` caps the members' uncompressed total, checked before any member is read.
+    ``max_bytes`` caps the members' uncompressed total, checked before any member is read. ``verified``: the
+    entries :func:`iter_bundle` gave for ``path`` already (verified before the store was opened: a file that
+    is no bundle then changes nothing, not even the store's database).
     """
     path = Path(path)
     imported = present = entries = 0
     digests: set[str] = set()
-    for art, raw in iter_bundle(path, secret=secret, max_bytes=max_bytes):
+    for art, raw in verified if verified is not None else iter_bundle(path, secret=secret, max_bytes=max_bytes):
         entries += 1
         digests.add(art.cubin_sha256)
         if tier.store_record(art, raw):

@@ -18,13 +18,13 @@ from typing import Any
 
 from kbuild.console import emit_json, info, print_table
 from kbuild.errors import ExitCode, StoreUsageError
-from kbuild.fsutil import write_atomic
+from kbuild.fsutil import check_output_file, read_bounded, write_atomic
 from kbuild.jsonio import parse_json
 
-from .bundle import export_bundle, import_bundle
+from .bundle import export_bundle, import_bundle, iter_bundle
 from .local import LocalBackend
 from .open import open_store
-from .record import Artefact, check_key
+from .record import MAX_BLOB_BYTES, MAX_RECORD_BYTES, Artefact, check_key
 from .stats import load_stats, reset_stats
 from .tier import Tier
 from .tiered import TieredStore
@@ -98,8 +98,8 @@ def _settings(args: argparse.Namespace) -> Any:
         settings = load_settings("pyproject.toml", require_table=False)
     else:
         settings = settings_from_table({}, where="<defaults>")
-    if args.store:
-        settings = dataclasses.replace(settings, store=Path(args.store).resolve())
+    if args.store:  # absolute, links kept (resolving a link loop raises; opening the store says what is wrong)
+        settings = dataclasses.replace(settings, store=Path(os.path.abspath(args.store)))
     return settings
 
 
@@ -134,7 +134,21 @@ def _human(n: float) -> str:
     return str(n)  # pragma: no cover
 
 
+def _target(name: str | None) -> str | None:
+    """``--target``'s canonical name (:func:`kbuild.targets.parse_target`: ``sm90`` is refused, not matched
+    against nothing), or None."""
+    if name is None:
+        return None
+    from kbuild.targets import parse_target
+
+    try:
+        return parse_target(name).name
+    except ValueError as exc:
+        raise StoreUsageError(f"--target: {exc}") from None
+
+
 def cmd_ls(args: argparse.Namespace) -> int:
+    args.target = _target(args.target)
     with _open(args) as store:
         rows = []
         for tier in _tiers(store, args.all_tiers):
@@ -252,11 +266,13 @@ def cmd_rm(args: argparse.Namespace) -> int:
 
 def _output_file(path: str, what: str) -> Path:
     """``path`` as a file kbuild may write: its directory must exist (kbuild creates none) and be writable,
-    and it must not be a directory; a clear error naming it otherwise, before anything is opened."""
+    and it must not be a directory, a device or a FIFO (:func:`kbuild.fsutil.check_output_file`); a clear
+    error naming it otherwise, before anything is opened."""
     out = Path(path)
     parent = out.parent if str(out.parent) else Path(".")
     if out.is_dir():
         raise StoreUsageError(f"{path}: is a directory; give a file name for the {what}")
+    check_output_file(out, f"the {what} file")
     if not parent.is_dir():
         raise StoreUsageError(f"{path}: the directory {parent} does not exist (kbuild does not create it); "
                               f"create it or write the {what} elsewhere")
@@ -266,6 +282,7 @@ def _output_file(path: str, what: str) -> Path:
 
 
 def cmd_export(args: argparse.Namespace) -> int:
+    args.target = _target(args.target)
     _output_file(args.file, "bundle")
     with _open(args) as store:
         report = export_bundle(store.local, args.file, target=args.target)
@@ -277,11 +294,13 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_import(args: argparse.Namespace) -> int:
-    with _open(args) as store:
+    settings = _settings(args)
+    # verified in full before the store is opened: a file that is no bundle changes nothing, not even the store's
+    # database; a bundle bigger than the store's size bound could not stay in it: that bound caps the bundle too
+    verified = iter_bundle(args.file, secret=settings.store_secret, max_bytes=settings.store_max_bytes)
+    with open_store(settings, strict=args.strict) as store:
         _needs_writes(store, "import")
-        # a bundle bigger than the store's size bound could not stay in it: that bound caps the bundle too
-        report = import_bundle(store.local, args.file, secret=store.local.secret,
-                               max_bytes=_local_backend(store).max_bytes)
+        report = import_bundle(store.local, args.file, verified=verified)
     if args.json:
         emit_json(report.as_dict())
     else:
@@ -289,19 +308,20 @@ def cmd_import(args: argparse.Namespace) -> int:
     return ExitCode.OK
 
 
-def _read_file(path: str, what: str) -> bytes:
+def _read_file(path: str, what: str, max_bytes: int) -> bytes:
+    """The file a user named, read with :func:`kbuild.fsutil.read_bounded` (a regular file, at most ``max_bytes``)."""
     try:
-        return Path(path).read_bytes()
+        return read_bounded(path, max_bytes=max_bytes)
     except OSError as exc:
         raise StoreUsageError(f"{path}: cannot read the {what}: {exc.strerror or exc}") from None
 
 
 def cmd_put(args: argparse.Namespace) -> int:
-    cubin = _read_file(args.cubin, "cubin")
+    cubin = _read_file(args.cubin, "cubin", MAX_BLOB_BYTES)
     meta: Any = {}
     if args.meta:
         try:
-            meta = parse_json(_read_file(args.meta, "metadata"))
+            meta = parse_json(_read_file(args.meta, "metadata", MAX_RECORD_BYTES))
         except ValueError as exc:
             raise StoreUsageError(f"{args.meta}: not JSON: {exc}") from None
         if not isinstance(meta, dict):

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from kbuild.errors import LockFileError, LockMismatchError
-from kbuild.fsutil import write_atomic
+from kbuild.fsutil import read_bounded, write_atomic
 
 from .record import Artefact, is_digest
 from .store import Store
@@ -163,14 +163,21 @@ def _name(*keys: str) -> str:
     return ".".join(out)
 
 
+#: Largest lock file read (a pin is about 300 bytes).
+MAX_LOCK_BYTES = 16 * 2**20
+
+
 def read_lock(path: str | os.PathLike[str]) -> list[LockEntry]:
-    """Entries of the lock file at ``path`` (sorted)."""
+    """Entries of the lock file at ``path`` (sorted), read with :func:`kbuild.fsutil.read_bounded` (a regular
+    file of at most :data:`MAX_LOCK_BYTES`)."""
     path = Path(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_bounded(path, max_bytes=MAX_LOCK_BYTES).decode("utf-8")
     except FileNotFoundError:
         raise LockFileError(f"{path}: no such lock file; run `kbuild lock` to create it") from None
-    except (OSError, UnicodeDecodeError) as exc:
+    except OSError as exc:
+        raise LockFileError(f"{path}: cannot read the lock file: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
         raise LockFileError(f"{path}: cannot read the lock file: {exc}") from None
     return parse_lock(text, str(path))
 

@@ -39,6 +39,7 @@ from typing import Any, Literal, overload
 
 from kbuild import __version__
 from kbuild.errors import UsageError
+from kbuild.fsutil import open_regular, read_bounded
 from kbuild.jsonio import load_json, read_json_file
 
 MANIFEST_FORMAT = "kbuild-manifest/1"
@@ -308,24 +309,30 @@ def parse_manifest(data: bytes | str, where: str) -> dict[str, Any]:
 
 
 def read_manifest(path: str | Path) -> dict[str, Any]:
-    """The manifest file ``path`` (a ``kbuild.json``), read at most :data:`MAX_MANIFEST_BYTES`."""
+    """The manifest file ``path`` (a ``kbuild.json``), read with :func:`kbuild.fsutil.read_bounded` (a regular file
+    of at most :data:`MAX_MANIFEST_BYTES`)."""
     p = Path(path)
-    if not p.exists():
-        raise UsageError(f"{p}: no such manifest")
-    if p.is_dir():
-        raise UsageError(f"{p}: is a directory, not a kbuild.json manifest")
-    return check_manifest(read_json_file(p, max_bytes=MAX_MANIFEST_BYTES), str(p))
+    try:
+        data = read_bounded(p, max_bytes=MAX_MANIFEST_BYTES)
+    except FileNotFoundError:
+        raise UsageError(f"{p}: no such manifest") from None
+    except IsADirectoryError:
+        raise UsageError(f"{p}: is a directory, not a kbuild.json manifest") from None
+    except OSError as exc:
+        raise UsageError(f"{p}: cannot read the manifest: {exc.strerror or exc}") from None
+    return check_manifest(load_json(data, where=str(p), max_bytes=MAX_MANIFEST_BYTES), str(p))
 
 
 def open_wheel(wheel: str | Path) -> zipfile.ZipFile:
     """``wheel`` opened as a zip archive; anything that is not a readable zip file is a UsageError naming it."""
     path = Path(wheel)
-    if path.is_dir():
-        raise UsageError(f"{path}: is a directory, not a wheel (.whl file)")
-    try:
+    try:  # a regular file only (fsutil.open_regular): a FIFO would block, /dev/zero read without end
+        open_regular(path).close()
         return zipfile.ZipFile(path)
     except FileNotFoundError:
         raise UsageError(f"{path}: no such file") from None
+    except IsADirectoryError:
+        raise UsageError(f"{path}: is a directory, not a wheel (.whl file)") from None
     except (zipfile.BadZipFile, EOFError):
         raise UsageError(f"{path}: not a wheel (not a zip archive)") from None
     except OSError as exc:

@@ -41,7 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Union, get_args, get_origin
 
-from kbuild.errors import ConfigError
+from kbuild.errors import COMMAND_LINE, ENVIRONMENT, ConfigError
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -83,6 +83,15 @@ def _check_targets(value: list[str], conv: _Converter, path: str) -> None:
             parse_target(t)
         except ValueError as exc:
             raise conv.error(f"{path}[{i}]", str(exc)) from None
+
+
+#: Largest ``seed`` (:attr:`Settings.seed`): a 31-bit seed leaves room for the offsets the searches add.
+MAX_SEED = 2**31 - 1
+
+
+def _check_seed(value: int, conv: _Converter, path: str) -> None:
+    if not 0 <= value <= MAX_SEED:
+        raise conv.error(path, f"expected a seed from 0 to {MAX_SEED:,}, got {value}")
 
 
 def _check_positive(value: float, conv: _Converter, path: str) -> None:
@@ -392,8 +401,10 @@ class Settings:
     prewarm: PrewarmSettings = field(default_factory=PrewarmSettings)
     """How ``kbuild prewarm`` runs: ``{ engine = "ray" }`` spreads it over a Ray cluster."""
 
-    seed: int = _setting(0, env="KBUILD_SEED", key=True)
-    """Seed of the tuning search."""
+    seed: int = _setting(0, env="KBUILD_SEED", key=True, check=_check_seed,
+                         schema={"minimum": 0, "maximum": MAX_SEED})
+    """Seed of the tuning search: 0 to 2,147,483,647 (the searches seed NumPy, Optuna and PyTorch with it and
+    with small offsets of it; NumPy takes no negative seed and none of 2**32 or more)."""
 
     locked: bool = _setting(False, env="KBUILD_LOCKED")
     """Build with exactly the artefacts pinned in ``kbuild.lock`` (next to ``pyproject.toml``): nothing is
@@ -537,7 +548,7 @@ def env_flag(name: str, environ: Mapping[str, str] | None = None) -> bool:
         return False
     flag = parse_bool(value)
     if flag is None:
-        raise ConfigError(f"environment variable {name}", name, _bool_message(value))
+        raise ConfigError(ENVIRONMENT, name, _bool_message(value))
     return flag
 
 
@@ -748,13 +759,20 @@ def load_settings(pyproject: str | os.PathLike[str] | None = None, *, environ: M
                                config_settings=config_settings)
 
 
+#: Largest ``pyproject.toml`` read (a project's is a few kB; thousands of declared kernels stay far below).
+MAX_PYPROJECT_BYTES = 16 * 2**20
+
+
 def read_pyproject(pyproject: str | os.PathLike[str]) -> dict[str, Any]:
-    """The parsed TOML file: kbuild's one reader of ``pyproject.toml``. A :class:`ConfigError` naming the file
-    when it is missing, unreadable, not UTF-8 or not TOML."""
+    """The parsed TOML file: kbuild's one reader of ``pyproject.toml``, through :func:`kbuild.fsutil.read_bounded`
+    (a regular file of at most :data:`MAX_PYPROJECT_BYTES`). A :class:`ConfigError` naming the file when it is
+    missing, unreadable, not a regular file, too large, not UTF-8 or not TOML."""
+    from kbuild.fsutil import read_bounded
+
     path = Path(pyproject)
     where = str(path)
     try:
-        text = path.read_text(encoding="utf-8")
+        text = read_bounded(path, max_bytes=MAX_PYPROJECT_BYTES).decode("utf-8")
     except FileNotFoundError:
         raise ConfigError(where, "(file)", "no such file; pass --config PATH to a pyproject.toml") from None
     except OSError as exc:
@@ -988,11 +1006,11 @@ def _env_field(f: dataclasses.Field[Any], tp: Any, environ: Mapping[str, str] | 
     raw = env_value(var, environ)
     if f.metadata.get("secret") and (os.environ if environ is None else environ).get(var, "x").strip() == "":
         # a secret that is set but empty (a CI secret missing on forks) must not turn signing off silently
-        raise ConfigError(f"environment variable {var}", var, "is set but empty; set it to the shared secret, "
+        raise ConfigError(ENVIRONMENT, var, "is set but empty; set it to the shared secret, "
                           "or unset it to work without signed records")
     if raw is None:
         return False, None
-    conv = _Converter(f"environment variable {var}")
+    conv = _Converter(ENVIRONMENT)
     value = _from_string(raw, tp, conv, var)
     check = f.metadata.get("check")
     if check is not None:
@@ -1066,26 +1084,33 @@ def _replace_at(obj: Any, path: tuple[str, ...], value: Any) -> Any:
     return dataclasses.replace(obj, **{head: _replace_at(getattr(obj, head), tuple(rest), value) if rest else value})
 
 
-def apply_flag(settings: Settings, path: str, value: Any, *, flag: str) -> Settings:
-    """The last source for one setting, a command-line ``flag`` (or a library function's argument) given as
-    ``value`` (None: not given, ``settings`` unchanged), at the dotted ``path`` of the model
-    (``"prewarm.lease_seconds"``). The value is held to the model's own rules for that field, as one from
-    ``pyproject.toml`` or the environment is (a finite number, its check: ``--lease-seconds nan`` is refused); a
-    bad one is a :class:`ConfigError` naming the flag."""
+def flag_setting(name: str, value: Any, flag: str) -> Any:
+    """The value of the command-line flag ``flag`` for the setting ``name`` (``seed``, ``budget.seconds``),
+    converted and checked by the model's rules as a file's or a variable's value is (``--seed -1`` and
+    ``--budget-seconds nan`` are refused like ``KBUILD_SEED=-1``): a :class:`ConfigError` naming the flag
+    otherwise. None (the flag was not given) stays None."""
     if value is None:
-        return settings
-    parts = tuple(path.split("."))
-    owner: Any = Settings
-    for name in parts:
-        f = owner.__dataclass_fields__[name]
-        tp = _hints(owner)[name]
-        owner = tp
-    conv = _Converter("command line")
-    new = conv.convert(value, tp, flag)
+        return None
+    cls: Any = Settings
+    *parents, last = name.split(".")
+    for part in parents:
+        cls = _hints(cls)[part]
+    f = cls.__dataclass_fields__[last]
+    conv = _Converter(COMMAND_LINE)
+    converted = conv.convert(value, _hints(cls)[last], flag)
     check = f.metadata.get("check")
     if check is not None:
-        check(new, conv, flag)
-    return _replace_at(settings, parts, new)
+        check(converted, conv, flag)
+    return converted
+
+
+def apply_flag(settings: Settings, path: str, value: Any, *, flag: str) -> Settings:
+    """``settings`` with the setting at the dotted ``path`` (``"prewarm.lease_seconds"``) replaced by the
+    command-line ``flag``'s ``value`` (or a library function's argument), held to the model's rules by
+    :func:`flag_setting`; None (not given) leaves ``settings`` unchanged."""
+    if value is None:
+        return settings
+    return _replace_at(settings, tuple(path.split(".")), flag_setting(path, value, flag))
 
 
 def apply_flags(settings: Settings, **flags: Any) -> Settings:

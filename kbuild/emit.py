@@ -53,7 +53,7 @@ _HEADER_TYPES = frozenset({"CUstream", "CUdeviceptr", "CUresult", *C_TYPES.value
 if TYPE_CHECKING:
     from kbuild.config import Settings
 
-_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_IDENT = re.compile(r"\A[A-Za-z_][A-Za-z0-9_]*\Z")  # \Z: "$" also matches before a final newline
 
 #: Keywords of C (C89 to C23, with GNU's ``asm`` and extended floating types); none may name a
 #: parameter in the header.
@@ -307,13 +307,25 @@ def _check_public_name(name: str, what: str, header_macros: Iterable[str]) -> No
                         "([tool.kbuild.kernels].name) or choose another prefix")
 
 
-def render_sources(kernels: Sequence[EmitKernel], *, prefix: str = "kbuild_", basename: str = "kbuild_kernels",
-                   config_name: str = "pyproject.toml") -> dict[str, bytes]:
-    """``{"<basename>.h": ..., "<basename>.c": ...}`` for ``kernels``; deterministic bytes."""
+#: Longest ``--basename``: ``<basename>.h`` must fit a file name (255 bytes on common file systems).
+MAX_BASENAME = 200
+
+
+def check_output_names(prefix: str, basename: str) -> None:
+    """``--prefix`` must start C identifiers (or be empty) and ``--basename`` be a plain file stem: a
+    :class:`UsageError` naming the option otherwise (``kbuild emit`` checks both before any work)."""
     if not _IDENT.match(prefix) and prefix != "":
         raise UsageError(f"--prefix: {prefix!r} is not a C identifier prefix")
     if not _IDENT.match(basename):
-        raise UsageError(f"basename {basename!r} is not a plain file name stem (letters, digits and _)")
+        raise UsageError(f"--basename: {basename!r} is not a plain file name stem (letters, digits and _)")
+    if len(basename) > MAX_BASENAME:
+        raise UsageError(f"--basename: {len(basename):,} characters; a file name stem has at most {MAX_BASENAME}")
+
+
+def render_sources(kernels: Sequence[EmitKernel], *, prefix: str = "kbuild_", basename: str = "kbuild_kernels",
+                   config_name: str = "pyproject.toml") -> dict[str, bytes]:
+    """``{"<basename>.h": ..., "<basename>.c": ...}`` for ``kernels``; deterministic bytes."""
+    check_output_names(prefix, basename)
     ordered = sorted(kernels, key=lambda k: k.name)
     if not ordered:
         raise UsageError("no kernels to emit")

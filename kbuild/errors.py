@@ -75,18 +75,28 @@ class UsageError(KBuildError):
     exit_code = ExitCode.USAGE
 
 
-class ConfigError(UsageError):
-    """A ``[tool.kbuild]`` value (or ``KBUILD_*`` variable) that is missing, mistyped or unknown.
+#: ``ConfigError.where`` of a value from a ``KBUILD_*`` variable (``key`` is the variable), and of a command-line
+#: flag (``key`` is the flag).
+ENVIRONMENT = "environment"
+COMMAND_LINE = "command line"
 
-    ``where`` is the file (or ``environment``), ``key`` the dotted path inside it, e.g.
-    ``[tool.kbuild.kernels][2].signature``.
+
+class ConfigError(UsageError):
+    """A ``[tool.kbuild]`` value (or ``KBUILD_*`` variable, or flag) that is missing, mistyped or unknown.
+
+    ``where`` is the file, :data:`ENVIRONMENT` or :data:`COMMAND_LINE`; ``key`` the dotted path inside the
+    file (``[tool.kbuild.kernels][2].signature``), the variable (``KBUILD_TARGETS[1]``) or the flag
+    (``--seed``). The message names each once: ``pyproject.toml: targets[1]: ...``, ``environment variable
+    KBUILD_TUNE: ...``, ``--seed: ...``.
     """
 
     def __init__(self, where: str, key: str, message: str) -> None:
         self.where = where
         self.key = key
         self.detail = message
-        super().__init__(f"{where}: {key}: {message}")
+        place = (f"environment variable {key}" if where == ENVIRONMENT else key if where == COMMAND_LINE
+                 else f"{where}: {key}")
+        super().__init__(f"{place}: {message}")
 
 
 class KernelSourceError(ConfigError):

@@ -3,10 +3,12 @@
 The data goes to a temporary file in the destination's directory, which then replaces the
 destination with ``os.replace``. A crash or an error leaves the old file (or none) and no
 temporary file behind. :func:`write_files` does the same for a set of files (all or none), and
-:func:`check_output_dir` checks an output directory given on the command line before any work.
+:func:`check_output_dir` and :func:`check_output_file` check an output directory or file given on the command
+line before any work.
 :func:`read_bounded` is the one reader of a file named by a user or by untrusted data: a regular file
 only (never a FIFO, a device or a directory, so it neither blocks nor reads forever) and never more
-than a stated number of bytes.
+than a stated number of bytes; :func:`open_regular` makes the same checks for a reader that seeks
+(a zip archive, a tar bundle) instead of holding the whole file.
 """
 
 from __future__ import annotations
@@ -17,11 +19,17 @@ import stat
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
+from typing import BinaryIO
 
 
 def write_atomic(path: str | os.PathLike[str], data: bytes | str, *, mode: int = 0o644) -> Path:
-    """Write ``data`` (text is UTF-8 with ``\\n`` newlines) to ``path`` atomically; creates the directory."""
+    """Write ``data`` (text is UTF-8 with ``\\n`` newlines) to ``path`` atomically; creates the directory.
+
+    Only a file (or a symbolic link, which is replaced, not followed) is replaced: a directory, a device
+    (``-o /dev/null`` run as root would otherwise replace the machine's device node with a file), a FIFO
+    or a socket at ``path`` raises :class:`OSError` naming it, before anything is written."""
     dest = Path(path)
+    _check_replaceable(dest)
     parent = dest.parent if str(dest.parent) else Path(".")
     parent.mkdir(parents=True, exist_ok=True)
     raw = data.encode("utf-8") if isinstance(data, str) else data
@@ -37,6 +45,26 @@ def write_atomic(path: str | os.PathLike[str], data: bytes | str, *, mode: int =
     return dest
 
 
+def _check_replaceable(dest: Path) -> None:
+    """An :class:`OSError` naming ``dest`` when it exists and is neither a file nor a symbolic link."""
+    try:
+        mode = os.lstat(dest).st_mode
+    except FileNotFoundError:
+        return
+    except OSError as exc:  # a name too long, a parent that is a file: the write would fail the same way
+        raise OSError(exc.errno, exc.strerror, str(dest)) from None
+    if stat.S_ISDIR(mode):
+        raise IsADirectoryError(errno.EISDIR, "is a directory", str(dest))
+    if not (stat.S_ISREG(mode) or stat.S_ISLNK(mode)):
+        raise OSError(errno.EINVAL, f"{_kind(mode)}, not a file: kbuild replaces only files", str(dest))
+
+
+def _kind(mode: int) -> str:
+    return ("a directory" if stat.S_ISDIR(mode) else "a FIFO" if stat.S_ISFIFO(mode)
+            else "a device" if stat.S_ISCHR(mode) or stat.S_ISBLK(mode)
+            else "a socket" if stat.S_ISSOCK(mode) else "not a regular file")
+
+
 def read_bounded(path: str | os.PathLike[str], *, max_bytes: int) -> bytes:
     """The bytes of the regular file ``path`` (symbolic links followed), at most ``max_bytes`` of them.
 
@@ -44,21 +72,10 @@ def read_bounded(path: str | os.PathLike[str], *, max_bytes: int) -> bytes:
     ``fstat`` on the open descriptor: anything but a regular file, or a file larger than ``max_bytes``,
     raises :class:`OSError` with a message that says which, before any byte is read. ``/dev/zero``, a
     FIFO and a directory are refused; a file that grows while being read is cut at ``max_bytes + 1`` and
-    refused too. Callers turn the :class:`OSError` into their own error naming the file and the key."""
+    refused too. Callers turn the :class:`OSError` into their own error naming the file and the key; one
+    that does not still has ``filename`` set, which the CLI's handler (:mod:`kbuild.cli`) reports."""
+    fd = _open_regular(path, max_bytes)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
-    except OSError as exc:
-        raise OSError(exc.errno, exc.strerror or str(exc)) from None
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            kind = ("a directory" if stat.S_ISDIR(st.st_mode) else "a FIFO" if stat.S_ISFIFO(st.st_mode)
-                    else "a device" if stat.S_ISCHR(st.st_mode) or stat.S_ISBLK(st.st_mode)
-                    else "a socket" if stat.S_ISSOCK(st.st_mode) else "not a regular file")
-            raise OSError(errno.EINVAL, f"{kind}, not a regular file")
-        if st.st_size > max_bytes:
-            raise OSError(errno.EFBIG, f"{st.st_size:,} bytes, over the {max_bytes:,}-byte limit")
-        os.set_blocking(fd, True)
         chunks: list[bytes] = []
         got = 0
         while got <= max_bytes:
@@ -68,10 +85,38 @@ def read_bounded(path: str | os.PathLike[str], *, max_bytes: int) -> bytes:
             chunks.append(chunk)
             got += len(chunk)
         if got > max_bytes:
-            raise OSError(errno.EFBIG, f"grew past the {max_bytes:,}-byte limit while being read")
+            raise OSError(errno.EFBIG, f"grew past the {max_bytes:,}-byte limit while being read", os.fspath(path))
         return b"".join(chunks)
     finally:
         os.close(fd)
+
+
+def open_regular(path: str | os.PathLike[str]) -> BinaryIO:
+    """``path`` open for reading, checked as :func:`read_bounded` checks it (a regular file, opened without
+    blocking), for readers that seek and read parts of a file too large to hold: a wheel's zip archive, a
+    bundle's tar. An :class:`OSError` with ``filename`` set otherwise."""
+    return os.fdopen(_open_regular(path, None), "rb")
+
+
+def _open_regular(path: str | os.PathLike[str], max_bytes: int | None) -> int:
+    """A blocking descriptor of the regular file ``path`` of at most ``max_bytes`` (None: any size)."""
+    name = os.fspath(path)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as exc:
+        raise OSError(exc.errno, exc.strerror or str(exc), name) from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            code = errno.EISDIR if stat.S_ISDIR(st.st_mode) else errno.EINVAL  # IsADirectoryError for a directory
+            raise OSError(code, f"{_kind(st.st_mode)}, not a regular file", name)
+        if max_bytes is not None and st.st_size > max_bytes:
+            raise OSError(errno.EFBIG, f"{st.st_size:,} bytes, over the {max_bytes:,}-byte limit", name)
+        os.set_blocking(fd, True)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def check_output_dir(path: str | os.PathLike[str], flag: str) -> Path:
@@ -86,6 +131,12 @@ def check_output_dir(path: str | os.PathLike[str], flag: str) -> Path:
     p = Path(path)
     if str(path) == "":
         raise UsageError(f"{flag}: empty path")
+    try:
+        os.lstat(p)
+    except (FileNotFoundError, NotADirectoryError):  # a parent that is a file is found below
+        pass
+    except OSError as exc:  # a name too long, a loop of links, no permission
+        raise UsageError(f"{flag} {p}: {exc.strerror or exc}") from None
     base = p
     while not os.path.lexists(base) and base.parent != base:
         base = base.parent
@@ -99,6 +150,25 @@ def check_output_dir(path: str | os.PathLike[str], flag: str) -> Path:
     except OSError as exc:
         where = "" if base == p else f" (in {base})"
         raise UsageError(f"{flag} {p}: cannot write there{where}: {exc.strerror or exc}") from None
+    return p
+
+
+def check_output_file(path: str | os.PathLike[str], flag: str) -> Path:
+    """``path``, given with the option ``flag`` (``--lock-file``), checked as a file to write (replace) before any
+    work: not a directory, a device or a FIFO (:func:`write_atomic` replaces only files), and its directory as
+    :func:`check_output_dir` checks one. Creates nothing; a :class:`~kbuild.errors.UsageError` (exit 2) naming
+    ``flag`` and ``path`` otherwise."""
+    from kbuild.errors import UsageError
+
+    p = Path(path)
+    if str(path) == "":
+        raise UsageError(f"{flag}: empty path")
+    try:
+        _check_replaceable(p)
+    except OSError as exc:
+        if not isinstance(exc, NotADirectoryError):
+            raise UsageError(f"{flag} {p}: {exc.strerror or exc}") from None
+    check_output_dir(p.parent, f"{flag} {p}: its directory")
     return p
 
 
@@ -122,8 +192,7 @@ def write_files(directory: str | os.PathLike[str], files: Mapping[str, bytes | s
         for name in sorted(files):  # what would make a rename fail, before anything is written
             if (d / name).parent != d:
                 raise ValueError(f"{name!r} is not a plain file name")
-            if (d / name).is_dir():
-                raise IsADirectoryError(errno.EISDIR, "is a directory", str(d / name))
+            _check_replaceable(d / name)
         for name in sorted(files):
             dest = d / name
             fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=d)

@@ -12,16 +12,16 @@
 
 :func:`load_json` checks all of these and turns every failure into one error class of the caller's
 choice (a :class:`kbuild.errors.KBuildError` subclass, so the CLI prints one line and exits with its
-code), with the message ``<where>: <what is wrong>``. :func:`read_json_file` adds a bounded file read.
+code), with the message ``<where>: <what is wrong>``. :func:`read_json_file` adds a bounded file read (:func:`kbuild.fsutil.read_bounded`).
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from kbuild.errors import UsageError
@@ -67,15 +67,17 @@ def parse_json(data: bytes | bytearray | str, *, max_depth: int = DEFAULT_MAX_DE
 
 def read_json_file(path: str | os.PathLike[str], *, where: str | None = None, max_bytes: int = DEFAULT_MAX_BYTES,
                    max_depth: int = DEFAULT_MAX_DEPTH, error: ErrorFactory = UsageError) -> Any:
-    """:func:`load_json` of a file, reading at most ``max_bytes + 1`` bytes; an unreadable file is ``error`` too."""
+    """:func:`load_json` of a file read with :func:`kbuild.fsutil.read_bounded` (a regular file of at most
+    ``max_bytes``); a file that cannot be read that way is ``error`` too."""
+    from kbuild.fsutil import read_bounded
+
     name = where if where is not None else str(path)
     try:
-        with Path(path).open("rb") as f:
-            data = f.read(max_bytes + 1)
+        data = read_bounded(path, max_bytes=max_bytes)
     except OSError as exc:
+        if exc.errno == errno.EFBIG:
+            raise error(f"{name}: over the {max_bytes:,}-byte limit for a JSON document ({exc.strerror})") from None
         raise error(f"{name}: cannot read: {exc.strerror or exc}") from None
-    if len(data) > max_bytes:
-        raise error(f"{name}: over the {max_bytes:,}-byte limit for a JSON document")
     return load_json(data, where=name, max_bytes=max_bytes, max_depth=max_depth, error=error)
 
 

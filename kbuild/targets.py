@@ -61,10 +61,14 @@ class Target:
 
 
 def parse_target(text: str) -> Target:
-    """``"sm_90"``, ``"sm_90a"`` or ``"90"`` → :class:`Target`; ValueError naming the supported ones otherwise.
+    """``"sm_90"`` or ``"sm_90a"`` → :class:`Target`; ValueError naming the supported ones otherwise.
 
-    Only ASCII is a target: Python's ``int()`` and ``\\d`` also read ``"９０"`` or ``"٩٠"`` as 90, and a
-    look-alike string must not pass for the one ptxas receives.
+    One spelling, the one ptxas and :attr:`Target.name` use, everywhere a target is read (``targets``,
+    ``KBUILD_TARGETS``, ``--targets``, ``--target``): ``"sm90"``, ``"90"``, ``"SM_90"``, ``" sm_90"`` and
+    ``"sm_090"`` are refused with the spelling they look like (``did you mean 'sm_90'?``), as the settings
+    model refuses ``tune = "Auto"``, rather than read as sm_90 behind the user's back. Only ASCII is a
+    target: Python's ``int()`` and ``\\d`` also read ``"９０"`` or ``"٩٠"`` as 90, and a look-alike string must
+    not pass for the one ptxas receives.
     """
     supported = ", ".join(f"sm_{cc}" for cc in SUPPORTED)
     if not isinstance(text, str):
@@ -73,8 +77,12 @@ def parse_target(text: str) -> Target:
         odd = next(c for c in text if not c.isascii())
         raise ValueError(f"{text!r} is not a GPU target: it contains the non-ASCII character {odd!r} "
                          f"(U+{ord(odd):04X}); expected one of {supported}")
-    m = re.fullmatch(r"(?:sm_?)?([0-9]{2,3})(a?)", text.strip().lower())
+    m = re.fullmatch(r"sm_([1-9][0-9]{1,2})(a?)", text)
     if not m:
+        loose = re.fullmatch(r"(?:sm_?)?0*([1-9][0-9]{1,2})(a?)", text.strip().lower())
+        if loose and int(loose.group(1)) in SUPPORTED:
+            raise ValueError(f"{text!r} is not a GPU target; did you mean 'sm_{loose.group(1)}{loose.group(2)}'? "
+                             "(targets are written sm_XY, as ptxas takes them)")
         raise ValueError(f"{text!r} is not a GPU target; expected one of {supported}")
     cc = int(m.group(1))
     if cc not in SUPPORTED:

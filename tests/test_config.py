@@ -221,10 +221,10 @@ def test_wrong_config_shape(tmp_path: Path, body: str, key: str):
 @pytest.mark.hostile(fault="empty targets", outcome="clean error")
 @pytest.mark.parametrize(("body", "environ", "where", "key"), [
     pytest.param("[tool.kbuild]\ntargets = []\n", {}, None, "targets", id="pyproject"),
-    pytest.param("[tool.kbuild]\n", {"KBUILD_TARGETS": ","}, "environment variable KBUILD_TARGETS", "KBUILD_TARGETS",
+    pytest.param("[tool.kbuild]\n", {"KBUILD_TARGETS": ","}, "environment", "KBUILD_TARGETS",
                  id="KBUILD_TARGETS=,"),
-    pytest.param("[tool.kbuild]\n", {"KBUILD_TARGETS": " , ,"}, "environment variable KBUILD_TARGETS",
-                 "KBUILD_TARGETS", id="KBUILD_TARGETS=spaces"),
+    pytest.param("[tool.kbuild]\n", {"KBUILD_TARGETS": " , ,"}, "environment", "KBUILD_TARGETS",
+                 id="KBUILD_TARGETS=spaces"),
 ])
 def test_empty_targets(tmp_path: Path, body: str, environ: dict[str, str], where: str | None, key: str):
     path = write_pyproject(tmp_path, body)
@@ -236,9 +236,9 @@ def test_empty_targets(tmp_path: Path, body: str, environ: dict[str, str], where
 def test_a_bad_environment_value_is_blamed_on_the_variable_not_the_file(tmp_path: Path):
     path = write_pyproject(tmp_path, "[tool.kbuild]\n")
     err = config_error(path, {"KBUILD_TARGETS": "sm_90,sm_99"})
-    assert (err.where, err.key) == ("environment variable KBUILD_TARGETS", "KBUILD_TARGETS[1]")
+    assert (err.where, err.key) == ("environment", "KBUILD_TARGETS[1]")
     err = config_error(path, {"KBUILD_BUDGET_EVALUATIONS": "0"})
-    assert (err.where, err.key) == ("environment variable KBUILD_BUDGET_EVALUATIONS", "KBUILD_BUDGET_EVALUATIONS")
+    assert (err.where, err.key) == ("environment", "KBUILD_BUDGET_EVALUATIONS")
     # ... and a valid variable does not excuse an invalid file.
     path = write_pyproject(tmp_path, "[tool.kbuild]\ntargets = []\n")
     err = config_error(path, {"KBUILD_TARGETS": "sm_90"})
@@ -253,7 +253,7 @@ def test_tilde_of_an_unknown_user_is_a_config_error_not_a_crash(tmp_path: Path):
     assert (err.where, err.key) == (str(path), "store")
     assert "~kbuild-no-such-user" in str(err)
     err = config_error(write_pyproject(tmp_path, "[tool.kbuild]\n"), {"KBUILD_CUOBJDUMP": "~0"})
-    assert (err.where, err.key) == ("environment variable KBUILD_CUOBJDUMP", "KBUILD_CUOBJDUMP")
+    assert (err.where, err.key) == ("environment", "KBUILD_CUOBJDUMP")
 
 
 @pytest.mark.hostile(fault="bad store path", outcome="clean error")

@@ -118,9 +118,12 @@ def check_outcome(call, where: str) -> Settings | None:
         result = call()
     except ConfigError as exc:
         assert exc.exit_code == 2
-        assert exc.where == where or exc.where.startswith("environment variable KBUILD_"), exc.where
+        assert exc.where == where or (exc.where == "environment" and exc.key.startswith("KBUILD_")), exc.where
         message = str(exc)
-        assert message.startswith(f"{exc.where}: {exc.key}: ")
+        place = f"environment variable {exc.key}" if exc.where == "environment" else f"{exc.where}: {exc.key}"
+        assert message.startswith(f"{place}: "), message
+        if exc.where == "environment":  # the variable is named once (was "environment variable X: X: ...")
+            assert exc.key.split("[")[0] not in message[len(place):], message
         assert "\n" not in message and "\r" not in message and "\x1b" not in message, repr(message)
         return None
     assert isinstance(result, Settings)

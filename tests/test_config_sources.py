@@ -131,7 +131,7 @@ def test_anything_else_is_an_error_naming_the_variable(raw: str, var: str):
                  lambda: env_flag(var, {var: raw})):
         with pytest.raises(ConfigError) as err:
             read()
-        assert (err.value.where, err.value.key) == (f"environment variable {var}", var)
+        assert (err.value.where, err.value.key) == ("environment", var)
         assert repr(raw) in err.value.detail and "expected a boolean" in err.value.detail
 
 

@@ -24,11 +24,37 @@ NON_ASCII_TARGETS = [
 ]
 
 
-@pytest.mark.parametrize(("text", "cc", "arch"), [("sm_90", 90, "sm_90a"), ("sm_90a", 90, "sm_90a"), ("90", 90, "sm_90a"),
-                                                  (" SM_80 ", 80, "sm_80"), ("sm86", 86, "sm_86")])
+@pytest.mark.parametrize(("text", "cc", "arch"), [("sm_90", 90, "sm_90a"), ("sm_90a", 90, "sm_90a"), ("sm_80", 80, "sm_80"),
+                                                  ("sm_86", 86, "sm_86"), ("sm_120", 120, "sm_120a")])
 def test_valid_targets(text: str, cc: int, arch: str):
     t = parse_target(text)
     assert t == Target(cc) and t.arch == arch
+
+
+#: Spellings that once passed for a target (issue 32: "sm90" was read as sm_90 silently), and the one suggested.
+LOOK_ALIKES = [("sm90", "sm_90"), ("90", "sm_90"), ("SM_80", "sm_80"), (" sm_90 ", "sm_90"), ("sm86", "sm_86"),
+               ("sm_090", "sm_90"), ("90a", "sm_90a"), ("SM_90A", "sm_90a"), ("sm_90 ", "sm_90")]
+
+
+@pytest.mark.hostile(fault="look-alike target", outcome="clean error")
+@pytest.mark.parametrize(("text", "suggestion"), LOOK_ALIKES)
+def test_look_alike_targets_are_refused_with_the_spelling_they_mean(text: str, suggestion: str, tmp_path: Path,
+                                                                    capsys: pytest.CaptureFixture[str]):
+    with pytest.raises(ValueError, match=f"did you mean '{suggestion}'"):
+        parse_target(text)
+    path = tmp_path / "pyproject.toml"  # the same rule wherever a target is read
+    path.write_text(f'[tool.kbuild]\ntargets = ["{text}"]\n')
+    with pytest.raises(ConfigError, match=f"targets\\[0\\]: .*did you mean '{suggestion}'"):
+        load_settings(path, environ={})
+    path.write_text("[tool.kbuild]\n")
+    if text == text.strip():  # a variable's list is split at commas and stripped, as --targets' is
+        with pytest.raises(ConfigError, match=f"^environment variable KBUILD_TARGETS\\[0\\]: .*did you mean "
+                                              f"'{suggestion}'"):
+            load_settings(path, environ={"KBUILD_TARGETS": text})
+    for argv in (["explain", "k", "--config", str(path), "--target", text], ["cache", "ls", "--target", text]):
+        assert main(argv) == 2
+        err = capsys.readouterr().err
+        assert err.count("error: ") == 1 and f"did you mean '{suggestion}'" in err, err
 
 
 @pytest.mark.parametrize("text", ["sm_99", "sm_80a", "sm_", "", "sm_0090", "compute_90", 90, None, ["sm_90"]])

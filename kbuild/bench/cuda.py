@@ -18,15 +18,15 @@ Importing this module imports neither torch nor triton.
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import inspect
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from kbuild import usercode
 from kbuild.compile.signature import SignatureError, parse_type
 
-from .spec import BenchSpecError, Tolerance, _on_path
+from .spec import BenchSpecError, Tolerance
 
 Dims = tuple[int, int, int]
 
@@ -135,11 +135,7 @@ def load_cuda_spec(ref: str, *, small: bool = False, python_path: tuple[str, ...
     module_name, sep, attr = ref.partition(":")
     if not sep or not module_name or not attr:
         raise BenchSpecError(ref, "expected 'package.module:callable'")
-    with _on_path(list(python_path)):
-        try:
-            module = importlib.import_module(module_name)
-        except Exception as exc:
-            raise BenchSpecError(ref, f"fails to import: {type(exc).__name__}: {exc}") from None
+    module = usercode.import_module(module_name, error=lambda m: BenchSpecError(ref, m), paths=python_path)
     obj = getattr(module, attr, None)
     if obj is None:
         raise BenchSpecError(ref, f"module {module_name!r} has no attribute {attr!r}")

@@ -23,15 +23,13 @@ Importing this module imports neither torch nor triton; :func:`compile_spec` imp
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import inspect
 import logging
-import sys
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from kbuild import usercode
 from kbuild.compile.signature import SignatureError, ast_source_args, parse_type
 from kbuild.errors import CompileError, MissingDependencyError, UsageError
 
@@ -190,11 +188,7 @@ def load_spec(ref: str, *, small: bool = False, python_path: Sequence[str] = ())
     module_name, sep, attr = ref.partition(":")
     if not sep or not module_name or not attr:
         raise BenchSpecError(ref, "expected 'package.module:callable'")
-    with _on_path(python_path):
-        try:
-            module = importlib.import_module(module_name)
-        except Exception as exc:
-            raise BenchSpecError(ref, f"fails to import: {type(exc).__name__}: {exc}") from None
+    module = usercode.import_module(module_name, error=lambda m: BenchSpecError(ref, m), paths=python_path)
     obj = getattr(module, attr, None)
     if obj is None:
         raise BenchSpecError(ref, f"module {module_name!r} has no attribute {attr!r}")
@@ -216,18 +210,6 @@ def load_spec(ref: str, *, small: bool = False, python_path: Sequence[str] = ())
     spec = dataclasses.replace(obj, ref=ref)
     validate_spec(spec)
     return spec
-
-
-@contextmanager
-def _on_path(paths: Sequence[str]) -> Iterator[None]:
-    added = [p for p in paths if p not in sys.path]
-    sys.path[:0] = added
-    try:
-        yield
-    finally:
-        for p in added:
-            if p in sys.path:
-                sys.path.remove(p)
 
 
 def validate_spec(spec: BenchSpec) -> None:

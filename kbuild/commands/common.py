@@ -1,10 +1,12 @@
-"""Arguments shared by several verbs (``--config``, ``--targets``, ``--json``)."""
+"""Arguments shared by several verbs (``--config``, ``--targets``, ``--json``), and the store they open late."""
 
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from kbuild.config import Settings, load_settings
+from kbuild.errors import UsageError
 
 
 def add_config_args(p: argparse.ArgumentParser, *, targets: bool = True) -> None:
@@ -21,5 +23,36 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
 
 
 def target_list(args: argparse.Namespace) -> list[str] | None:
+    """``--targets``' names (None when not given: the project's targets); a given but empty list is an error."""
     raw = getattr(args, "targets", None)
-    return [t.strip() for t in raw.split(",") if t.strip()] if raw else None
+    if raw is None:
+        return None
+    names = [t.strip() for t in raw.split(",") if t.strip()]
+    if not names:
+        raise UsageError(f"--targets {raw!r}: no target named; give e.g. sm_90 or sm_80,sm_90")
+    return names
+
+
+class LazyStore:
+    """The settings' tiered store, opened on first use: the pipeline resolves every kernel before it
+    touches the store, so bad input still creates no store directory (and opens no store: diskcache writes
+    its database when it opens one)."""
+
+    def __init__(self, settings: Settings, *, strict: bool | None = None) -> None:
+        self._settings = settings
+        self._strict = settings.strict if strict is None else strict
+        self._store: Any = None
+
+    def __getattr__(self, name: str) -> Any:
+        if self._store is None:
+            from kbuild.cache import open_store
+
+            self._store = open_store(self._settings, strict=self._strict)
+        return getattr(self._store, name)
+
+    def __enter__(self) -> LazyStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._store is not None:
+            self._store.close()

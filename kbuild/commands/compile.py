@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
 
-from kbuild.commands.common import add_config_args, settings_from_args, target_list
-from kbuild.config import Settings, apply_flags
+from kbuild.commands.common import LazyStore, add_config_args, settings_from_args, target_list
+from kbuild.config import apply_flags
 from kbuild.console import emit_json, print_table, progress
 from kbuild.fsutil import check_output_dir, write_atomic
 
@@ -25,29 +24,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-class _LazyStore:
-    """The settings' tiered store, opened on first use: the pipeline resolves every kernel before it
-    touches the store, so bad input still creates no store directory."""
-
-    def __init__(self, settings: Settings) -> None:
-        self._settings = settings
-        self._store: Any = None
-
-    def __getattr__(self, name: str) -> Any:
-        if self._store is None:
-            from kbuild.cache import open_store
-
-            self._store = open_store(self._settings, strict=self._settings.strict)
-        return getattr(self._store, name)
-
-    def __enter__(self) -> _LazyStore:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._store is not None:
-            self._store.close()
-
-
 def run(args: argparse.Namespace) -> int:
     from kbuild.cache import TierUnavailableError
     from kbuild.hooks.pipeline import run_pipeline, select_kernels, select_targets, strict_store_error
@@ -57,7 +33,7 @@ def run(args: argparse.Namespace) -> int:
         check_output_dir(args.out, "--out")  # before any work
     total = len(select_kernels(settings, args.kernel)) * len(select_targets(settings, target_list(args)))
     try:
-        with _LazyStore(settings) as store, \
+        with LazyStore(settings) as store, \
                 progress("compile", total, enabled=not args.no_progress and not args.json) as advance:
             builds = run_pipeline(settings, store, kernels=args.kernel, targets=target_list(args),
                                   on_step=lambda b: advance(status=f"{b.spec.name} {b.target.name}"))

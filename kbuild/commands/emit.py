@@ -16,7 +16,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
-from kbuild.commands.common import add_config_args, settings_from_args, target_list
+from kbuild.commands.common import LazyStore, add_config_args, settings_from_args, target_list
 from kbuild.config import Settings, apply_flags
 from kbuild.emit import cuda_include_dir, kernel_sources
 from kbuild.errors import UsageError
@@ -60,7 +60,15 @@ def run_builds(settings: Settings, args: argparse.Namespace) -> BuildPlan:
     if args.from_manifest and not (settings.locked or args.lock_file):
         # read (and checked) before the store is opened: a bad manifest changes nothing
         return replay(settings, read_manifest(args.from_manifest), where=args.from_manifest)
-    result = plan(settings, targets=target_list(args), lock_file=args.lock_file or None)
+    lock = args.lock_file if args.lock_file is not None else (
+        settings.project_dir / "kbuild.lock" if settings.locked else None)
+    if lock is not None:
+        from kbuild.cache import read_lock
+
+        read_lock(lock)  # read and checked before the pipeline (whose memo writes): a bad lock file changes nothing
+    # the store opens only once every kernel and target resolved: bad input writes nothing
+    with LazyStore(settings) as store:
+        result = plan(settings, store, targets=target_list(args), lock_file=args.lock_file)
     for line in result.status_lines():
         print(line, file=sys.stderr)
     return result
@@ -78,12 +86,15 @@ def run(args: argparse.Namespace) -> int:
         lines = ([cuda_include_dir()] if args.print_include_dir else []) + kernel_sources(settings)
         sys.stdout.write("".join(f"{p}\n" for p in lines))
         return 0
-    if not args.out_dir:
+    if args.out_dir is None:
         raise UsageError("emit: --out-dir is required")
-    from kbuild.emit import write_files
+    from kbuild.emit import check_output_names, write_files
     from kbuild.fsutil import check_output_dir
 
     out_dir = check_output_dir(args.out_dir, "--out-dir")  # before any work
+    check_output_names(args.prefix, args.basename)
+    if args.lock_file == "":
+        raise UsageError("--lock-file: empty path")
     result = run_builds(settings, args)
     written = write_files(out_dir, result.files(prefix=args.prefix, basename=args.basename),
                           what=f"--out-dir {out_dir}")

@@ -25,7 +25,8 @@ def run(args: argparse.Namespace) -> int:
     from kbuild.hooks.pipeline import resolve, select_targets
 
     settings = settings_from_args(args)
-    (build,) = resolve(settings, [settings.kernel(args.kernel)], select_targets(settings, [args.target]))
+    targets = select_targets(settings, [args.target])
+    (build,) = resolve(settings, [settings.kernel(args.kernel)], targets)
     in_store: dict[str, bool | None] = {"baseline": None, "tuned": None}
     if not args.no_store:
         from kbuild.cache import open_store

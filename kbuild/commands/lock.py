@@ -10,8 +10,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from kbuild.commands.common import add_config_args, settings_from_args, target_list
+from kbuild.commands.common import LazyStore, add_config_args, settings_from_args, target_list
 from kbuild.console import emit_json, info
+from kbuild.fsutil import check_output_file
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -24,12 +25,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from kbuild.cache import open_store, update_lock
+    from kbuild.cache import update_lock
     from kbuild.hooks.pipeline import run_pipeline
 
     settings = settings_from_args(args)
-    path = Path(args.lock_file) if args.lock_file else settings.project_dir / "kbuild.lock"
-    with open_store(settings, strict=args.strict) as store:
+    path = Path(args.lock_file) if args.lock_file is not None else settings.project_dir / "kbuild.lock"
+    check_output_file(path, "--lock-file" if args.lock_file is not None else "lock file")  # before any work
+    with LazyStore(settings, strict=args.strict) as store:  # opened once every kernel and target resolved
         builds = run_pipeline(settings, store, targets=target_list(args))
         result = update_lock(path, [(b.spec.name, b.target.name, b.key.hex) for b in builds], store)
     if args.json:

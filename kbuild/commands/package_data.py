@@ -40,6 +40,9 @@ def run(args: argparse.Namespace) -> int:
 
     settings = settings_from_args(args)
     out = check_output_dir(args.out, "--out")  # before any work
+    if args.package is not None and not (args.package.isascii()
+                                         and all(part.isidentifier() for part in args.package.split("."))):
+        raise UsageError(f"--package {args.package!r}: not an import name (ASCII identifiers joined by dots)")
     if os.path.lexists(out / DATA_DIR) and not (out / DATA_DIR).is_dir():
         raise UsageError(f"--out {out}: {out / DATA_DIR} exists and is not a directory")
     if settings.ship != "package-data":

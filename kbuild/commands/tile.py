@@ -7,14 +7,10 @@ variants are ranked tile configurations, each with the layouts its mma fixes; an
 from __future__ import annotations
 
 import argparse
-import contextlib
-import importlib
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from kbuild.console import emit_json, print_table
+from kbuild.console import emit_json, info, print_table, table_text
 from kbuild.errors import UsageError
 
 
@@ -37,61 +33,55 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-@contextlib.contextmanager
-def _cwd_on_path() -> Iterator[None]:
-    here = str(Path.cwd())
-    added = here not in sys.path
-    if added:
-        sys.path.insert(0, here)
-    try:
-        yield
-    finally:
-        if added:
-            sys.path.remove(here)
-
-
 def _load(ref: str) -> Any:
+    """The function ``MODULE:FUNCTION`` names, its module imported from the current directory or the installed
+    packages (:func:`kbuild.usercode.import_module`: whatever the import raises, ``sys.exit`` too, is one
+    error naming the module)."""
+    from kbuild import usercode
+
     module_name, sep, attr = ref.partition(":")
     if not sep or not module_name or not attr:
         raise UsageError(f"MODULE:FUNCTION: {ref!r} is not 'package.module:function'")
-    with _cwd_on_path():
-        try:
-            module = importlib.import_module(module_name)
-        except Exception as exc:
-            raise UsageError(f"MODULE:FUNCTION: importing {module_name!r} raised {type(exc).__name__}: {exc}") from None
+    module = usercode.import_module(module_name, error=lambda m: UsageError(f"MODULE:FUNCTION {ref!r}: {m}"),
+                                    paths=[str(Path.cwd())])
     fn = getattr(module, attr, None)
     if not callable(fn):
         raise UsageError(f"MODULE:FUNCTION: module {module_name!r} has no function {attr!r}")
     return fn
 
 
-def _blocks(items: list[str]) -> dict[str, int]:
+def _count(text: str, what: str) -> int:
+    """A positive decimal integer written in ASCII digits (``int()`` also reads ``'٤'`` and ``'1_0'``)."""
+    if not (text.isascii() and text.isdigit()) or int(text) < 1:
+        raise UsageError(f"{what}: expected a positive integer")
+    return int(text)
+
+
+def _blocks(items: list[str], function: str) -> dict[str, int]:
     blocks = {"M": 1}
     for item in items:
         dim, sep, value = item.partition("=")
-        if not sep or dim not in ("M", "N") or not value.isdigit():
+        if not sep or dim not in ("M", "N"):
             raise UsageError(f"--block {item!r}: expected M=<int> or N=<int>")
-        blocks[dim] = int(value)
+        blocks[dim] = _count(value, f"--block {item!r}")
     if "N" not in blocks:
-        raise UsageError("--block N=<columns per program> is required")
+        raise UsageError(f"{function}: a row-wise tile program needs --block N=<columns per program>")
     return blocks
 
 
 def _warps(text: str) -> list[int]:
-    try:
-        warps = [int(w) for w in text.split(",") if w]
-    except ValueError:
-        raise UsageError(f"--warps {text!r}: expected a comma-separated list of integers") from None
+    warps = [_count(w.strip(), f"--warps {text!r}") for w in text.split(",") if w.strip()]
     if not warps:
         raise UsageError("--warps is empty")
     return warps
 
 
-def _problem(text: str | None) -> tuple[int, int, int]:
-    parts = (text or "").split(",")
+def _problem(text: str | None, function: str) -> tuple[int, int, int]:
     if text is None:
-        raise UsageError("--problem M,N,K is required for an mma program (the sizes its tiles are ranked for)")
-    if len(parts) != 3 or not all(p.isdigit() and int(p) > 0 for p in parts):
+        raise UsageError(f"{function}: --problem M,N,K is required for an mma program (the sizes its tiles are "
+                         "ranked for)")
+    parts = text.split(",")
+    if len(parts) != 3 or not all(p.isascii() and p.isdigit() and int(p) > 0 for p in parts):
         raise UsageError(f"--problem {text!r}: expected three positive integers M,N,K")
     m, n, k = (int(p) for p in parts)
     return m, n, k
@@ -110,14 +100,14 @@ def _write(path: Path | None, source: str) -> None:
 def _run_mma(args: argparse.Namespace, fn: Any) -> int:
     from kbuild.tile.gluon_mma import build_mma
 
-    kernel = build_mma(fn, _problem(args.problem), arch=args.arch, variants=args.variants)
+    kernel = build_mma(fn, _problem(args.problem, args.function), arch=args.arch, variants=args.variants)
     rows: list[dict[str, Any]] = [{"variant": i, "num_warps": p.num_warps, "constexprs": p.constexprs, "cost": round(p.cost, 1),
              "parts": {k: round(x, 1) for k, x in p.parts.items()}, "copy": p.copy,
              "layouts": {"acc": p.acc.text(), "a": p.a_shared.text(), "b": p.b_shared.text()}}
             for i, p in enumerate(kernel.plans)]
     _write(args.write, kernel.source)
     doc = {"function": args.function, "kernel": kernel.program.name, "arch": kernel.arch,
-           "problem": list(_problem(args.problem)), "signature": kernel.signature,
+           "problem": list(_problem(args.problem, args.function)), "signature": kernel.signature,
            "synthesis_seconds": round(kernel.seconds, 3), "variants": rows,
            "written": str(args.write) if args.write else None, "source": kernel.source if args.source else None}
     if args.json:
@@ -130,14 +120,14 @@ def _run_mma(args: argparse.Namespace, fn: Any) -> int:
     if args.source:
         print(kernel.source)
     if args.write is not None:
-        print(f"wrote {args.write}")
+        info(f"wrote {table_text(args.write)}")  # stderr: stdout is for --source; a name may not be UTF-8
     return 0
 
 
 def _run_int4(args: argparse.Namespace, fn: Any) -> int:
     from kbuild.tile.gluon_quant import build_int4
 
-    kernel = build_int4(fn, _problem(args.problem), arch=args.arch, variants=args.variants)
+    kernel = build_int4(fn, _problem(args.problem, args.function), arch=args.arch, variants=args.variants)
     lay = kernel.packing
     rows: list[dict[str, Any]] = [{"variant": i, "num_warps": p.num_warps, "constexprs": p.constexprs,
                                    "cost": round(p.cost, 1), "parts": {k: round(x, 1) for k, x in p.parts.items()},
@@ -147,7 +137,7 @@ def _run_int4(args: argparse.Namespace, fn: Any) -> int:
     _write(args.write, kernel.source)
     tk, tn = lay.tile_kn()
     doc = {"function": args.function, "kernel": kernel.program.name, "arch": kernel.arch,
-           "problem": list(_problem(args.problem)), "signature": kernel.signature,
+           "problem": list(_problem(args.problem, args.function)), "signature": kernel.signature,
            "packing": {"tile": list(lay.tile), "n_by_k": [tn, tk], "operand": lay.operand, "nibble_order": list(lay.nibble_order),
                        "bytes_per_thread": lay.bytes_per_thread, "group": lay.group},
            "synthesis_seconds": round(kernel.seconds, 3), "variants": rows,
@@ -163,7 +153,7 @@ def _run_int4(args: argparse.Namespace, fn: Any) -> int:
     if args.source:
         print(kernel.source)
     if args.write is not None:
-        print(f"wrote {args.write}")
+        info(f"wrote {table_text(args.write)}")  # stderr: stdout is for --source; a name may not be UTF-8
     return 0
 
 
@@ -177,9 +167,9 @@ def run(args: argparse.Namespace) -> int:
     kinds = {op.kind for op in trace(fn).ops}
     if "dequant" in kinds:
         return _run_int4(args, fn)
-    if "mma" in kinds:
+    if "mma" in kinds or "loop" in kinds:  # a K loop without its mma: the mma analysis says what is missing
         return _run_mma(args, fn)
-    kernel = build(fn, _blocks(args.block), warps=_warps(args.warps), variants=args.variants)
+    kernel = build(fn, _blocks(args.block, args.function), warps=_warps(args.warps), variants=args.variants)
     rows: list[dict[str, Any]] = []
     for i, v in enumerate(kernel.variants):
         chosen = v.synthesis.ranked[v.rank]
@@ -199,5 +189,5 @@ def run(args: argparse.Namespace) -> int:
     if args.source:
         print(kernel.source)
     if args.write is not None:
-        print(f"wrote {args.write}")
+        info(f"wrote {table_text(args.write)}")  # stderr: stdout is for --source; a name may not be UTF-8
     return 0

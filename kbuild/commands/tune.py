@@ -16,9 +16,10 @@ from pathlib import Path
 from typing import Any
 
 from kbuild.commands.common import add_config_args, settings_from_args
+from kbuild.config import flag_setting, settings_from_table
 from kbuild.console import emit_json, print_table, progress
 from kbuild.errors import GPUUnavailableError, UsageError
-from kbuild.fsutil import write_atomic
+from kbuild.fsutil import check_output_dir, write_atomic
 from kbuild.jsonio import read_json_file
 
 
@@ -66,14 +67,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _budget(args: argparse.Namespace, settings: Any) -> tuple[int, float, int]:
-    evals = args.budget_evals if args.budget_evals is not None else (settings.budget.evaluations if settings else 200)
-    secs = args.budget_seconds if args.budget_seconds is not None else (settings.budget.seconds if settings else 600.0)
-    seed = args.seed if args.seed is not None else (settings.seed if settings else 0)
-    if evals <= 0:
-        raise UsageError(f"--budget-evals must be positive, got {evals}")
-    if secs <= 0:
-        raise UsageError(f"--budget-seconds must be positive, got {secs}")
-    return evals, secs, seed
+    """Evaluations, seconds and seed: each flag checked by the settings model's rules for its setting (a
+    positive, finite budget; a seed NumPy takes), else the project's value, else the model's default."""
+    defaults = settings if settings is not None else settings_from_table({}, where="<defaults>")
+    evals = flag_setting("budget.evaluations", args.budget_evals, "--budget-evals")
+    secs = flag_setting("budget.seconds", args.budget_seconds, "--budget-seconds")
+    seed = flag_setting("seed", args.seed, "--seed")
+    return (defaults.budget.evaluations if evals is None else evals, defaults.budget.seconds if secs is None else secs,
+            defaults.seed if seed is None else seed)
 
 
 def _backend(args: argparse.Namespace, target: Any) -> Any:
@@ -180,10 +181,16 @@ def run(args: argparse.Namespace) -> int:
     settings = settings_from_args(args) if not args.suite else None
     target = select_targets(settings, [args.target])[0] if settings else _target(args.target)
     evals, secs, seed = _budget(args, settings)
-    if args.total_seconds is not None and args.total_seconds <= 0:
-        raise UsageError(f"--total-seconds must be positive, got {args.total_seconds}")
+    if args.total_seconds is not None and not 0 < args.total_seconds < math.inf:
+        raise UsageError(f"--total-seconds must be positive and finite, got {args.total_seconds}")
     if args.top < 1:
         raise UsageError(f"--top must be at least 1, got {args.top}")
+    if args.horizon < 1:
+        raise UsageError(f"--horizon must be at least 1, got {args.horizon}")
+    if args.jobs is not None and args.jobs < 1:
+        raise UsageError(f"--jobs must be at least 1, got {args.jobs}")
+    if args.out is not None:
+        check_output_dir(args.out, "--out")  # before any work: a file there is refused now, not after the search
     args.settings_kinds = list(settings.kinds) if settings else None
     kinds = _kinds(args)
     if args.policy not in ("default", "scratch") and not Path(args.policy).is_file():

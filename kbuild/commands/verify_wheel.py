@@ -22,6 +22,7 @@ from typing import Any
 
 from kbuild.console import emit_json, info, print_table, printable, table_text
 from kbuild.errors import KBuildError, ToolError, UsageError
+from kbuild.hooks.manifest import open_wheel
 
 #: Exit status when the rebuilt wheel differs.
 DIFFERS = 6
@@ -40,20 +41,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 #: Errors a damaged zip raises while its members are read.
 _ZIP_ERRORS = (zipfile.BadZipFile, zlib.error, EOFError, OSError, NotImplementedError, RuntimeError)
-
-
-def open_wheel(wheel: Path) -> zipfile.ZipFile:
-    """The wheel as a zip archive, or one :class:`UsageError` naming it."""
-    if wheel.is_dir():
-        raise UsageError(f"{wheel}: is a directory, not a wheel (.whl file)")
-    try:
-        return zipfile.ZipFile(wheel)
-    except FileNotFoundError:
-        raise UsageError(f"{wheel}: no such wheel") from None
-    except (zipfile.BadZipFile, EOFError):
-        raise UsageError(f"{wheel}: not a wheel (not a zip archive)") from None
-    except OSError as exc:
-        raise UsageError(f"{wheel}: cannot read: {exc.strerror or exc}") from None
 
 
 def wheel_epoch(wheel: Path) -> int:
@@ -134,10 +121,13 @@ def rebuild(project: Path, out: Path, *, epoch: int, isolation: bool) -> Path:
 
 
 def run(args: argparse.Namespace) -> int:
-    wheel = Path(args.wheel).resolve()
-    if not wheel.exists():
+    # absolute, links kept: resolving a loop of links raises; opening the wheel says what is wrong with it
+    wheel = Path(os.path.abspath(args.wheel))
+    if not os.path.lexists(wheel):
         raise UsageError(f"{wheel}: no such wheel")
-    project = Path(args.project).resolve()
+    if not args.project:
+        raise UsageError("--project: empty path; give the project's source directory (default: .)")
+    project = Path(os.path.abspath(args.project))
     if not (project / "pyproject.toml").is_file():
         raise UsageError(f"{project}: no pyproject.toml; pass --project DIR, the source directory of the wheel")
     epoch = wheel_epoch(wheel)

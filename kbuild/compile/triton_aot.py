@@ -22,7 +22,6 @@ import ast
 import contextlib
 import dataclasses
 import hashlib
-import importlib
 import inspect
 import io
 import json
@@ -40,6 +39,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kbuild import usercode
 from kbuild.compile import signature
 from kbuild.compile.workers import CompileProcess, Deadline, WorkerDied
 from kbuild.config import KernelSettings, Settings, env_value
@@ -160,14 +160,9 @@ def load_source(settings: Settings, spec: KernelSettings) -> Any:
         raise MissingDependencyError(f"Triton is not installed ({exc}); kbuild needs triton>=3.6,<3.7") from None
     where = settings.config_file
     key = f"[tool.kbuild.kernels][{kernel_index(settings, spec)}].source"
-    with _project_on_path(settings):
-        try:
-            module = importlib.import_module(spec.module)
-        except ModuleNotFoundError as exc:
-            raise KernelSourceError(where, key, f"cannot import module {spec.module!r} ({exc}); the project root and "
-                                    f"{settings.python_path} are on the path") from None
-        except Exception as exc:  # the user's module raised while importing
-            raise KernelSourceError(where, key, f"importing {spec.module!r} raised {type(exc).__name__}: {exc}") from None
+    with _project_on_path(settings):  # anything the user's module raises, sys.exit too, is one error
+        module = usercode.import_module(spec.module, error=lambda m: KernelSourceError(where, key, m),
+                                        hint=f"; the project root and {settings.python_path} are on the path")
     fn = getattr(module, spec.function, None)
     if fn is None:
         raise KernelSourceError(where, key, f"module {spec.module!r} has no attribute {spec.function!r}")

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from kbuild import console
+from kbuild.config import MAX_SEED
 from kbuild.errors import ExitCode, UsageError
 
 # The SASS engine (numpy, the [tune] extra) is imported by the verbs, not here: the kbuild CLI builds its
@@ -150,11 +151,22 @@ def _verify(args: argparse.Namespace) -> int:
     return ExitCode.OK if not problems else ExitCode.REJECTED
 
 
+#: Bounds of ``kbuild sass fuzz``: a million sequences of at most 10,000 moves (a kernel has a few thousand
+#: instructions; each sequence is written and verified, about a millisecond a move).
+MAX_SEQUENCES = 10**6
+MAX_DEPTH = 10**4
+
+
 def _fuzz(args: argparse.Namespace) -> int:
     from .fuzz import KINDS, fuzz
 
-    if args.sequences < 1 or args.max_depth < 1:
-        raise UsageError("--sequences and --max-depth must be at least 1")
+    if not 1 <= args.sequences <= MAX_SEQUENCES or not 1 <= args.max_depth <= MAX_DEPTH:
+        raise UsageError(f"--sequences must be 1 to {MAX_SEQUENCES:,} and --max-depth 1 to {MAX_DEPTH:,}, got "
+                         f"{args.sequences} and {args.max_depth}")
+    if not 0 <= args.seed <= MAX_SEED:
+        raise UsageError(f"--seed must be 0 to {MAX_SEED:,}, got {args.seed}")
+    if args.full_checks < 0:
+        raise UsageError(f"--full-checks must not be negative, got {args.full_checks}")
     kinds = None
     if args.kinds:
         kinds = tuple(k.strip() for k in args.kinds.split(",") if k.strip())

@@ -262,10 +262,16 @@ def _reloc_entry_size(sec: Section) -> int:
     return sec.entsize or (RELA_SIZE if sec.type == SHT_RELA else REL_SIZE)
 
 
+#: Largest cubin read from a file (the store's cap on a cubin, :data:`kbuild.cache.record.MAX_BLOB_BYTES`, too).
+MAX_CUBIN_BYTES = 256 << 20
+
+
 def load(path: str | os.PathLike[str]) -> Cubin:
+    """The cubin in the file ``path``, read with :func:`kbuild.fsutil.read_bounded` (a regular file of at most
+    :data:`MAX_CUBIN_BYTES`); a :class:`UsageError` naming the file otherwise."""
     p = Path(path)
     try:
-        data = p.read_bytes()
+        data = fsutil.read_bounded(p, max_bytes=MAX_CUBIN_BYTES)
     except OSError as exc:
         raise UsageError(f"{p}: cannot read ({exc.strerror or exc})") from None
     return Cubin(data, str(p))

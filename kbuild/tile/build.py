@@ -66,7 +66,7 @@ def build(fn: Callable[..., Any], blocks: dict[str, int], *, warps: Sequence[int
     width = len(layouts_of(pool[0][1]))
     kept = [v for _, v in pool if len(layouts_of(v)) == width][:variants]
     source = emit(kept)
-    kernel = load_kernel(source, program.name)
+    kernel = load_kernel(source, program)
     assert kernel.arg_names == kernel_params(program, len(kept))
     return TileKernel(program, tuple(kept), source, kernel, signature(program), dict(blocks),
                       time.perf_counter() - started)

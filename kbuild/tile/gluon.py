@@ -11,13 +11,15 @@ file, and the artefact can carry it for debugging).
 
 from __future__ import annotations
 
+import ast
+import builtins
 import hashlib
 import linecache
 import types
 from dataclasses import dataclass
 from typing import Any
 
-from kbuild.tile.lang import Op, Param, Program, ScalarRef, Value
+from kbuild.tile.lang import Op, Param, Program, ScalarRef, TileError, Value
 from kbuild.tile.synth import Blocked, Synthesis
 
 _GL_DTYPE = {"fp16": "gl.float16", "bf16": "gl.bfloat16", "fp32": "gl.float32"}
@@ -217,8 +219,11 @@ def emit(variants: list[Variant]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def load_kernel(source: str, name: str) -> Any:
-    """Execute emitted source as a module of its own and return its ``@gluon.jit`` kernel ``name``."""
+def load_kernel(source: str, program: Program) -> Any:
+    """Execute emitted source as a module of its own and return its ``@gluon.jit`` kernel, ``program``'s name,
+    after :func:`check_names` (the row-wise, mma and int4 emitters all load through here)."""
+    check_names(source, program)
+    name = program.name
     digest = hashlib.sha256(source.encode()).hexdigest()[:16]
     module_name = f"kbuild_tile_{name}_{digest}"
     filename = f"<kbuild.tile {module_name}>"
@@ -232,4 +237,31 @@ def load_kernel(source: str, name: str) -> Any:
     return module.__dict__[name]
 
 
-__all__ = ["Variant", "emit", "kernel_params", "layouts_of", "load_kernel", "signature"]
+def check_names(source: str, program: Program) -> None:
+    """The names the user chose, the kernel's and its parameters', against the emitted source of ``program``:
+    a :class:`TileError` naming the parameter when one of the kernel's arguments would be bound twice
+    (``x_ptr`` beside a tensor ``x``), would be assigned in the body (``pid``, ``v0``, ``acc``), or would hide a
+    module name or a builtin the body needs (``gl``, ``float``); and when the kernel's name hides one. Such
+    source would not compile, or would compute something else."""
+    tree = ast.parse(source)
+    fn = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == program.name)
+    module_names = {alias.asname or alias.name.split(".")[0] for n in tree.body
+                    if isinstance(n, (ast.Import, ast.ImportFrom)) for alias in n.names}
+    assigned = {n.id for n in ast.walk(fn) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)}
+    taken = module_names | set(dir(builtins))
+    if program.name in taken:
+        raise TileError(f"{program.name}: the kernel's name hides {program.name!r}, which the emitted Gluon "
+                        "module needs; rename the function")
+    args = [a.arg for a in fn.args.args]
+    for i, arg in enumerate(args):
+        owner = next((p.name for p in program.params if arg in (p.name, f"{p.name}_ptr", f"stride_{p.name}")), None)
+        if owner is None:
+            continue  # kbuild's own: n_rows, BLOCK_M, ...
+        what = ("another parameter of the emitted kernel" if arg in args[:i] + args[i + 1:]
+                else "a name the kernel's body assigns" if arg in assigned
+                else "a name the emitted module needs" if arg in taken or arg == program.name else None)
+        if what is not None:
+            raise TileError(f"{program.name}: parameter {owner!r} becomes {arg!r}, {what}; rename the parameter")
+
+
+__all__ = ["Variant", "check_names", "emit", "kernel_params", "layouts_of", "load_kernel", "signature"]

@@ -275,7 +275,7 @@ def build_mma(fn: Callable[..., Any], problem: tuple[int, int, int], *, arch: in
     mp = analyse(program)
     kept = plans(arch, problem, BYTES[mp.dtype], keep=variants)
     source = emit(mp, kept)
-    kernel = load_kernel(source, program.name)
+    kernel = load_kernel(source, program)
     assert kernel.arg_names == kernel_params(program)
     return MmaKernel(program, tuple(kept), source, kernel, signature(program), arch, time.perf_counter() - started)
 

@@ -399,7 +399,7 @@ def build_int4(fn: Callable[..., Any], problem: tuple[int, int, int], *, arch: i
     qp = analyse(program)
     kept = plans(arch, problem, qp.group, keep=variants)
     source = emit(qp, kept)
-    kernel = load_kernel(source, program.name)
+    kernel = load_kernel(source, program)
     assert kernel.arg_names == kernel_params(program)
     assert all(p.block_n % WARPGROUP_ROWS == 0 for p in kept)
     return QuantKernel(program, tuple(kept), source, kernel, signature(program), arch, kept[0].packed,

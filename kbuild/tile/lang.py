@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextvars
 import inspect
+import keyword
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -46,6 +47,9 @@ DIMS = {"M": 0, "N": 1}
 #: the dimension letters a global tensor may have (``K``: the dimension an mma program iterates over; ``G``:
 #: groups of ``K``, the rows of a quantised weight's scales)
 TENSOR_DIMS = ("MN", "N", "M", "MK", "KN", "GN")
+#: types a runtime :class:`Scalar` parameter may have: the scalar types of the signature grammar
+#: (:data:`kbuild.compile.signature.SCALAR_TYPES`)
+SCALAR_DTYPES = ("i1", "i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64", "fp16", "bf16", "fp32", "fp64")
 
 
 class TileError(UsageError, ValueError):
@@ -73,16 +77,26 @@ class Tensor:
 
 @dataclass(frozen=True)
 class Scalar:
-    """Annotation of a runtime scalar parameter."""
+    """Annotation of a runtime scalar parameter: one of :data:`SCALAR_DTYPES` (its type in the kernel's
+    signature)."""
 
     dtype: str = "fp32"
 
+    def __post_init__(self) -> None:
+        if not isinstance(self.dtype, str) or self.dtype not in SCALAR_DTYPES:
+            raise TileError(f"Scalar dtype {self.dtype!r} is not one of {', '.join(SCALAR_DTYPES)}")
 
-@dataclass
+
+@dataclass(eq=False)
 class Value:
     """A register or shared tile of the traced program. ``shape`` names each dimension's extent: ``"M"``
     (``BLOCK_M``), ``"N"`` (``BLOCK_N``), ``"K"`` (``BLOCK_K``) or ``1`` (broadcast); ``space`` is
-    ``"register"`` or ``"shared"``."""
+    ``"register"`` or ``"shared"``.
+
+    A tile is traced, not computed: Python's own control flow and numbers cannot see its values. ``if``,
+    ``while``, ``and``/``or``, ``range()``, ``float()``/``math.*``, comparisons, ``**``, ``@``, ``%``, ``//``,
+    bitwise operators and item assignment on a tile raise a :class:`TileError` naming the program, the line
+    and the tile operation to write instead. Equality is identity (a tile is never equal to a number)."""
 
     id: int
     shape: tuple[str | int, ...]
@@ -106,7 +120,69 @@ class Value:
     def __neg__(self) -> Value: return self._bin("sub", 0.0, True)
 
     def to(self, dtype: str) -> Value:
+        if not isinstance(dtype, str) or dtype not in DTYPES:
+            raise TileError(f"{self.program.where()}: .to({dtype!r}): expected one of {', '.join(map(repr, DTYPES))}")
         return self.program.unary("cast", self, dtype=dtype)
+
+    # -- what a traced tile cannot do --------------------------------------------------------------
+    def _refuse(self, what: str, instead: str) -> TileError:
+        return TileError(f"{self.program.where()}: {what} on a tile: {instead}")
+
+    def __bool__(self) -> bool:
+        raise self._refuse("a Python truth test (if, while, and, or, not, assert)",
+                           "a traced tile has no value yet; kbuild.tile has no data-dependent control flow")
+
+    def __index__(self) -> int:
+        raise self._refuse("an integer use (range(), indexing a list)", "a traced tile has no value yet")
+
+    def __int__(self) -> int:
+        raise self._refuse("int()", "a traced tile has no value yet")
+
+    def __float__(self) -> float:
+        raise self._refuse("float() or a math function", "use kbuild.tile's exp, sqrt, rsqrt and maximum")
+
+    def __complex__(self) -> complex:
+        raise self._refuse("complex()", "a traced tile has no value yet")
+
+    def __iter__(self) -> Iterator[Value]:
+        raise self._refuse("iteration", "reduce with .sum(axis), .max(axis) or .min(axis) instead")
+
+    def __len__(self) -> int:
+        raise self._refuse("len()", "a tile's extents are BLOCK_M and BLOCK_N, given when it is built")
+
+    def __setitem__(self, index: Any, value: Any) -> None:
+        raise self._refuse("item assignment", "tiles are values; store() writes a tile to a tensor")
+
+    def _compare(self, other: Any) -> Value:
+        raise self._refuse("a comparison (<, <=, >, >=)", "kbuild.tile has no masks; use maximum()")
+
+    __lt__ = __le__ = __gt__ = __ge__ = _compare
+
+    def _power(self, other: Any) -> Value:
+        raise self._refuse("**", "write the product (x * x), or exp/sqrt/rsqrt")
+
+    __pow__ = __rpow__ = _power
+
+    def _matmul(self, other: Any) -> Value:
+        raise self._refuse("@", "matrix products are mma(shared(a), shared(b), acc) inside loop('K')")
+
+    __matmul__ = __rmatmul__ = _matmul
+
+    def _other(self, other: Any) -> Value:
+        raise self._refuse("this operator (%, //, &, |, ^, <<, >>, ~, abs)",
+                           "kbuild.tile has + - * / and exp, sqrt, rsqrt, maximum")
+
+    __mod__ = __rmod__ = __floordiv__ = __rfloordiv__ = __and__ = __rand__ = __or__ = __ror__ = _other
+    __xor__ = __rxor__ = __lshift__ = __rlshift__ = __rshift__ = __rrshift__ = _other
+
+    def __invert__(self) -> Value:
+        return self._other(None)
+
+    def __abs__(self) -> Value:
+        return self._other(None)
+
+    def __pos__(self) -> Value:
+        return self
 
     def sum(self, axis: int) -> Value:
         return self.program.reduce("sum", self, axis)
@@ -190,7 +266,7 @@ class Program:
         if isinstance(x, ScalarRef):
             return x
         if isinstance(x, (int, float)) and not isinstance(x, bool):
-            return float(x)
+            return _number(x, f"{self.where()}: {what}")
         raise TileError(f"{self.where()}: {what}: {type(x).__name__} is not a tile, a scalar parameter or a number")
 
     # -- operations ----------------------------------------------------------------------------------
@@ -277,6 +353,17 @@ def _broadcast(a: Value, b: Value, op: str, program: Program) -> tuple[str | int
     return tuple(out)
 
 
+def _number(x: Any, where: str) -> float:
+    """``x`` (an int or a float, not a bool) as the float a kernel's constant is; a :class:`TileError` for
+    anything else, and for an int too large for a float (``10**400``)."""
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        raise TileError(f"{where}: {x!r:.60} is not a number")
+    try:
+        return float(x)
+    except OverflowError:
+        raise TileError(f"{where}: the integer {str(x)[:20]}… ({len(str(x))} digits) is too large for a float") from None
+
+
 def _promote(*dtypes: str) -> str:
     return "fp32" if "fp32" in dtypes or len(set(dtypes)) > 1 else dtypes[0]
 
@@ -294,9 +381,10 @@ def load(src: GlobalRef, other: float = 0.0, layout: Any = None) -> Value:
         reader = "dequant()" if src.param.dtype == "int4" or "G" in src.param.dims else "shared()"
         raise TileError(f"{p.where()}: load({src.param.name}): a {src.param.dims!r} tensor is read by {reader} "
                         "inside loop('K')")
+    fill = _number(other, f"{p.where()}: load({src.param.name}, other=...)")
     shape = tuple(src.param.dims)
     out = p._new(shape, src.param.dtype)
-    p._emit("load", (src.param,), out, other=float(other), layout=layout)
+    p._emit("load", (src.param,), out, other=fill, layout=layout)
     return out
 
 
@@ -339,7 +427,7 @@ def rearrange(x: Value) -> Value:
 def extent(dim: str) -> ScalarRef:
     """The runtime extent of dimension ``"M"`` (``n_rows``) or ``"N"`` (``n_cols``)."""
     if dim not in DIMS:
-        raise TileError(f"extent({dim!r}): expected 'M' or 'N'")
+        raise TileError(f"{_program().where()}: extent({dim!r}): expected 'M' or 'N'")
     return ScalarRef("n_rows" if dim == "M" else "n_cols", "i32")
 
 
@@ -437,15 +525,29 @@ def mma(a: Value, b: Value, acc: Value) -> None:
 
 
 def trace(fn: Callable[..., Any]) -> Program:
-    """Run ``fn`` once on proxies of its annotated parameters and return the recorded :class:`Program`."""
-    try:
-        sig = inspect.signature(fn, eval_str=True)
-    except NameError as exc:
-        raise TileError(f"{fn.__name__}: an annotation does not evaluate: {exc}") from None
+    """Run ``fn`` once on proxies of its annotated parameters and return the recorded :class:`Program`.
+
+    ``fn`` is the user's code: anything it raises but a :class:`TileError` (an annotation that does not
+    evaluate, an exception, ``sys.exit``, endless recursion) becomes one :class:`TileError` naming the
+    program (:func:`kbuild.usercode.call`), and so does anything that is not a Python function."""
+    from kbuild import usercode
+
+    if not inspect.isfunction(fn):
+        raise TileError(f"{getattr(fn, '__module__', None) or '?'}:{getattr(fn, '__qualname__', fn)!s:.80}: not a "
+                        f"Python function ({type(fn).__name__}); a tile kernel is a function whose parameters are "
+                        "annotated with Tensor(...) or Scalar(...)")
+    ref = f"{fn.__module__}:{fn.__qualname__}"
+    if inspect.iscoroutinefunction(fn) or inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn):
+        raise TileError(f"{ref}: a generator or async function; a tile kernel is a plain function (def) that runs "
+                        "once when traced")
+    if not fn.__name__.isidentifier() or keyword.iskeyword(fn.__name__):
+        raise TileError(f"{ref}: the function's name {fn.__name__!r} cannot name a kernel; a tile kernel is a "
+                        "function defined with def")
+    sig = usercode.call(lambda: inspect.signature(fn, eval_str=True), error=lambda m: TileError(f"{ref}: {m}"),
+                        what="evaluating an annotation")
     params: list[Param] = []
     args: list[Any] = []
-    program = Program(fn.__name__, params, source_file=inspect.getsourcefile(fn) or "",
-                      qualname=f"{fn.__module__}:{fn.__qualname__}")
+    program = Program(fn.__name__, params, source_file=inspect.getsourcefile(fn) or "", qualname=ref)
     for name, p in sig.parameters.items():
         ann = p.annotation
         if isinstance(ann, Tensor):
@@ -459,7 +561,7 @@ def trace(fn: Callable[..., Any]) -> Program:
                             "annotation (a value, not a string)")
     token = _CURRENT.set(program)
     try:
-        fn(*args)
+        usercode.call(fn, *args, error=lambda m: TileError(f"{ref}: {m}"), what="tracing")
     finally:
         _CURRENT.reset(token)
     if not any(op.kind == "store" for op in program.ops):
@@ -467,6 +569,6 @@ def trace(fn: Callable[..., Any]) -> Program:
     return program
 
 
-__all__ = ["BYTES", "DIMS", "DTYPES", "TENSOR_DIMS", "TENSOR_DTYPES", "GlobalRef", "LoopIndex", "Op", "Param",
+__all__ = ["BYTES", "DIMS", "DTYPES", "SCALAR_DTYPES", "TENSOR_DIMS", "TENSOR_DTYPES", "GlobalRef", "LoopIndex", "Op", "Param",
            "Program", "Scalar", "ScalarRef", "Tensor", "TileError", "Value", "dequant", "exp", "extent", "load", "loop",
            "maximum", "mma", "rearrange", "rsqrt", "shared", "sqrt", "store", "trace", "zeros"]

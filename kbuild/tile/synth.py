@@ -327,13 +327,21 @@ class Synthesis:
         return _concrete(self.solver, self.solver.term(v), self.ranked[rank].layouts)
 
 
+#: Most elements one tile may have: Triton's ``TRITON_MAX_TENSOR_NUMEL`` (a larger block does not compile).
+MAX_TILE_ELEMENTS = 2**20
+
+
 def synthesize(program: Program, blocks: dict[str, int], num_warps: int = 4, keep: int = 4) -> Synthesis:
     """Infer every value's layout for tiles of ``blocks`` (``{"M": BLOCK_M, "N": BLOCK_N}``, powers of two) and
     ``num_warps`` warps; keep the ``keep`` best assignments."""
     started = time.perf_counter()
     for name, b in blocks.items():
-        if b < 1 or b & (b - 1):
-            raise TileError(f"{program.name}: BLOCK_{name} = {b} is not a power of two")
+        if isinstance(b, bool) or not isinstance(b, int) or b < 1 or b & (b - 1):
+            raise TileError(f"{program.name}: BLOCK_{name} = {b!r} is not a power of two")
+    elements = math.prod(blocks.values())
+    if elements > MAX_TILE_ELEMENTS:
+        raise TileError(f"{program.name}: a tile of {' x '.join(f'BLOCK_{n} = {b:,}' for n, b in blocks.items())} "
+                        f"has {elements:,} elements, over Triton's {MAX_TILE_ELEMENTS:,} (2**20) for one tensor")
     s = infer(program)
     # every root is the layout of some value directly (a slice's parent is a reduction's operand or a
     # broadcast's result); its tile is the largest of those values' shapes

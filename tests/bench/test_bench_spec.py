@@ -62,8 +62,9 @@ def test_bad_specs_are_usage_errors_naming_the_spec(attr: str, message: str) -> 
 
 
 def test_spec_that_fails_to_import() -> None:
-    with pytest.raises(BenchSpecError, match=re.escape("bench spec fails_to_import:spec: fails to import: "
-                                                       "ModuleNotFoundError")):
+    with pytest.raises(BenchSpecError, match=re.escape("bench spec fails_to_import:spec: importing 'fails_to_import' "
+                                                       "raised ModuleNotFoundError: No module named "
+                                                       "'kbuild_no_such_module' (")):
         load_spec("fails_to_import:spec", python_path=[HERE])
     with pytest.raises(BenchSpecError, match=re.escape("expected 'package.module:callable'")):
         load_spec("no_colon")

@@ -170,7 +170,7 @@ def test_cli_bad_input(capsys, example_project: Path):
     assert main(["tune", "nope", "--config", cfg, "--backend", "model"]) == 2
     assert "no kernel named 'nope'" in capsys.readouterr().err
     assert main(["tune", "softmax", "--config", cfg, "--backend", "model", "--budget-evals", "0"]) == 2
-    assert "--budget-evals must be positive" in capsys.readouterr().err
+    assert "--budget-evals: must be positive, got 0" in capsys.readouterr().err
 
 
 def test_cli_model_backend_json(capsys, example_project: Path, tmp_path: Path, monkeypatch):
