@@ -19,8 +19,8 @@ ptxas dies with its guard, :mod:`kbuild.compile.ptxas_guard`), SIGKILL after :da
 :class:`CompileProcess` runs one call at a time in a pool of one worker under a wall-clock deadline
 (:class:`Deadline` past it; :class:`WorkerDied` when the worker died, e.g. killed for memory) and keeps the
 worker for the next call; :func:`kbuild.compile.triton_aot.compile_kernel` compiles in one (``compile_timeout``).
-Level 1's :class:`kbuild.tune.level1.compile.CompilePool` compiles configurations in a :class:`SpawnPool` of
-several.
+:class:`DeadlinePool` runs calls in several such processes at once, each call under its own deadline: level 1's
+:class:`kbuild.tune.level1.compile.CompilePool` compiles configurations in one.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ import concurrent.futures
 import contextlib
 import multiprocessing
 import os
+import queue
 import signal
 import sys
 import threading
@@ -169,3 +170,42 @@ class CompileProcess:
 
     def __exit__(self, *exc: object) -> None:
         self.close(now=exc[0] is not None)
+
+
+class DeadlinePool:
+    """``jobs`` :class:`CompileProcess` workers, each running one call at a time under its own deadline.
+
+    :meth:`submit` returns a future at once; a thread per worker takes the next call, runs it in a free
+    :class:`CompileProcess` and sets the future's result or exception (:class:`Deadline` past ``seconds``, after
+    which only that worker is stopped, and started afresh for its next call; the others go on)."""
+
+    def __init__(self, jobs: int) -> None:
+        self.jobs = max(1, jobs)
+        self._processes = [CompileProcess() for _ in range(self.jobs)]
+        self._idle: queue.SimpleQueue[CompileProcess] = queue.SimpleQueue()
+        for process in self._processes:
+            self._idle.put(process)
+        self._threads = concurrent.futures.ThreadPoolExecutor(max_workers=self.jobs,
+                                                              thread_name_prefix="kbuild-compile")
+
+    def _run(self, seconds: float | None, fn: Callable[..., T], args: tuple[Any, ...]) -> T:
+        process = self._idle.get()
+        try:
+            return process.call(seconds, fn, *args)
+        finally:
+            self._idle.put(process)
+
+    def submit(self, seconds: float | None, fn: Callable[..., T], /, *args: Any) -> concurrent.futures.Future[T]:
+        """Run ``fn(*args)`` in the next free worker, stopped past ``seconds`` (None: no deadline)."""
+        return self._threads.submit(self._run, seconds, fn, args)
+
+    def close(self, *, now: bool = False) -> None:
+        """End the workers: with ``now``, calls not started are cancelled and running ones stopped (their futures
+        get :class:`WorkerDied`); else once the running calls return."""
+        if now:
+            self._threads.shutdown(wait=False, cancel_futures=True)
+            for process in self._processes:
+                process.close(now=True)
+        self._threads.shutdown(wait=True, cancel_futures=now)
+        for process in self._processes:
+            process.close(now=now)

@@ -9,7 +9,8 @@ one change: level 1's measurer gets a :class:`ShardPool` instead of the local pr
 (``prefetch``), the pool cuts the new ones into shards and submits each as a Ray task asking for one CPU and
 no GPU (:func:`compile_shard`); when the search needs one (``prepare``), the pool waits for its shard's result.
 The shard compiles exactly as the local pool's children do (:func:`kbuild.tune.level1.compile.compile_configs`:
-the bench spec loaded once per worker process, line info off, a private Triton cache), so the measurer sees the
+the bench spec loaded once per compile process, line info off, a private Triton cache, each configuration stopped
+past the node's ``compile_timeout``), so the measurer sees the
 same cubins and metadata, the search the same verdicts, and a run on the cost model chooses the same
 configuration with the same seed as the single-process prewarm (tests/prewarm_ray/test_shards.py checks it).
 
@@ -94,7 +95,7 @@ def compile_shard(settings: Settings, shipped: bool, ref: str, small: bool, conf
         board.shard.remote(shard["id"], "start", {**shard, **where, "started": started})
     node_settings = on_node(settings, shipped)
     python_path = tuple(str(node_settings.project_dir / p) for p in node_settings.python_path)
-    compiled = compile_configs(ref, small, python_path, configs, arch)
+    compiled = compile_configs(ref, small, python_path, configs, arch, timeout=node_settings.compile_timeout)
     finished = time.time()
     record = {**shard, **where, "started": started, "finished": finished, "seconds": round(finished - started, 3),
               "compiled": sum(c.payload is not None for c in compiled),

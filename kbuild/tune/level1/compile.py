@@ -2,7 +2,9 @@
 
 :func:`kbuild.bench.spec.compile_spec` holds a process-wide lock (``hermetic_compile``), so
 parallel compiles need processes. :class:`CompilePool` keeps ``jobs`` spawned processes
-(:class:`kbuild.compile.workers.SpawnPool`, the build's compile processes); each
+(:class:`kbuild.compile.workers.DeadlinePool`, the build's compile processes), each compile under a deadline
+(``timeout``, the ``compile_timeout`` setting's default unless given: Triton's passes have none of their own, and
+a configuration whose compile runs past it is a failed configuration, its process stopped); each
 loads the bench spec by its reference once, compiles a configuration exactly as ``kbuild compile``
 does (line info off, private Triton cache) and sends back a
 :class:`~kbuild.tune.measure.handover.KernelPayload` (cubin + metadata). ``submit`` returns at once,
@@ -28,7 +30,8 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from kbuild.bench.spec import BenchSpec, Config, compile_spec, load_spec
-from kbuild.compile.workers import SpawnPool
+from kbuild.compile.workers import CompileProcess, Deadline, DeadlinePool, WorkerDied
+from kbuild.config import Settings
 from kbuild.errors import KBuildError
 from kbuild.tune.measure.handover import KernelPayload, kernel_payload
 
@@ -94,10 +97,29 @@ def _compile_in_child(ref: str, small: bool, python_path: tuple[str, ...], confi
 
 
 def compile_configs(ref: str, small: bool, python_path: tuple[str, ...], configs: Sequence[dict[str, Any]],
-                    arch: int) -> list[CompiledConfig]:
-    """Several configurations (``Config.as_dict()`` each) of the spec ``ref``, in order, in this process, as the
-    pool's children compile them (the spec loaded once per process); a failure is a result, never an exception."""
-    return [_compile_in_child(ref, small, python_path, c, arch) for c in configs]
+                    arch: int, *, timeout: float | None = None) -> list[CompiledConfig]:
+    """Several configurations (``Config.as_dict()`` each) of the spec ``ref``, in order, as the pool's children
+    compile them (the spec loaded once per process); a failure is a result, never an exception. With ``timeout``
+    (seconds per configuration) they compile one after another in a child process that is stopped past it (that
+    configuration fails naming the limit, the next gets a fresh child); without it, in this process."""
+    if timeout is None:
+        return [_compile_in_child(ref, small, python_path, c, arch) for c in configs]
+    out = []
+    with CompileProcess() as process:
+        for c in configs:
+            try:
+                out.append(process.call(timeout, _compile_in_child, ref, small, python_path, c, arch))
+            except Deadline as exc:
+                out.append(_past_deadline(Config.from_dict(c).label(), exc))
+            except WorkerDied as exc:
+                out.append(CompiledConfig(Config.from_dict(c).label(), None, 0.0,
+                                          _first_lines(f"compile process failed: {exc}")))
+    return out
+
+
+def _past_deadline(label: str, exc: Deadline) -> CompiledConfig:
+    return CompiledConfig(label, None, exc.seconds, f"compile ran past {exc.seconds:g} s (compile_timeout) and was "
+                                                    "stopped")
 
 
 def _first_lines(text: str, limit: int = 600) -> str:
@@ -128,12 +150,18 @@ class Compiler(Protocol):
 CompilerFactory = Callable[[BenchSpec, int], Compiler]
 
 
+#: Seconds one configuration's compile may take when the caller gives no ``timeout`` (``compile_timeout``'s default).
+DEFAULT_TIMEOUT: float = Settings.__dataclass_fields__["compile_timeout"].default  # type: ignore[assignment]
+
+
 class CompilePool:
-    """Compiles configurations of one spec for one architecture, ``jobs`` at a time, each once."""
+    """Compiles configurations of one spec for one architecture, ``jobs`` at a time, each once, each stopped past
+    ``timeout`` seconds (a failed configuration naming the limit)."""
 
     def __init__(self, spec: BenchSpec, arch: int, *, jobs: int | None = None, small: bool = False,
-                 python_path: tuple[str, ...] = ()) -> None:
+                 python_path: tuple[str, ...] = (), timeout: float | None = None) -> None:
         self.spec = spec
+        self.timeout = DEFAULT_TIMEOUT if timeout is None else timeout
         self.arch = arch
         self.small = small
         self.python_path = python_path
@@ -142,13 +170,13 @@ class CompilePool:
             self.jobs = 0  # a spec that cannot be imported by reference compiles here
         self._futures: dict[str, Future[CompiledConfig]] = {}
         self._done: dict[str, CompiledConfig] = {}
-        self._executor: SpawnPool | None = None
+        self._executor: DeadlinePool | None = None
         self.submitted = 0
 
-    def _pool(self) -> SpawnPool:
+    def _pool(self) -> DeadlinePool:
         if self._executor is None:
             # kbuild's compile processes (kbuild.compile.workers): spawned, silent on stdout, gone with this one.
-            self._executor = SpawnPool(self.jobs)
+            self._executor = DeadlinePool(self.jobs)
         return self._executor
 
     def submit(self, configs: Iterable[Config]) -> None:
@@ -160,7 +188,7 @@ class CompilePool:
             if label in self._futures or label in self._done:
                 continue
             self.submitted += 1
-            self._futures[label] = self._pool().submit(_compile_in_child, self.spec.ref, self.small,
+            self._futures[label] = self._pool().submit(self.timeout, _compile_in_child, self.spec.ref, self.small,
                                                        self.python_path, config.as_dict(), self.arch)
 
     def result(self, config: Config) -> CompiledConfig:
@@ -175,6 +203,8 @@ class CompilePool:
             self.submit([config])
             try:
                 out = self._futures.pop(label).result()
+            except Deadline as exc:
+                out = _past_deadline(label, exc)
             except Exception as exc:  # the child died (killed, out of memory): this configuration failed
                 out = CompiledConfig(label, None, 0.0, _first_lines(f"compile process failed: {type(exc).__name__}: "
                                                                     f"{exc}"))
@@ -183,7 +213,7 @@ class CompilePool:
 
     def close(self) -> None:
         if self._executor is not None:
-            self._executor.shutdown(wait=True, cancel_futures=True)
+            self._executor.close(now=True)  # compiles still running are not wanted any more
             self._executor = None
 
     def __enter__(self) -> CompilePool:
