@@ -3,7 +3,9 @@
     python benchmarks/reliability.py [--out benchmarks/results/reliability.json] [-- PYTEST_ARGS...]
 
 A reliability case is a test marked ``@pytest.mark.hostile(fault=..., outcome=...)`` (see
-``tests/hostile_helpers.py``). This script runs exactly those tests through pytest (real nginx and
+``tests/hostile_helpers.py``). Extra pytest arguments go after ``--``: ``-- -n 2`` runs the cases in two
+pytest-xdist workers (each case's mark travels to this process in its reports' ``user_properties``, which
+``tests/conftest.py`` sets in every process that collects). This script runs exactly those tests through pytest (real nginx and
 redis-server where a case needs them), records each case's result, and writes one JSON document:
 for each fault class the number of cases, how many held, and the outcome kbuild promises for it
 (a clean error, degraded with a warning, or served correct bytes). A case that fails, errors or is
@@ -28,26 +30,37 @@ ROOT = Path(__file__).resolve().parent.parent
 OUTCOMES = ("clean error", "degraded with warning", "served correct bytes")
 
 
+def _hostile(item: pytest.Item) -> tuple[str, str] | None:
+    """The ``(fault, outcome)`` of a hostile case, None for another test; a malformed mark stops the run."""
+    mark = item.get_closest_marker("hostile")
+    if mark is None:
+        return None
+    fault, outcome = mark.kwargs.get("fault"), mark.kwargs.get("outcome")
+    if not fault or outcome not in OUTCOMES:
+        raise pytest.UsageError(f"{item.nodeid}: hostile mark needs fault= and outcome= in {OUTCOMES}")
+    return fault, outcome
+
+
 class _Tally:
-    """A pytest plugin: the hostile mark of each collected case and its result."""
+    """A pytest plugin: the hostile mark of each case and its result."""
 
     def __init__(self) -> None:
         self.cases: dict[str, dict[str, Any]] = {}
 
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
         for item in items:
-            mark = item.get_closest_marker("hostile")
-            if mark is None:
-                continue
-            fault, outcome = mark.kwargs.get("fault"), mark.kwargs.get("outcome")
-            if not fault or outcome not in OUTCOMES:
-                raise pytest.UsageError(f"{item.nodeid}: hostile mark needs fault= and outcome= in {OUTCOMES}")
-            self.cases[item.nodeid] = {"fault": fault, "outcome": outcome, "result": "not run"}
+            hostile = _hostile(item)
+            if hostile is not None:
+                self.cases[item.nodeid] = {"fault": hostile[0], "outcome": hostile[1], "result": "not run"}
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         case = self.cases.get(report.nodeid)
         if case is None:
-            return
+            marks = [v for k, v in report.user_properties if k == "hostile"]
+            if not marks:
+                return
+            fault, outcome = marks[0]
+            case = self.cases.setdefault(report.nodeid, {"fault": fault, "outcome": outcome, "result": "not run"})
         if report.when == "call" or report.outcome != "passed":
             if report.skipped:
                 case["result"] = "skipped"

@@ -28,3 +28,12 @@ def example_project(tmp_path: Path) -> Path:
     dest = tmp_path / "project"
     shutil.copytree(EXAMPLE, dest, ignore=shutil.ignore_patterns("__pycache__", "build", "dist"))
     return dest
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A hostile case's mark goes into its reports (``user_properties``), so that ``benchmarks/reliability.py``
+    tallies it also when pytest-xdist workers run the cases (the mark itself stays in the worker)."""
+    for item in items:
+        mark = item.get_closest_marker("hostile")
+        if mark is not None:
+            item.user_properties.append(("hostile", (mark.kwargs.get("fault"), mark.kwargs.get("outcome"))))

