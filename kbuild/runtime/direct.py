@@ -15,8 +15,9 @@ of Gluon),
 for the target ``GPUTarget("cuda", cc, 32)`` of the current torch device, and asks
 :func:`kbuild.runtime.loader.shipped_kernel` for the exactly matching shipped kernel (the same decision the
 compile wrapper makes). On a match it loads the cubin with ``cuModuleLoadData`` (as Triton's ``load_binary``:
-primary context, dynamic shared memory above 48 KiB) and launches it with ``cuLaunchKernelEx`` through
-:mod:`ctypes`, with the launch configuration and parameter packing of Triton 3.6's generated launcher
+primary context, dynamic shared memory above 48 KiB) and launches it with ``cuLaunchKernelEx`` through kbuild's
+CUDA driver binding (:mod:`kbuild.device.cuda`), with the launch configuration and parameter packing of Triton
+3.6's generated launcher
 (``triton/backends/nvidia/driver.py`` ``make_launcher``): grid x times ``num_ctas``, ``32 * num_warps``
 threads, the metadata's shared memory, the non-constexpr arguments in order (pointers as ``data_ptr()``, checked
 to be device memory), then the two scratch pointers (null). The choice is cached per function and
@@ -39,6 +40,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
+from kbuild.device import cuda
 from kbuild.runtime.hook import Event, _record, _state, runtime_disabled
 
 log = logging.getLogger("kbuild.runtime")
@@ -48,90 +50,7 @@ _NO_MATCH = object()  # a specialisation with no shipped kernel, or one this mod
 
 
 # ----------------------------------------------------------------------------------------------
-# The CUDA driver API through ctypes (libcuda.so.1, as Triton's launcher dlopens it).
-
-_CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK = 0
-_CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES = 1
-_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
-_CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR = 81
-_CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN = 97
-_CU_FUNC_CACHE_PREFER_SHARED = 1
-_CU_POINTER_ATTRIBUTE_DEVICE_POINTER = 3
-_CUDA_ERROR_INVALID_VALUE = 1
-_CU_LAUNCH_ATTRIBUTE_COOPERATIVE = 2
-_CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION = 4
-_CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE = 5
-_CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6
-_CU_CLUSTER_SCHEDULING_POLICY_SPREAD = 1
-
-
-class _LaunchAttrValue(ctypes.Union):
-    _fields_ = [("pad", ctypes.c_char * 64), ("value", ctypes.c_int), ("dim", ctypes.c_uint * 3)]
-
-
-class _LaunchAttr(ctypes.Structure):
-    _fields_ = [("id", ctypes.c_int), ("pad", ctypes.c_char * 4), ("val", _LaunchAttrValue)]
-
-
-class _LaunchConfig(ctypes.Structure):
-    _fields_ = [("gridDimX", ctypes.c_uint), ("gridDimY", ctypes.c_uint), ("gridDimZ", ctypes.c_uint),
-                ("blockDimX", ctypes.c_uint), ("blockDimY", ctypes.c_uint), ("blockDimZ", ctypes.c_uint),
-                ("sharedMemBytes", ctypes.c_uint), ("hStream", ctypes.c_void_p),
-                ("attrs", ctypes.POINTER(_LaunchAttr)), ("numAttrs", ctypes.c_uint)]
-
-
-class CudaError(RuntimeError):
-    """A CUDA driver call failed (the message is Triton's: ``Triton Error [CUDA]: ...``)."""
-
-
-class _Driver:
-    def __init__(self) -> None:
-        lib = ctypes.CDLL("libcuda.so.1")
-        self.lib = lib
-        vp, ci, pvp = ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(ctypes.c_void_p)
-        for name, args in {
-            "cuCtxGetCurrent": [pvp], "cuCtxSetCurrent": [vp], "cuDevicePrimaryCtxRetain": [pvp, ci],
-            "cuModuleLoadData": [pvp, ctypes.c_char_p], "cuModuleGetFunction": [pvp, vp, ctypes.c_char_p],
-            "cuFuncGetAttribute": [ctypes.POINTER(ci), ci, vp], "cuFuncSetAttribute": [vp, ci, ci],
-            "cuFuncSetCacheConfig": [vp, ci], "cuDeviceGetAttribute": [ctypes.POINTER(ci), ci, ci],
-            "cuPointerGetAttribute": [vp, ci, ctypes.c_uint64], "cuGetErrorString": [ci, ctypes.POINTER(ctypes.c_char_p)],
-            "cuLaunchKernelEx": [ctypes.POINTER(_LaunchConfig), vp, pvp, pvp],
-        }.items():
-            fn = getattr(lib, name)
-            fn.argtypes, fn.restype = args, ci
-        self.launch_ex = lib.cuLaunchKernelEx
-
-    def check(self, code: int) -> None:
-        if code:
-            text = ctypes.c_char_p()
-            self.lib.cuGetErrorString(code, ctypes.byref(text))
-            raise CudaError(f"Triton Error [CUDA]: {(text.value or b'unknown error').decode()}")
-
-    def device_attribute(self, attribute: int, device: int) -> int:
-        out = ctypes.c_int()
-        self.check(self.lib.cuDeviceGetAttribute(ctypes.byref(out), attribute, device))
-        return out.value
-
-
-_driver_lock = threading.Lock()
-_driver: _Driver | None = None
-
-
-def _cuda() -> _Driver:
-    global _driver
-    with _driver_lock:
-        if _driver is None:
-            _driver = _Driver()
-        return _driver
-
-
-# ----------------------------------------------------------------------------------------------
 # One loaded kernel
-
-_SCALARS: dict[str, Any] = {"i1": ctypes.c_int8, "i8": ctypes.c_int8, "i16": ctypes.c_int16, "i32": ctypes.c_int32,
-                            "i64": ctypes.c_int64, "u1": ctypes.c_uint8, "u8": ctypes.c_uint8, "u16": ctypes.c_uint16,
-                            "u32": ctypes.c_uint32, "u64": ctypes.c_uint64, "fp32": ctypes.c_float,
-                            "f32": ctypes.c_float, "fp64": ctypes.c_double}
 
 
 def launchable(signature: dict[str, Any], md: Any) -> str | None:
@@ -139,7 +58,7 @@ def launchable(signature: dict[str, Any], md: Any) -> str | None:
     for name, ty in signature.items():
         if not isinstance(ty, str):
             return f"argument {name} is a tuple"
-        if ty != "constexpr" and not ty.startswith("*") and ty not in _SCALARS:
+        if ty != "constexpr" and not ty.startswith("*") and ty not in cuda.SCALAR_CTYPES:
             return f"argument {name} has type {ty}"
     for field in ("global_scratch_size", "profile_scratch_size"):
         if getattr(md, field, 0):
@@ -149,19 +68,6 @@ def launchable(signature: dict[str, Any], md: Any) -> str | None:
     if getattr(md, "num_ctas", 1) == 16:
         return "16-CTA clusters are non-portable"
     return None
-
-
-def make_current(device: int) -> None:
-    """A CUDA context current on this thread: the one already current, else ``device``'s primary context (retained
-    and made current), as Triton's ``load_binary`` does. ``cuModuleLoadData`` needs one: torch creates its context
-    only at its first allocation or launch, so a cubin loaded before that fails with "invalid device context"
-    (seen on the H200 when the measurement worker loaded a CUDA C++ kernel's baseline)."""
-    cuda = _cuda()
-    ctx = ctypes.c_void_p()
-    cuda.check(cuda.lib.cuCtxGetCurrent(ctypes.byref(ctx)))
-    if not ctx.value:
-        cuda.check(cuda.lib.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), device))
-        cuda.check(cuda.lib.cuCtxSetCurrent(ctx))
 
 
 @dataclass
@@ -177,47 +83,45 @@ class DirectKernel:
     shared: int
     attrs: Any
     num_attrs: int
+    driver: cuda.CudaDriver
 
     @classmethod
     def load(cls, compiled: Any, signature: dict[str, Any], device: int) -> DirectKernel:
-        cuda, md = _cuda(), compiled.metadata
-        make_current(device)
-        module, function = ctypes.c_void_p(), ctypes.c_void_p()
-        cuda.check(cuda.lib.cuModuleLoadData(ctypes.byref(module), compiled.kernel))
-        cuda.check(cuda.lib.cuModuleGetFunction(ctypes.byref(function), module, md.name.encode()))
+        driver, md = cuda.driver(), compiled.metadata
+        driver.make_current(device)
+        module = driver.load_module(compiled.kernel)
+        function = driver.get_function(module, md.name)
         shared = int(md.shared)
-        optin = cuda.device_attribute(_CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, device)
+        optin = driver.device_attribute(cuda.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, device)
         if shared > 49152 and optin > 49152:
-            cuda.check(cuda.lib.cuFuncSetCacheConfig(function, _CU_FUNC_CACHE_PREFER_SHARED))
-            static = ctypes.c_int()
-            cuda.check(cuda.lib.cuFuncGetAttribute(ctypes.byref(static), _CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, function))
-            cuda.check(cuda.lib.cuFuncSetAttribute(function, _CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                                   optin - static.value))
-        threads = ctypes.c_int()
-        cuda.check(cuda.lib.cuFuncGetAttribute(ctypes.byref(threads), _CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, function))
-        if int(md.num_warps) * 32 > threads.value:
-            raise CudaError(f"{md.name}: {int(md.num_warps) * 32} threads, the function allows {threads.value}")
-        attrs, n = (_LaunchAttr * 4)(), 0
+            driver.set_cache_config(function, cuda.CU_FUNC_CACHE_PREFER_SHARED)
+            static = driver.function_attribute(function, cuda.CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES)
+            driver.set_function_attribute(function, cuda.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                          optin - static)
+        threads = driver.function_attribute(function, cuda.CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK)
+        if int(md.num_warps) * 32 > threads:
+            raise cuda.CudaError(f"{md.name}: {int(md.num_warps) * 32} threads, the function allows {threads}")
+        attrs, n = (cuda.LaunchAttribute * 4)(), 0
         if getattr(md, "launch_pdl", False):
-            attrs[n].id, attrs[n].val.value, n = _CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION, 1, n + 1
+            attrs[n].id, attrs[n].val.value, n = cuda.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION, 1, n + 1
         if getattr(md, "launch_cooperative_grid", False):
-            attrs[n].id, attrs[n].val.value, n = _CU_LAUNCH_ATTRIBUTE_COOPERATIVE, 1, n + 1
+            attrs[n].id, attrs[n].val.value, n = cuda.CU_LAUNCH_ATTRIBUTE_COOPERATIVE, 1, n + 1
         num_ctas = int(getattr(md, "num_ctas", 1))
         if num_ctas != 1:
             attrs[n].id, attrs[n].val.dim[0], attrs[n].val.dim[1], attrs[n].val.dim[2] = \
-                _CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, num_ctas, 1, 1
-            attrs[n + 1].id, attrs[n + 1].val.value = (_CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE,
-                                                       _CU_CLUSTER_SCHEDULING_POLICY_SPREAD)
+                cuda.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, num_ctas, 1, 1
+            attrs[n + 1].id, attrs[n + 1].val.value = (cuda.CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE,
+                                                       cuda.CU_CLUSTER_SCHEDULING_POLICY_SPREAD)
             n += 2
-        kinds = tuple(None if ty == "constexpr" else "ptr" if ty.startswith("*") else _SCALARS[ty]
+        kinds = tuple(None if ty == "constexpr" else "ptr" if ty.startswith("*") else cuda.SCALAR_CTYPES[ty]
                       for ty in signature.values())
-        return cls(compiled, kinds, function, module, int(md.num_warps), num_ctas, shared, attrs, n)
+        return cls(compiled, kinds, function, module, int(md.num_warps), num_ctas, shared, attrs, n, driver)
 
     def launch(self, grid: tuple[int, int, int], stream: int, args: tuple[Any, ...]) -> None:
         gx, gy, gz = grid
         if gx * gy * gz <= 0:
             return
-        cuda = _cuda()
+        driver = self.driver
         values: list[Any] = []
         for i, (kind, arg) in enumerate(zip(self.kinds, args)):
             if kind is None:
@@ -225,20 +129,17 @@ class DirectKernel:
             if kind == "ptr":
                 ptr = 0 if arg is None else arg if isinstance(arg, int) else arg.data_ptr()
                 if ptr:
-                    dev = ctypes.c_uint64()
-                    status = cuda.lib.cuPointerGetAttribute(ctypes.byref(dev), _CU_POINTER_ATTRIBUTE_DEVICE_POINTER, ptr)
-                    if status == _CUDA_ERROR_INVALID_VALUE:
+                    ptr = driver.device_pointer(ptr)
+                    if ptr is None:
                         raise ValueError(f"Pointer argument (at {i}) cannot be accessed from Triton (cpu tensor?)")
-                    cuda.check(status)
-                    ptr = dev.value
                 values.append(ctypes.c_uint64(ptr))
             else:
                 values.append(kind(arg))
         values += [ctypes.c_uint64(0), ctypes.c_uint64(0)]  # global_scratch, profile_scratch
         params = (ctypes.c_void_p * len(values))(*[ctypes.addressof(v) for v in values])
-        config = _LaunchConfig(gx * self.num_ctas, gy, gz, 32 * self.num_warps, 1, 1, self.shared,
-                               ctypes.c_void_p(stream), self.attrs, self.num_attrs)
-        cuda.check(cuda.launch_ex(ctypes.byref(config), self.function, params, None))
+        config = cuda.LaunchConfig(gx * self.num_ctas, gy, gz, 32 * self.num_warps, 1, 1, self.shared,
+                                   ctypes.c_void_p(stream), self.attrs, self.num_attrs)
+        driver.launch(self.function, config, params)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -438,7 +339,7 @@ def _run_shipped(jit: Any, st: _FunctionState, original: Any, args: Any, grid: A
         if direct is None:
             try:
                 direct = _resolve(jit, dev, device, call_kwargs, bound_args, specialization, options)
-            except CudaError:
+            except cuda.CudaError:
                 log.debug("direct launch: load failed; Triton's path runs", exc_info=True)
                 direct = _NO_MATCH
             dev.kernels[key] = direct
@@ -485,4 +386,4 @@ def uninstall() -> None:
         _direct.installed = False
 
 
-__all__ = ["CudaError", "DirectKernel", "current_cc", "install", "launchable", "make_current", "uninstall"]
+__all__ = ["DirectKernel", "current_cc", "install", "launchable", "uninstall"]
