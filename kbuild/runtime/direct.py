@@ -14,10 +14,10 @@ specialises common argument types through :mod:`kbuild.runtime.specialize`, whic
 of Gluon),
 for the target ``GPUTarget("cuda", cc, 32)`` of the current torch device, and asks
 :func:`kbuild.runtime.loader.shipped_kernel` for the exactly matching shipped kernel (the same decision the
-compile wrapper makes). On a match it loads the cubin with ``cuModuleLoadData`` (as Triton's ``load_binary``:
-primary context, dynamic shared memory above 48 KiB) and launches it with ``cuLaunchKernelEx`` through kbuild's
-CUDA driver binding (:mod:`kbuild.device.cuda`), with the launch configuration and parameter packing of Triton
-3.6's generated launcher
+compile wrapper makes: :func:`kbuild.runtime.lookup.before_compile`). On a match it loads the cubin with
+``cuModuleLoadData`` (as Triton's ``load_binary``: primary context, dynamic shared memory above 48 KiB) and
+launches it with ``cuLaunchKernelEx`` through kbuild's CUDA driver binding (:mod:`kbuild.device.cuda`), with the
+launch configuration and parameter packing of Triton 3.6's generated launcher
 (``triton/backends/nvidia/driver.py`` ``make_launcher``): grid x times ``num_ctas``, ``32 * num_warps``
 threads, the metadata's shared memory, the non-constexpr arguments in order (pointers as ``data_ptr()``, checked
 to be device memory), then the two scratch pointers (null). The choice is cached per function and
@@ -36,12 +36,14 @@ from __future__ import annotations
 import ctypes
 import logging
 import sys
-import threading
 from dataclasses import dataclass
 from typing import Any
 
 from kbuild.device import cuda
-from kbuild.runtime.hook import Event, _record, _state, runtime_disabled
+from kbuild.runtime import keys
+from kbuild.runtime.hook import post_compile_hook
+from kbuild.runtime.loader import cache_hook, shipped_kernel
+from kbuild.runtime.state import STATE, Event, function_name, runtime_disabled
 
 log = logging.getLogger("kbuild.runtime")
 
@@ -146,17 +148,6 @@ class DirectKernel:
 # The JITFunction.run wrapper
 
 
-class _DirectState:
-    def __init__(self) -> None:
-        self.lock = threading.RLock()
-        self.original_run: Any = None
-        self.installed = False
-        self.logged: set[str] = set()
-
-
-_direct = _DirectState()
-
-
 @dataclass
 class _DeviceState:
     """What Triton's ``device_caches[device]`` holds, for one device: its target, backend, binder and caches."""
@@ -181,31 +172,28 @@ class _FunctionState:
 
             from kbuild.runtime.specialize import binder as make_binder
 
-            target = GPUTarget("cuda", current_cc(device), 32)
+            target = GPUTarget("cuda", keys.current_cc(device), 32)
             backend = make_backend(target)
             binder = make_binder(jit, backend)
             found = self.devices[device] = _DeviceState(target, backend, binder, {}, {})
         return found
 
 
-_mode_cache: dict[tuple[str | None, ...], bool] = {}
-
-
-def _direct_enabled() -> bool:
+def direct_enabled() -> bool:
     """``KBUILD_RUNTIME`` on and ``KBUILD_RUNTIME_LAUNCH=direct`` (memoised on the two variables' values: this is
     asked on every launch). A bad value turns direct launch off (``runtime_disabled`` warns about its own)."""
     from kbuild.config import env_raw, env_setting
     from kbuild.errors import ConfigError
 
     memo = env_raw("runtime", "runtime_launch")
-    found = _mode_cache.get(memo)
+    found = STATE.launch_modes.get(memo)
     if found is None:
         try:
             found = not runtime_disabled() and env_setting("runtime_launch") == "direct"
         except ConfigError as exc:
             log.warning("%s; shipped kernels launch through Triton's launcher", exc)
             found = False
-        _mode_cache[memo] = found
+        STATE.launch_modes[memo] = found
     return found
 
 
@@ -215,23 +203,21 @@ def _active(hook: Any) -> bool:
     return hook is not None and bool(getattr(hook, "calls", True))
 
 
-def _plain_triton() -> str | None:
-    """Why calls must take Triton's own ``run`` now (None when the direct path may answer them)."""
+def plain_triton_reason() -> str | None:
+    """Why calls must take Triton's own ``run`` now (None when the direct path may answer them): direct launch is
+    off, or something else watches Triton's launches, loads or compiles, or CUDA is not initialised."""
     from triton import knobs
 
-    from kbuild.runtime.hook import _post_compile_hook
-    from kbuild.runtime.loader import _cache_hook, _loader
-
-    if not _direct_enabled():
+    if not direct_enabled():
         return "direct launch is off"
     rt = knobs.runtime
     if _active(rt.launch_enter_hook) or _active(rt.launch_exit_hook):
         return "launch hooks are set"
     if _active(rt.kernel_load_start_hook) or _active(rt.kernel_load_end_hook):
         return "kernel load hooks are set"
-    if rt.jit_cache_hook is not _cache_hook or _loader.previous_cache_hook is not None:
+    if rt.jit_cache_hook is not cache_hook or STATE.previous_cache_hook is not None:
         return "another jit_cache_hook is set"
-    if rt.jit_post_compile_hook not in (None, _post_compile_hook):
+    if rt.jit_post_compile_hook not in (None, post_compile_hook):
         return "another jit_post_compile_hook is set"
     from triton.runtime import _async_compile
 
@@ -243,30 +229,15 @@ def _plain_triton() -> str | None:
     return None
 
 
-def current_cc(device: int | None = None) -> int:
-    """The compute capability of ``device`` (default: the current torch device), as Triton's
-    ``get_current_target`` computes it, without constructing Triton's driver (which builds ``cuda_utils`` with the
-    host compiler) once torch has initialised CUDA; before that, Triton's driver answers."""
-    torch = sys.modules.get("torch")
-    if torch is not None and torch.cuda.is_initialized():
-        major, minor = torch.cuda.get_device_capability(torch.cuda.current_device() if device is None else device)
-        return int(major * 10 + minor)
-    from triton.runtime.driver import driver
-
-    return int(driver.active.get_current_target().arch)
-
-
 def _function_state(jit: Any) -> Any:
     """This function's :class:`_FunctionState`, or ``_NOT_SHIPPED`` (both per generation of enabled packages)."""
-    from kbuild.runtime.loader import _candidates, _function_name
-
-    with _state.lock:
-        generation = _state.generation
+    with STATE.lock:
+        generation = STATE.generation
     cached = jit.__dict__.get("_kbuild_direct")
     if cached is not None and cached[0] == generation:
         return cached[1]
     st: Any = _NOT_SHIPPED
-    if _candidates(_function_name(jit), "triton_metadata"):
+    if STATE.candidates(function_name(jit), "triton_metadata"):
         st = _FunctionState(generation, {})
     jit._kbuild_direct = (generation, st)
     return st
@@ -275,8 +246,6 @@ def _function_state(jit: Any) -> Any:
 def _resolve(jit: Any, st: _DeviceState, device: int, kwargs: dict[str, Any], bound_args: Any,
              specialization: Any, options: Any) -> Any:
     """The :class:`DirectKernel` for this specialisation on ``device``, or ``_NO_MATCH``."""
-    from kbuild.runtime.loader import _function_name, shipped_kernel
-
     options, signature, constexprs, attrs = jit._pack_args(st.backend, kwargs, bound_args, specialization, options)
     from triton.compiler.compiler import ASTSource
 
@@ -286,21 +255,23 @@ def _resolve(jit: Any, st: _DeviceState, device: int, kwargs: dict[str, Any], bo
         return _NO_MATCH
     why = launchable(signature, kernel.metadata)
     if why is not None:
-        name = _function_name(jit)
-        with _direct.lock:
-            first = name not in _direct.logged
-            _direct.logged.add(name)
+        name = function_name(jit)
+        with STATE.lock:
+            first = name not in STATE.direct_declined_logged
+            STATE.direct_declined_logged.add(name)
         if first:
             log.info("%s: not launched directly (%s); Triton's launcher runs the shipped kernel", name, why)
         return _NO_MATCH
     direct = DirectKernel.load(kernel, signature, device)
-    _record(Event(_function_name(jit), True, "direct launch: shipped cubin launched without a host compiler",
-                  key=getattr(kernel, "kbuild_entry", None), stage="direct-launch"))
+    STATE.record(Event(function_name(jit), True, "direct launch: shipped cubin launched without a host compiler",
+                       key=getattr(kernel, "kbuild_entry", None), stage="direct-launch"))
     return direct
 
 
-def _direct_run(self: Any, *args: Any, grid: Any, warmup: bool, **kwargs: Any) -> Any:
-    original = _direct.original_run
+def direct_run(self: Any, *args: Any, grid: Any, warmup: bool, **kwargs: Any) -> Any:
+    """Stands in ``JITFunction.run``: a call with a shipped kernel is launched directly, any other goes to Triton's
+    ``run``."""
+    original = STATE.original_jit_run
     if original is None:  # uninstalled while this call was on its way
         from triton.runtime.jit import JITFunction
 
@@ -308,7 +279,7 @@ def _direct_run(self: Any, *args: Any, grid: Any, warmup: bool, **kwargs: Any) -
     if warmup:
         return original(self, *args, grid=grid, warmup=warmup, **kwargs)
     try:
-        if _plain_triton() is not None:
+        if plain_triton_reason() is not None:
             return original(self, *args, grid=grid, warmup=warmup, **kwargs)
         st = _function_state(self)
         if st is _NOT_SHIPPED:
@@ -367,23 +338,25 @@ def install() -> None:
     """Wrap ``JITFunction.run`` (idempotent)."""
     from triton.runtime.jit import JITFunction
 
-    with _direct.lock:
-        if JITFunction.run is not _direct_run:
-            _direct.original_run = JITFunction.run
-            JITFunction.run = _direct_run  # type: ignore[method-assign]
-        _direct.installed = True
+    with STATE.lock:
+        if JITFunction.run is not direct_run:
+            STATE.original_jit_run = JITFunction.run
+            JITFunction.run = direct_run  # type: ignore[method-assign]
+        STATE.direct_installed = True
 
 
 def uninstall() -> None:
-    if not _direct.installed:
+    """Put back Triton's ``JITFunction.run``."""
+    if not STATE.direct_installed:
         return
     from triton.runtime.jit import JITFunction
 
-    with _direct.lock:
-        if JITFunction.run is _direct_run and _direct.original_run is not None:
-            JITFunction.run = _direct.original_run  # type: ignore[method-assign]
-        _direct.original_run = None
-        _direct.installed = False
+    with STATE.lock:
+        if JITFunction.run is direct_run and STATE.original_jit_run is not None:
+            JITFunction.run = STATE.original_jit_run  # type: ignore[method-assign]
+        STATE.original_jit_run = None
+        STATE.direct_installed = False
 
 
-__all__ = ["DirectKernel", "current_cc", "install", "launchable", "uninstall"]
+__all__ = ["DirectKernel", "direct_enabled", "direct_run", "install", "launchable", "plain_triton_reason",
+           "uninstall"]
