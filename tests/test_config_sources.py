@@ -159,7 +159,7 @@ def test_the_cli_names_a_bad_kbuild_debug(monkeypatch: pytest.MonkeyPatch, capsy
 @pytest.mark.hostile(fault="bad boolean", outcome="degraded with warning")
 def test_the_runtime_hook_stays_off_with_one_warning_on_a_bad_value(monkeypatch: pytest.MonkeyPatch,
                                                                     caplog: pytest.LogCaptureFixture):
-    from kbuild.runtime.hook import reset_events, runtime_disabled
+    from kbuild.runtime import reset_events, runtime_disabled
 
     reset_events()  # forgets what was logged once
     monkeypatch.setenv("KBUILD_RUNTIME", "disabled")

@@ -41,8 +41,9 @@ PYPROJECT = tomllib.loads((ROOT / "pyproject.toml").read_text())
 OPTIONAL = (*kbuild.extras.EXTRAS["tune"], *kbuild.extras.EXTRAS["remote"], "matplotlib")
 #: The packages whose modules are not core (the tuner, the benchmark suite, the SASS engine, GPU timing) ...
 NOT_CORE = ("kbuild.tune", "kbuild.bench", "kbuild.sass", "kbuild.device")
-#: ... except the parts the core imports: TUNER_VERSION (a key component), the GPU probe, and the verbs' parsers.
-CORE_EXCEPTIONS = ("kbuild.tune", "kbuild.device", "kbuild.device.probe", *COMMAND_MODULES)
+#: ... except the parts the core imports: TUNER_VERSION (a key component), the GPU probe and the CUDA driver binding
+#: under it (the run time's direct launcher uses it too), and the verbs' parsers.
+CORE_EXCEPTIONS = ("kbuild.tune", "kbuild.device", "kbuild.device.probe", "kbuild.device.cuda", *COMMAND_MODULES)
 
 
 def _within(name: str, package: str) -> bool:

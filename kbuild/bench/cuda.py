@@ -30,7 +30,7 @@ from .spec import BenchSpecError, Tolerance
 
 Dims = tuple[int, int, int]
 
-#: Scalar parameter types the driver-API launch packs (``kbuild.runtime.direct``'s table).
+#: Scalar parameter types the driver-API launch packs (:data:`kbuild.device.cuda.SCALAR_CTYPES` has each one's ctypes).
 SCALAR_TYPES = ("i1", "i8", "i16", "i32", "i64", "u1", "u8", "u16", "u32", "u64", "fp32", "fp64")
 
 

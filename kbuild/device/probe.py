@@ -1,18 +1,16 @@
 """Which NVIDIA GPUs this machine has, asked of the CUDA driver directly.
 
-Uses ``libcuda.so.1`` through ctypes (no torch, no CUDA context kept), so that builds on
-CPU-only machines can decide "untuned: no sm_90 GPU on this machine" cheaply. Nothing here
-runs at import time.
+Asks ``libcuda.so.1`` through kbuild's binding (:mod:`kbuild.device.cuda`; no torch, no CUDA context kept), so
+that builds on CPU-only machines can decide "untuned: no sm_90 GPU on this machine" cheaply. Nothing here runs
+at import time.
 """
 
 from __future__ import annotations
 
-import ctypes
 import functools
 from dataclasses import dataclass
 
-_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75
-_CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76
+from kbuild.device.cuda import CudaError, driver
 
 
 @dataclass(frozen=True)
@@ -30,25 +28,18 @@ class GPU:
 def local_gpus() -> tuple[GPU, ...]:
     """The GPUs the CUDA driver reports; empty when there is no driver or no device."""
     try:
-        cuda = ctypes.CDLL("libcuda.so.1")
-    except OSError:
-        return ()
-    if cuda.cuInit(0) != 0:
-        return ()
-    count = ctypes.c_int(0)
-    if cuda.cuDeviceGetCount(ctypes.byref(count)) != 0:
+        cuda = driver()
+        cuda.init()
+        count = cuda.device_count()
+    except (OSError, CudaError):
         return ()
     gpus = []
-    for i in range(count.value):
-        dev = ctypes.c_int(0)
-        if cuda.cuDeviceGet(ctypes.byref(dev), i) != 0:
+    for i in range(count):
+        try:
+            dev = cuda.device(i)
+            gpus.append(GPU(i, cuda.device_name(dev), cuda.compute_capability(dev)))
+        except CudaError:
             continue
-        major, minor = ctypes.c_int(0), ctypes.c_int(0)
-        cuda.cuDeviceGetAttribute(ctypes.byref(major), _CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev)
-        cuda.cuDeviceGetAttribute(ctypes.byref(minor), _CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev)
-        name = ctypes.create_string_buffer(256)
-        cuda.cuDeviceGetName(name, 256, dev)
-        gpus.append(GPU(i, name.value.decode(errors="replace"), major.value * 10 + minor.value))
     return tuple(gpus)
 
 

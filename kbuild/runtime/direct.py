@@ -14,9 +14,10 @@ specialises common argument types through :mod:`kbuild.runtime.specialize`, whic
 of Gluon),
 for the target ``GPUTarget("cuda", cc, 32)`` of the current torch device, and asks
 :func:`kbuild.runtime.loader.shipped_kernel` for the exactly matching shipped kernel (the same decision the
-compile wrapper makes). On a match it loads the cubin with ``cuModuleLoadData`` (as Triton's ``load_binary``:
-primary context, dynamic shared memory above 48 KiB) and launches it with ``cuLaunchKernelEx`` through
-:mod:`ctypes`, with the launch configuration and parameter packing of Triton 3.6's generated launcher
+compile wrapper makes: :func:`kbuild.runtime.lookup.before_compile`). On a match it loads the cubin with
+``cuModuleLoadData`` (as Triton's ``load_binary``: primary context, dynamic shared memory above 48 KiB) and
+launches it with ``cuLaunchKernelEx`` through kbuild's CUDA driver binding (:mod:`kbuild.device.cuda`), with the
+launch configuration and parameter packing of Triton 3.6's generated launcher
 (``triton/backends/nvidia/driver.py`` ``make_launcher``): grid x times ``num_ctas``, ``32 * num_warps``
 threads, the metadata's shared memory, the non-constexpr arguments in order (pointers as ``data_ptr()``, checked
 to be device memory), then the two scratch pointers (null). The choice is cached per function and
@@ -35,11 +36,14 @@ from __future__ import annotations
 import ctypes
 import logging
 import sys
-import threading
 from dataclasses import dataclass
 from typing import Any
 
-from kbuild.runtime.hook import Event, _record, _state, runtime_disabled
+from kbuild.device import cuda
+from kbuild.runtime import keys
+from kbuild.runtime.hook import post_compile_hook
+from kbuild.runtime.loader import cache_hook, shipped_kernel
+from kbuild.runtime.state import STATE, Event, function_name, runtime_disabled
 
 log = logging.getLogger("kbuild.runtime")
 
@@ -48,90 +52,7 @@ _NO_MATCH = object()  # a specialisation with no shipped kernel, or one this mod
 
 
 # ----------------------------------------------------------------------------------------------
-# The CUDA driver API through ctypes (libcuda.so.1, as Triton's launcher dlopens it).
-
-_CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK = 0
-_CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES = 1
-_CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
-_CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_MULTIPROCESSOR = 81
-_CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN = 97
-_CU_FUNC_CACHE_PREFER_SHARED = 1
-_CU_POINTER_ATTRIBUTE_DEVICE_POINTER = 3
-_CUDA_ERROR_INVALID_VALUE = 1
-_CU_LAUNCH_ATTRIBUTE_COOPERATIVE = 2
-_CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION = 4
-_CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE = 5
-_CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION = 6
-_CU_CLUSTER_SCHEDULING_POLICY_SPREAD = 1
-
-
-class _LaunchAttrValue(ctypes.Union):
-    _fields_ = [("pad", ctypes.c_char * 64), ("value", ctypes.c_int), ("dim", ctypes.c_uint * 3)]
-
-
-class _LaunchAttr(ctypes.Structure):
-    _fields_ = [("id", ctypes.c_int), ("pad", ctypes.c_char * 4), ("val", _LaunchAttrValue)]
-
-
-class _LaunchConfig(ctypes.Structure):
-    _fields_ = [("gridDimX", ctypes.c_uint), ("gridDimY", ctypes.c_uint), ("gridDimZ", ctypes.c_uint),
-                ("blockDimX", ctypes.c_uint), ("blockDimY", ctypes.c_uint), ("blockDimZ", ctypes.c_uint),
-                ("sharedMemBytes", ctypes.c_uint), ("hStream", ctypes.c_void_p),
-                ("attrs", ctypes.POINTER(_LaunchAttr)), ("numAttrs", ctypes.c_uint)]
-
-
-class CudaError(RuntimeError):
-    """A CUDA driver call failed (the message is Triton's: ``Triton Error [CUDA]: ...``)."""
-
-
-class _Driver:
-    def __init__(self) -> None:
-        lib = ctypes.CDLL("libcuda.so.1")
-        self.lib = lib
-        vp, ci, pvp = ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(ctypes.c_void_p)
-        for name, args in {
-            "cuCtxGetCurrent": [pvp], "cuCtxSetCurrent": [vp], "cuDevicePrimaryCtxRetain": [pvp, ci],
-            "cuModuleLoadData": [pvp, ctypes.c_char_p], "cuModuleGetFunction": [pvp, vp, ctypes.c_char_p],
-            "cuFuncGetAttribute": [ctypes.POINTER(ci), ci, vp], "cuFuncSetAttribute": [vp, ci, ci],
-            "cuFuncSetCacheConfig": [vp, ci], "cuDeviceGetAttribute": [ctypes.POINTER(ci), ci, ci],
-            "cuPointerGetAttribute": [vp, ci, ctypes.c_uint64], "cuGetErrorString": [ci, ctypes.POINTER(ctypes.c_char_p)],
-            "cuLaunchKernelEx": [ctypes.POINTER(_LaunchConfig), vp, pvp, pvp],
-        }.items():
-            fn = getattr(lib, name)
-            fn.argtypes, fn.restype = args, ci
-        self.launch_ex = lib.cuLaunchKernelEx
-
-    def check(self, code: int) -> None:
-        if code:
-            text = ctypes.c_char_p()
-            self.lib.cuGetErrorString(code, ctypes.byref(text))
-            raise CudaError(f"Triton Error [CUDA]: {(text.value or b'unknown error').decode()}")
-
-    def device_attribute(self, attribute: int, device: int) -> int:
-        out = ctypes.c_int()
-        self.check(self.lib.cuDeviceGetAttribute(ctypes.byref(out), attribute, device))
-        return out.value
-
-
-_driver_lock = threading.Lock()
-_driver: _Driver | None = None
-
-
-def _cuda() -> _Driver:
-    global _driver
-    with _driver_lock:
-        if _driver is None:
-            _driver = _Driver()
-        return _driver
-
-
-# ----------------------------------------------------------------------------------------------
 # One loaded kernel
-
-_SCALARS: dict[str, Any] = {"i1": ctypes.c_int8, "i8": ctypes.c_int8, "i16": ctypes.c_int16, "i32": ctypes.c_int32,
-                            "i64": ctypes.c_int64, "u1": ctypes.c_uint8, "u8": ctypes.c_uint8, "u16": ctypes.c_uint16,
-                            "u32": ctypes.c_uint32, "u64": ctypes.c_uint64, "fp32": ctypes.c_float,
-                            "f32": ctypes.c_float, "fp64": ctypes.c_double}
 
 
 def launchable(signature: dict[str, Any], md: Any) -> str | None:
@@ -139,7 +60,7 @@ def launchable(signature: dict[str, Any], md: Any) -> str | None:
     for name, ty in signature.items():
         if not isinstance(ty, str):
             return f"argument {name} is a tuple"
-        if ty != "constexpr" and not ty.startswith("*") and ty not in _SCALARS:
+        if ty != "constexpr" and not ty.startswith("*") and ty not in cuda.SCALAR_CTYPES:
             return f"argument {name} has type {ty}"
     for field in ("global_scratch_size", "profile_scratch_size"):
         if getattr(md, field, 0):
@@ -149,19 +70,6 @@ def launchable(signature: dict[str, Any], md: Any) -> str | None:
     if getattr(md, "num_ctas", 1) == 16:
         return "16-CTA clusters are non-portable"
     return None
-
-
-def make_current(device: int) -> None:
-    """A CUDA context current on this thread: the one already current, else ``device``'s primary context (retained
-    and made current), as Triton's ``load_binary`` does. ``cuModuleLoadData`` needs one: torch creates its context
-    only at its first allocation or launch, so a cubin loaded before that fails with "invalid device context"
-    (seen on the H200 when the measurement worker loaded a CUDA C++ kernel's baseline)."""
-    cuda = _cuda()
-    ctx = ctypes.c_void_p()
-    cuda.check(cuda.lib.cuCtxGetCurrent(ctypes.byref(ctx)))
-    if not ctx.value:
-        cuda.check(cuda.lib.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), device))
-        cuda.check(cuda.lib.cuCtxSetCurrent(ctx))
 
 
 @dataclass
@@ -177,47 +85,45 @@ class DirectKernel:
     shared: int
     attrs: Any
     num_attrs: int
+    driver: cuda.CudaDriver
 
     @classmethod
     def load(cls, compiled: Any, signature: dict[str, Any], device: int) -> DirectKernel:
-        cuda, md = _cuda(), compiled.metadata
-        make_current(device)
-        module, function = ctypes.c_void_p(), ctypes.c_void_p()
-        cuda.check(cuda.lib.cuModuleLoadData(ctypes.byref(module), compiled.kernel))
-        cuda.check(cuda.lib.cuModuleGetFunction(ctypes.byref(function), module, md.name.encode()))
+        driver, md = cuda.driver(), compiled.metadata
+        driver.make_current(device)
+        module = driver.load_module(compiled.kernel)
+        function = driver.get_function(module, md.name)
         shared = int(md.shared)
-        optin = cuda.device_attribute(_CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, device)
+        optin = driver.device_attribute(cuda.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN, device)
         if shared > 49152 and optin > 49152:
-            cuda.check(cuda.lib.cuFuncSetCacheConfig(function, _CU_FUNC_CACHE_PREFER_SHARED))
-            static = ctypes.c_int()
-            cuda.check(cuda.lib.cuFuncGetAttribute(ctypes.byref(static), _CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES, function))
-            cuda.check(cuda.lib.cuFuncSetAttribute(function, _CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                                   optin - static.value))
-        threads = ctypes.c_int()
-        cuda.check(cuda.lib.cuFuncGetAttribute(ctypes.byref(threads), _CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK, function))
-        if int(md.num_warps) * 32 > threads.value:
-            raise CudaError(f"{md.name}: {int(md.num_warps) * 32} threads, the function allows {threads.value}")
-        attrs, n = (_LaunchAttr * 4)(), 0
+            driver.set_cache_config(function, cuda.CU_FUNC_CACHE_PREFER_SHARED)
+            static = driver.function_attribute(function, cuda.CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES)
+            driver.set_function_attribute(function, cuda.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                          optin - static)
+        threads = driver.function_attribute(function, cuda.CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK)
+        if int(md.num_warps) * 32 > threads:
+            raise cuda.CudaError(f"{md.name}: {int(md.num_warps) * 32} threads, the function allows {threads}")
+        attrs, n = (cuda.LaunchAttribute * 4)(), 0
         if getattr(md, "launch_pdl", False):
-            attrs[n].id, attrs[n].val.value, n = _CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION, 1, n + 1
+            attrs[n].id, attrs[n].val.value, n = cuda.CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION, 1, n + 1
         if getattr(md, "launch_cooperative_grid", False):
-            attrs[n].id, attrs[n].val.value, n = _CU_LAUNCH_ATTRIBUTE_COOPERATIVE, 1, n + 1
+            attrs[n].id, attrs[n].val.value, n = cuda.CU_LAUNCH_ATTRIBUTE_COOPERATIVE, 1, n + 1
         num_ctas = int(getattr(md, "num_ctas", 1))
         if num_ctas != 1:
             attrs[n].id, attrs[n].val.dim[0], attrs[n].val.dim[1], attrs[n].val.dim[2] = \
-                _CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, num_ctas, 1, 1
-            attrs[n + 1].id, attrs[n + 1].val.value = (_CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE,
-                                                       _CU_CLUSTER_SCHEDULING_POLICY_SPREAD)
+                cuda.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, num_ctas, 1, 1
+            attrs[n + 1].id, attrs[n + 1].val.value = (cuda.CU_LAUNCH_ATTRIBUTE_CLUSTER_SCHEDULING_POLICY_PREFERENCE,
+                                                       cuda.CU_CLUSTER_SCHEDULING_POLICY_SPREAD)
             n += 2
-        kinds = tuple(None if ty == "constexpr" else "ptr" if ty.startswith("*") else _SCALARS[ty]
+        kinds = tuple(None if ty == "constexpr" else "ptr" if ty.startswith("*") else cuda.SCALAR_CTYPES[ty]
                       for ty in signature.values())
-        return cls(compiled, kinds, function, module, int(md.num_warps), num_ctas, shared, attrs, n)
+        return cls(compiled, kinds, function, module, int(md.num_warps), num_ctas, shared, attrs, n, driver)
 
     def launch(self, grid: tuple[int, int, int], stream: int, args: tuple[Any, ...]) -> None:
         gx, gy, gz = grid
         if gx * gy * gz <= 0:
             return
-        cuda = _cuda()
+        driver = self.driver
         values: list[Any] = []
         for i, (kind, arg) in enumerate(zip(self.kinds, args)):
             if kind is None:
@@ -225,35 +131,21 @@ class DirectKernel:
             if kind == "ptr":
                 ptr = 0 if arg is None else arg if isinstance(arg, int) else arg.data_ptr()
                 if ptr:
-                    dev = ctypes.c_uint64()
-                    status = cuda.lib.cuPointerGetAttribute(ctypes.byref(dev), _CU_POINTER_ATTRIBUTE_DEVICE_POINTER, ptr)
-                    if status == _CUDA_ERROR_INVALID_VALUE:
+                    ptr = driver.device_pointer(ptr)
+                    if ptr is None:
                         raise ValueError(f"Pointer argument (at {i}) cannot be accessed from Triton (cpu tensor?)")
-                    cuda.check(status)
-                    ptr = dev.value
                 values.append(ctypes.c_uint64(ptr))
             else:
                 values.append(kind(arg))
         values += [ctypes.c_uint64(0), ctypes.c_uint64(0)]  # global_scratch, profile_scratch
         params = (ctypes.c_void_p * len(values))(*[ctypes.addressof(v) for v in values])
-        config = _LaunchConfig(gx * self.num_ctas, gy, gz, 32 * self.num_warps, 1, 1, self.shared,
-                               ctypes.c_void_p(stream), self.attrs, self.num_attrs)
-        cuda.check(cuda.launch_ex(ctypes.byref(config), self.function, params, None))
+        config = cuda.LaunchConfig(gx * self.num_ctas, gy, gz, 32 * self.num_warps, 1, 1, self.shared,
+                                   ctypes.c_void_p(stream), self.attrs, self.num_attrs)
+        driver.launch(self.function, config, params)
 
 
 # ----------------------------------------------------------------------------------------------
 # The JITFunction.run wrapper
-
-
-class _DirectState:
-    def __init__(self) -> None:
-        self.lock = threading.RLock()
-        self.original_run: Any = None
-        self.installed = False
-        self.logged: set[str] = set()
-
-
-_direct = _DirectState()
 
 
 @dataclass
@@ -280,31 +172,28 @@ class _FunctionState:
 
             from kbuild.runtime.specialize import binder as make_binder
 
-            target = GPUTarget("cuda", current_cc(device), 32)
+            target = GPUTarget("cuda", keys.current_cc(device), 32)
             backend = make_backend(target)
             binder = make_binder(jit, backend)
             found = self.devices[device] = _DeviceState(target, backend, binder, {}, {})
         return found
 
 
-_mode_cache: dict[tuple[str | None, ...], bool] = {}
-
-
-def _direct_enabled() -> bool:
+def direct_enabled() -> bool:
     """``KBUILD_RUNTIME`` on and ``KBUILD_RUNTIME_LAUNCH=direct`` (memoised on the two variables' values: this is
     asked on every launch). A bad value turns direct launch off (``runtime_disabled`` warns about its own)."""
     from kbuild.config import env_raw, env_setting
     from kbuild.errors import ConfigError
 
     memo = env_raw("runtime", "runtime_launch")
-    found = _mode_cache.get(memo)
+    found = STATE.launch_modes.get(memo)
     if found is None:
         try:
             found = not runtime_disabled() and env_setting("runtime_launch") == "direct"
         except ConfigError as exc:
             log.warning("%s; shipped kernels launch through Triton's launcher", exc)
             found = False
-        _mode_cache[memo] = found
+        STATE.launch_modes[memo] = found
     return found
 
 
@@ -314,23 +203,21 @@ def _active(hook: Any) -> bool:
     return hook is not None and bool(getattr(hook, "calls", True))
 
 
-def _plain_triton() -> str | None:
-    """Why calls must take Triton's own ``run`` now (None when the direct path may answer them)."""
+def plain_triton_reason() -> str | None:
+    """Why calls must take Triton's own ``run`` now (None when the direct path may answer them): direct launch is
+    off, or something else watches Triton's launches, loads or compiles, or CUDA is not initialised."""
     from triton import knobs
 
-    from kbuild.runtime.hook import _post_compile_hook
-    from kbuild.runtime.loader import _cache_hook, _loader
-
-    if not _direct_enabled():
+    if not direct_enabled():
         return "direct launch is off"
     rt = knobs.runtime
     if _active(rt.launch_enter_hook) or _active(rt.launch_exit_hook):
         return "launch hooks are set"
     if _active(rt.kernel_load_start_hook) or _active(rt.kernel_load_end_hook):
         return "kernel load hooks are set"
-    if rt.jit_cache_hook is not _cache_hook or _loader.previous_cache_hook is not None:
+    if rt.jit_cache_hook is not cache_hook or STATE.previous_cache_hook is not None:
         return "another jit_cache_hook is set"
-    if rt.jit_post_compile_hook not in (None, _post_compile_hook):
+    if rt.jit_post_compile_hook not in (None, post_compile_hook):
         return "another jit_post_compile_hook is set"
     from triton.runtime import _async_compile
 
@@ -342,30 +229,15 @@ def _plain_triton() -> str | None:
     return None
 
 
-def current_cc(device: int | None = None) -> int:
-    """The compute capability of ``device`` (default: the current torch device), as Triton's
-    ``get_current_target`` computes it, without constructing Triton's driver (which builds ``cuda_utils`` with the
-    host compiler) once torch has initialised CUDA; before that, Triton's driver answers."""
-    torch = sys.modules.get("torch")
-    if torch is not None and torch.cuda.is_initialized():
-        major, minor = torch.cuda.get_device_capability(torch.cuda.current_device() if device is None else device)
-        return int(major * 10 + minor)
-    from triton.runtime.driver import driver
-
-    return int(driver.active.get_current_target().arch)
-
-
 def _function_state(jit: Any) -> Any:
     """This function's :class:`_FunctionState`, or ``_NOT_SHIPPED`` (both per generation of enabled packages)."""
-    from kbuild.runtime.loader import _candidates, _function_name
-
-    with _state.lock:
-        generation = _state.generation
+    with STATE.lock:
+        generation = STATE.generation
     cached = jit.__dict__.get("_kbuild_direct")
     if cached is not None and cached[0] == generation:
         return cached[1]
     st: Any = _NOT_SHIPPED
-    if _candidates(_function_name(jit), "triton_metadata"):
+    if STATE.candidates(function_name(jit), "triton_metadata"):
         st = _FunctionState(generation, {})
     jit._kbuild_direct = (generation, st)
     return st
@@ -374,8 +246,6 @@ def _function_state(jit: Any) -> Any:
 def _resolve(jit: Any, st: _DeviceState, device: int, kwargs: dict[str, Any], bound_args: Any,
              specialization: Any, options: Any) -> Any:
     """The :class:`DirectKernel` for this specialisation on ``device``, or ``_NO_MATCH``."""
-    from kbuild.runtime.loader import _function_name, shipped_kernel
-
     options, signature, constexprs, attrs = jit._pack_args(st.backend, kwargs, bound_args, specialization, options)
     from triton.compiler.compiler import ASTSource
 
@@ -385,21 +255,23 @@ def _resolve(jit: Any, st: _DeviceState, device: int, kwargs: dict[str, Any], bo
         return _NO_MATCH
     why = launchable(signature, kernel.metadata)
     if why is not None:
-        name = _function_name(jit)
-        with _direct.lock:
-            first = name not in _direct.logged
-            _direct.logged.add(name)
+        name = function_name(jit)
+        with STATE.lock:
+            first = name not in STATE.direct_declined_logged
+            STATE.direct_declined_logged.add(name)
         if first:
             log.info("%s: not launched directly (%s); Triton's launcher runs the shipped kernel", name, why)
         return _NO_MATCH
     direct = DirectKernel.load(kernel, signature, device)
-    _record(Event(_function_name(jit), True, "direct launch: shipped cubin launched without a host compiler",
-                  key=getattr(kernel, "kbuild_entry", None), stage="direct-launch"))
+    STATE.record(Event(function_name(jit), True, "direct launch: shipped cubin launched without a host compiler",
+                       key=getattr(kernel, "kbuild_entry", None), stage="direct-launch"))
     return direct
 
 
-def _direct_run(self: Any, *args: Any, grid: Any, warmup: bool, **kwargs: Any) -> Any:
-    original = _direct.original_run
+def direct_run(self: Any, *args: Any, grid: Any, warmup: bool, **kwargs: Any) -> Any:
+    """Stands in ``JITFunction.run``: a call with a shipped kernel is launched directly, any other goes to Triton's
+    ``run``."""
+    original = STATE.original_jit_run
     if original is None:  # uninstalled while this call was on its way
         from triton.runtime.jit import JITFunction
 
@@ -407,7 +279,7 @@ def _direct_run(self: Any, *args: Any, grid: Any, warmup: bool, **kwargs: Any) -
     if warmup:
         return original(self, *args, grid=grid, warmup=warmup, **kwargs)
     try:
-        if _plain_triton() is not None:
+        if plain_triton_reason() is not None:
             return original(self, *args, grid=grid, warmup=warmup, **kwargs)
         st = _function_state(self)
         if st is _NOT_SHIPPED:
@@ -438,7 +310,7 @@ def _run_shipped(jit: Any, st: _FunctionState, original: Any, args: Any, grid: A
         if direct is None:
             try:
                 direct = _resolve(jit, dev, device, call_kwargs, bound_args, specialization, options)
-            except CudaError:
+            except cuda.CudaError:
                 log.debug("direct launch: load failed; Triton's path runs", exc_info=True)
                 direct = _NO_MATCH
             dev.kernels[key] = direct
@@ -466,23 +338,25 @@ def install() -> None:
     """Wrap ``JITFunction.run`` (idempotent)."""
     from triton.runtime.jit import JITFunction
 
-    with _direct.lock:
-        if JITFunction.run is not _direct_run:
-            _direct.original_run = JITFunction.run
-            JITFunction.run = _direct_run  # type: ignore[method-assign]
-        _direct.installed = True
+    with STATE.lock:
+        if JITFunction.run is not direct_run:
+            STATE.original_jit_run = JITFunction.run
+            JITFunction.run = direct_run  # type: ignore[method-assign]
+        STATE.direct_installed = True
 
 
 def uninstall() -> None:
-    if not _direct.installed:
+    """Put back Triton's ``JITFunction.run``."""
+    if not STATE.direct_installed:
         return
     from triton.runtime.jit import JITFunction
 
-    with _direct.lock:
-        if JITFunction.run is _direct_run and _direct.original_run is not None:
-            JITFunction.run = _direct.original_run  # type: ignore[method-assign]
-        _direct.original_run = None
-        _direct.installed = False
+    with STATE.lock:
+        if JITFunction.run is direct_run and STATE.original_jit_run is not None:
+            JITFunction.run = STATE.original_jit_run  # type: ignore[method-assign]
+        STATE.original_jit_run = None
+        STATE.direct_installed = False
 
 
-__all__ = ["CudaError", "DirectKernel", "current_cc", "install", "launchable", "make_current", "uninstall"]
+__all__ = ["DirectKernel", "direct_enabled", "direct_run", "install", "launchable", "plain_triton_reason",
+           "uninstall"]

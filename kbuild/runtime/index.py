@@ -161,14 +161,25 @@ class Index:
     """Key → why the entry is not trusted although it parses: it names the same cubin as an entry of another
     key (:func:`kbuild.runtime.verify.pairing_conflicts`)."""
 
-    def by_function(self) -> dict[str, list[tuple[str, dict[str, Any]]]]:
-        out: dict[str, list[tuple[str, dict[str, Any]]]] = {}
+    def by_function(self) -> dict[str, list[ShippedEntry]]:
+        """The entries per ``module:qualname`` of the function they were compiled from, in the index's order."""
+        out: dict[str, list[ShippedEntry]] = {}
         for key, entry in self.entries.items():
-            out.setdefault(entry["function"], []).append((key, entry))
+            out.setdefault(entry["function"], []).append(ShippedEntry(self, key, entry))
         return out
 
 
-#: Types of the entry fields the run time reads (kbuild.runtime.hook).
+@dataclass(frozen=True)
+class ShippedEntry:
+    """One entry of an enabled package's index, with the index it comes from (its data folder, its conflicts)."""
+
+    index: Index
+    key: str
+    """The entry's baseline key (hex), the one a matching call recomputes."""
+    entry: dict[str, Any]
+
+
+#: Types of the entry fields the run time reads (kbuild.runtime.lookup, .hook, .loader).
 _FIELD_TYPES: dict[str, type | tuple[type, ...]] = {
     "function": str, "source_hash": str, "signature": dict, "constexprs": dict, "options": dict, "target": dict,
     "triton_version": str, "ptxas_version": str, "checks": dict, "cubin": str, "cubin_sha256": str,
@@ -258,4 +269,5 @@ def load_index(path: str | Path) -> Index:
 
 
 __all__ = ["CHECK_FIELDS", "DATA_DIR", "INDEX_FILE", "INDEX_FORMAT", "INDEX_VERSION", "READ_VERSIONS", "Index",
-           "IndexFormatError", "build_index", "entry_config", "index_bytes", "index_entry", "load_index", "parse_index"]
+           "IndexFormatError", "ShippedEntry", "build_index", "entry_config", "index_bytes", "index_entry", "load_index",
+           "parse_index"]

@@ -25,17 +25,19 @@ constants, other attributes) makes the call unsupported: it is never substituted
 A kernel of an installed distribution (Liger-Kernel's, say) has the distribution's name and version
 in its build key; :func:`installed_distribution` gives the run time the same component when the
 installed version is the one the entry was built from (else the keys differ and Triton compiles).
+:func:`current_triton_version` and :func:`current_cc` (the GPU's compute capability) are the key's facts about
+this process.
 """
 
 from __future__ import annotations
 
 import functools
 import json
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from kbuild.compile.triton_aot import declared_value, portable_options, source_hash
 from kbuild.config import KernelSettings
 from kbuild.key import KernelKey, compiler_component, kernel_key
 from kbuild.targets import Target
@@ -48,6 +50,19 @@ def current_triton_version() -> str:
     import triton
 
     return str(triton.__version__)
+
+
+def current_cc(device: int | None = None) -> int:
+    """The compute capability of ``device`` (default: the current torch device), as Triton's
+    ``get_current_target`` computes it, without constructing Triton's driver (which builds ``cuda_utils`` with the
+    host compiler) once torch has initialised CUDA; before that, Triton's driver answers."""
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        major, minor = torch.cuda.get_device_capability(torch.cuda.current_device() if device is None else device)
+        return int(major * 10 + minor)
+    from triton.runtime.driver import driver
+
+    return int(driver.active.get_current_target().arch)
 
 
 @dataclass(frozen=True)
@@ -168,6 +183,9 @@ def specialization_from_source(jit: Any, src: Any, options: Mapping[str, Any], *
 def _specialization(jit: Any, signature_in: Mapping[str, Any], constants: Mapping[Any, Any],
                     attrs: Mapping[Any, Any], options: dict[str, Any], *, cc: int,
                     triton_version: str | None) -> CallSpecialization:
+    # Imported at the first call's lookup, not when a package enables kbuild.runtime (it loads the compile path).
+    from kbuild.compile.triton_aot import declared_value, portable_options, source_hash
+
     params = list(jit.params)
     signature: dict[str, str] = {}
     constexprs: dict[str, Any] = {}
@@ -244,5 +262,5 @@ def specialization_for_call(jit: Any, *args: Any, cc: int, **kwargs: Any) -> Cal
     return specialization_from_hook(jit, captured["compile"], cc=cc)
 
 
-__all__ = ["CallSpecialization", "current_triton_version", "installed_distribution", "specialization_for_call",
-           "specialization_from_hook", "specialization_from_source"]
+__all__ = ["CallSpecialization", "current_cc", "current_triton_version", "installed_distribution",
+           "specialization_for_call", "specialization_from_hook", "specialization_from_source"]

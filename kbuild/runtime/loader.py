@@ -23,16 +23,17 @@ The seam, read from Triton 3.6's source (``triton/runtime/jit.py``, ``triton/com
   returns: it needs only a ``<name>.json`` metadata file and a ``<name>.cubin`` file; the
   driver loads the bytes lazily in ``_init_handles`` (``launcher_cls``, ``utils.load_binary``).
 
-So: the ``jit_cache_hook`` (:func:`_cache_hook`) sees every compile of every ``@triton.jit``
+So: the ``jit_cache_hook`` (:func:`cache_hook`) sees every compile of every ``@triton.jit``
 function before it happens; for a function that an enabled package ships cubins for, it wraps the
 function's own ``compile`` slot once (:class:`ShippedCompile`) and returns False. The wrapper gets
-exactly what ``triton.compile`` would get (the ``ASTSource``, the target, the options); when the
-call's key (:func:`kbuild.runtime.keys.specialization_from_source`: signature types,
-divisibility and 1-specialisation, constexprs, every backend option, the target's compute
-capability, Triton's version) equals an index entry's, and the entry's recorded Triton metadata
-agrees with the call's options and target, and the shipped cubin passes :func:`kbuild.runtime.hook.verified_cubin`
-(read within its recorded size, sha256, its ELF against the entry and the call: architecture, symbol, parameter
-layout, block size, shared-memory use; no other key names it), it returns a ``CompiledKernel`` rebuilt from the
+exactly what ``triton.compile`` would get (the ``ASTSource``, the target, the options) and asks the
+lookup (:func:`kbuild.runtime.lookup.before_compile`). When the call's key
+(:func:`kbuild.runtime.keys.specialization_from_source`: signature types, divisibility and
+1-specialisation, constexprs, every backend option, the target's compute capability, Triton's version)
+equals an index entry's, and the entry's recorded Triton metadata agrees with the call's options and
+target, and the shipped cubin passes :meth:`kbuild.runtime.state.RuntimeState.verified_cubin` (read within
+its recorded size, sha256, its ELF against the entry and the call: architecture, symbol, parameter layout,
+block size, shared-memory use; no other key names it), it returns a ``CompiledKernel`` rebuilt from the
 shipped cubin and that metadata (:func:`kbuild.runtime.handover.kernel_from_payload`,
 the same rebuild the tuner uses between processes). Triton then caches, hooks and launches it as
 its own. Anything else calls Triton's ``compile`` unchanged (logged once per kernel), after which
@@ -43,7 +44,7 @@ the call's tuning key is not in ``self.cache``; there is no hook before that. :f
 therefore wraps ``Autotuner.run`` (class attribute, restored by :func:`uninstall`): before Triton's
 own ``run``, an autotuner over a shipped function gets ``cache[key] = config`` for each index entry
 with an ``autotune`` key for this GPU and Triton version, where ``config`` is the autotuner's own
-``triton.Config`` equal to the entry's (kwargs, warps, stages, CTAs, maxnreg, ptx_options: a ``triton.Config``
+``triton.Config`` equal to the entry's (:func:`kbuild.runtime.lookup.autotune_choices`) (kwargs, warps, stages, CTAs, maxnreg, ptx_options: a ``triton.Config``
 has none, so an entry compiled with extra ptxas flags is never an autotuner's answer); an existing
 ``cache`` entry is never overwritten. Triton's ``run`` then finds the key, benchmarks nothing, and
 launches that config, which the ``compile`` wrapper answers. A key not shipped (other shapes,
@@ -51,8 +52,8 @@ dtypes, GPU, or keyword order: Triton's key follows the call's argument order) i
 
 Triton's launcher (``driver.active.launcher_cls``) and its ``cuda_utils`` module are C code compiled with
 the host compiler on first use (``triton/runtime/build.py`` ``compile_module_from_src``), 0.6 s of a 0.78 s
-first call on the H200 with an empty Triton cache: :mod:`kbuild.runtime.direct` launches the kernels this
-module finds without them; with ``KBUILD_RUNTIME_LAUNCH=triton`` Triton's launcher runs them.
+first call on the H200 with an empty Triton cache: :mod:`kbuild.runtime.direct` launches the kernels
+:func:`shipped_kernel` finds without them; with ``KBUILD_RUNTIME_LAUNCH=triton`` Triton's launcher runs them.
 ``benchmarks/gpu_runtime_coldstart.py`` measures both cases.
 """
 
@@ -60,54 +61,15 @@ from __future__ import annotations
 
 import json
 import logging
-import threading
 from collections.abc import Mapping
 from typing import Any
 
-from kbuild.runtime.hook import Event, _record, _state, runtime_disabled, verified_cubin
-from kbuild.runtime.index import CHECK_FIELDS, Index
-from kbuild.runtime.verify import Expected, Refused, call_params
+from kbuild.runtime import keys
+from kbuild.runtime.lookup import Miss, autotune_choices, before_compile
+from kbuild.runtime.state import STATE, Event, function_name, runtime_disabled
+from kbuild.runtime.verify import REFUSED, Refused
 
 log = logging.getLogger("kbuild.runtime")
-
-#: Backend options compared between the call and the shipped Triton metadata (besides the key).
-_PATH_OPTIONS = ("extern_libs", "triton_env")
-
-
-class _LoaderState:
-    def __init__(self) -> None:
-        self.lock = threading.RLock()
-        self.installed = False
-        self.previous_cache_hook: Any = None
-        self.original_autotuner_run: Any = None
-        self.fallbacks_logged: set[str] = set()
-
-
-_loader = _LoaderState()
-
-
-def _function_name(jit: Any) -> str:
-    return f"{jit.fn.__module__}:{jit.fn.__qualname__}"
-
-
-def _candidates(function: str, field: str) -> list[tuple[Index, str, dict[str, Any]]]:
-    with _state.lock:
-        return [c for c in _state.by_function.get(function, ()) if field in c[2]]
-
-
-def _fallback(function: str, reason: str, *, level: int = logging.INFO) -> None:
-    """Log once per kernel that Triton's own path runs for it, and why (the first reason); a shipped cubin
-    that failed its checks is a warning (``level``): the package data is damaged or was edited."""
-    with _loader.lock:
-        if function in _loader.fallbacks_logged:
-            return
-        _loader.fallbacks_logged.add(function)
-    log.log(level, "%s: no shipped cubin for this call (%s); Triton compiles it", function, reason)
-
-
-def reset_fallback_log() -> None:
-    with _loader.lock:
-        _loader.fallbacks_logged.clear()
 
 
 # ----------------------------------------------------------------------------------------------
@@ -119,50 +81,46 @@ def install() -> None:
     from triton import knobs
     from triton.runtime.autotuner import Autotuner
 
-    with _loader.lock:
-        if knobs.runtime.jit_cache_hook is not _cache_hook:
-            _loader.previous_cache_hook = knobs.runtime.jit_cache_hook
-            knobs.runtime.jit_cache_hook = _cache_hook
+    with STATE.lock:
+        if knobs.runtime.jit_cache_hook is not cache_hook:
+            STATE.previous_cache_hook = knobs.runtime.jit_cache_hook
+            knobs.runtime.jit_cache_hook = cache_hook
         if Autotuner.run is not _autotuner_run:
-            _loader.original_autotuner_run = Autotuner.run
+            STATE.original_autotuner_run = Autotuner.run
             Autotuner.run = _autotuner_run  # type: ignore[method-assign]
-        _loader.installed = True
-    from kbuild.runtime import direct
-
-    direct.install()
+        STATE.loader_installed = True
 
 
 def uninstall() -> None:
     """Remove both (compile slots already wrapped delegate to Triton once no package is enabled)."""
-    if not _loader.installed:
+    if not STATE.loader_installed:
         return
     from triton import knobs
     from triton.runtime.autotuner import Autotuner
 
-    from kbuild.runtime import direct
-
-    direct.uninstall()
-    with _loader.lock:
-        if knobs.runtime.jit_cache_hook is _cache_hook:
-            knobs.runtime.jit_cache_hook = _loader.previous_cache_hook
-        if Autotuner.run is _autotuner_run and _loader.original_autotuner_run is not None:
-            Autotuner.run = _loader.original_autotuner_run  # type: ignore[method-assign]
-        _loader.previous_cache_hook = None
-        _loader.original_autotuner_run = None
-        _loader.installed = False
+    with STATE.lock:
+        if knobs.runtime.jit_cache_hook is cache_hook:
+            knobs.runtime.jit_cache_hook = STATE.previous_cache_hook
+        if Autotuner.run is _autotuner_run and STATE.original_autotuner_run is not None:
+            Autotuner.run = STATE.original_autotuner_run  # type: ignore[method-assign]
+        STATE.previous_cache_hook = None
+        STATE.original_autotuner_run = None
+        STATE.loader_installed = False
 
 
-def _cache_hook(*, key: Any, repr: Any, fn: Any, compile: Any, is_manual_warmup: bool,
-                already_compiled: bool) -> Any:
+def cache_hook(*, key: Any, repr: Any, fn: Any, compile: Any, is_manual_warmup: bool,
+               already_compiled: bool) -> Any:
+    """Triton's ``jit_cache_hook``: wrap the compile slot of a function with shipped entries, then call the hook
+    that was there before."""
     try:
         jit = fn.jit_function
-        if not runtime_disabled() and _candidates(_function_name(jit), "triton_metadata"):
+        if not runtime_disabled() and STATE.candidates(function_name(jit), "triton_metadata"):
             current = jit.__dict__.get("compile")
             if current is not None and not isinstance(current, ShippedCompile):
                 jit.compile = ShippedCompile(current)
     except Exception:  # never break the user's kernel launch
         log.debug("jit_cache_hook failed; Triton compiles as usual", exc_info=True)
-    previous = _loader.previous_cache_hook
+    previous = STATE.previous_cache_hook
     if previous is not None:
         return previous(key=key, repr=repr, fn=fn, compile=compile, is_manual_warmup=is_manual_warmup,
                         already_compiled=already_compiled)
@@ -180,7 +138,7 @@ class ShippedCompile:
             kernel = shipped_kernel(src, target, options or {})
         except Exception as exc:  # never break the user's kernel launch
             log.debug("shipped-kernel lookup failed; Triton compiles", exc_info=True)
-            _fallback(_function_name(src.fn), f"lookup failed: {type(exc).__name__}: {exc}")
+            STATE.fallback(function_name(src.fn), f"lookup failed: {type(exc).__name__}: {exc}")
             kernel = None
         if kernel is not None:
             return kernel
@@ -188,89 +146,37 @@ class ShippedCompile:
 
 
 # ----------------------------------------------------------------------------------------------
-# The decision
-
-
-def _norm(value: Any) -> Any:
-    return json.loads(json.dumps(value, default=vars))
-
-
-def metadata_mismatch(md: Mapping[str, Any], options: Mapping[str, Any], arch: int, triton_version: str) -> str | None:
-    """Why Triton metadata recorded at build time does not describe a compile with ``options`` for ``arch``
-    (None when it does): the Triton version, the target and every option (paths aside) must be equal."""
-    if md.get("triton_version") != triton_version:
-        return f"shipped metadata is of Triton {md.get('triton_version')!r}, this is {triton_version!r}"
-    target = md.get("target") or {}
-    if target.get("backend") != "cuda" or target.get("arch") != arch or target.get("warp_size") != 32:
-        return f"shipped metadata targets {target!r}, this GPU is cuda/{arch}"
-    for name, value in _norm(dict(options)).items():
-        if name in _PATH_OPTIONS:
-            continue
-        if name not in md:
-            return f"option {name} is not in the shipped metadata"
-        if _norm(md[name]) != value:
-            return f"option {name} is {value!r}, shipped {md[name]!r}"
-    return None
-
-
-def _checks_mismatch(md: Mapping[str, Any], entry: Mapping[str, Any]) -> str | None:
-    """The entry's ``checks`` (symbol, shared memory, warps, CTAs, scratch) must agree with its Triton metadata."""
-    checks = entry.get("checks") or {}
-    for name in CHECK_FIELDS:
-        if checks.get(name) is not None and md.get(name) is not None and checks[name] != md[name]:
-            return f"the entry's {name} is {checks[name]!r}, its Triton metadata says {md[name]!r}"
-    return None
+# The answer
 
 
 def shipped_kernel(src: Any, target: Any, options: Mapping[str, Any]) -> Any | None:
     """The shipped ``CompiledKernel`` for what Triton is about to compile, or None (Triton compiles)."""
     from kbuild.runtime.handover import KernelPayload, kernel_from_payload
-    from kbuild.runtime.keys import current_triton_version, installed_distribution, specialization_from_source
 
     if runtime_disabled():
         return None
-    jit = src.fn
-    function = _function_name(jit)
-    candidates = _candidates(function, "triton_metadata")
+    function = function_name(src.fn)
+    candidates = STATE.candidates(function, "triton_metadata")
     if not candidates:
         return None
-    if target is None or getattr(target, "backend", None) != "cuda" or getattr(target, "warp_size", 32) != 32:
-        _fallback(function, f"target {target!r} is not an NVIDIA GPU")
+    found = before_compile(candidates, src, target, options)
+    if isinstance(found, Miss):
+        STATE.fallback(function, found.reason)
         return None
-    triton_version = current_triton_version()
-    call = specialization_from_source(jit, src, options, cc=int(target.arch), triton_version=triton_version)
-    if call.unsupported:
-        _fallback(function, f"call not declarable: {call.unsupported}")
+    try:
+        cubin = STATE.verified_cubin(found.shipped, call=found.expected)
+    except Refused as exc:
+        STATE.fallback(function, f"{REFUSED}: {exc}")
         return None
-    for index, entry_key, entry in candidates:
-        mine = call.key(ptxas_version=entry["key_components"]["compiler"]["ptxas"], declared=entry.get("signature"),
-                        distribution=installed_distribution(entry))
-        if mine.hex != entry_key:
-            continue
-        md = entry["triton_metadata"]
-        problem = metadata_mismatch(md, options, int(target.arch), triton_version) or _checks_mismatch(md, entry)
-        if problem is not None:
-            _fallback(function, problem)
-            return None
-        expected = Expected(cc=int(target.arch), params=call_params(getattr(src, "signature", None) or {}),
-                            num_warps=options.get("num_warps"), name=getattr(jit.fn, "__name__", None))
-        try:
-            cubin = verified_cubin(index, entry_key, entry, call=expected)
-        except Refused as exc:
-            _fallback(function, f"shipped cubin refused: {exc}", level=logging.WARNING)
-            return None
-        payload = KernelPayload(name=str(md["name"]), cubin=cubin, metadata_json=json.dumps(md),
-                                hash=str(md.get("hash") or entry["cubin_sha256"]))
-        kernel = kernel_from_payload(src, payload)
-        kernel.kbuild_entry = entry_key  # the post-compile hook leaves it alone
-        _record(Event(function, True, "zero-JIT: shipped cubin loaded without compiling", key=entry_key,
-                      package=index.package, kernel=entry.get("kernel"), target=entry["target"].get("arch"),
-                      tuned=bool(entry.get("tuned")), speedup=entry.get("speedup"),
-                      cubin_sha256=entry["cubin_sha256"], stage="zero-jit"))
-        return kernel
-    _fallback(function, f"no shipped entry has this call's key (signature {call.signature}, constexprs "
-                        f"{call.constexprs}, num_warps {call.options.get('num_warps')}, sm_{call.cc})")
-    return None
+    entry = found.shipped.entry
+    md = entry["triton_metadata"]
+    payload = KernelPayload(name=str(md["name"]), cubin=cubin, metadata_json=json.dumps(md),
+                            hash=str(md.get("hash") or entry["cubin_sha256"]))
+    kernel = kernel_from_payload(src, payload)
+    kernel.kbuild_entry = found.shipped.key  # the post-compile hook leaves it alone
+    STATE.record(Event.of_entry(function, found.shipped, substituted=True,
+                                reason="zero-JIT: shipped cubin loaded without compiling", stage="zero-jit"))
+    return kernel
 
 
 # ----------------------------------------------------------------------------------------------
@@ -282,7 +188,7 @@ def _autotuner_run(self: Any, *args: Any, **kwargs: Any) -> Any:
         answer_autotuner(self)
     except Exception:  # never break the user's kernel launch
         log.debug("autotuner answer failed; Triton autotunes as usual", exc_info=True)
-    original = _loader.original_autotuner_run
+    original = STATE.original_autotuner_run
     if original is None:  # uninstalled while this call was on its way
         from triton.runtime.autotuner import Autotuner
 
@@ -299,16 +205,6 @@ def _jit_of(obj: Any) -> Any:
     return obj if isinstance(obj, JITFunction) else None
 
 
-def config_matches(config: Any, shipped: Mapping[str, Any]) -> bool:
-    """Whether a ``triton.Config`` is the shipped ``config`` of an entry (its kwargs all among the entry's)."""
-    kwargs = shipped.get("kwargs") or {}
-    if any(name not in kwargs or _norm(value) != _norm(kwargs[name]) for name, value in config.kwargs.items()):
-        return False
-    return (config.num_warps == shipped.get("num_warps") and config.num_stages == shipped.get("num_stages")
-            and config.num_ctas == shipped.get("num_ctas", 1) and config.maxnreg == shipped.get("maxnreg")
-            and (getattr(config, "ptx_options", None) or None) == (shipped.get("ptx_options") or None))
-
-
 def answer_autotuner(tuner: Any, *, arch: int | None = None) -> int:
     """Put the shipped choices for this GPU (``arch``: default the current device's) into ``tuner.cache``.
 
@@ -318,43 +214,29 @@ def answer_autotuner(tuner: Any, *, arch: int | None = None) -> int:
     jit = _jit_of(getattr(tuner, "fn", None))
     if jit is None:
         return 0
-    function = _function_name(jit)
-    candidates = _candidates(function, "autotune")
+    function = function_name(jit)
+    candidates = STATE.candidates(function, "autotune")
     if not candidates:
         return 0
-    with _state.lock:
-        generation = _state.generation
+    with STATE.lock:
+        generation = STATE.generation
     if tuner.__dict__.get("_kbuild_answered") == generation:
         return 0
     tuner._kbuild_answered = generation
     if arch is None:
-        from kbuild.runtime.direct import current_cc
-
-        arch = current_cc()
-    from kbuild.runtime.keys import current_triton_version
-
-    triton_version = current_triton_version()
+        arch = keys.current_cc()
     answered = 0
-    for index, entry_key, entry in candidates:
-        if entry["target"].get("cc") != arch or entry["triton_version"] != triton_version:
+    for choice in autotune_choices(candidates, tuner.configs, arch=arch, triton_version=keys.current_triton_version()):
+        if isinstance(choice, Miss):
+            STATE.fallback(function, choice.reason)
             continue
-        if entry_key in index.conflicts:  # a self-contradicting index chooses nothing for the autotuner
-            _fallback(function, f"shipped cubin refused: {index.conflicts[entry_key]}", level=logging.WARNING)
+        if choice.key in tuner.cache:
             continue
-        key = tuple(entry["autotune"]["key"])
-        config = next((c for c in tuner.configs if config_matches(c, entry["config"])), None)
-        if config is None:
-            _fallback(function, f"the shipped config {entry['config']} of key {key} is not among the autotuner's")
-            continue
-        if key in tuner.cache:
-            continue
-        tuner.cache[key] = config
+        tuner.cache[choice.key] = choice.config
         answered += 1
-        _record(Event(function, True, f"autotune: shipped choice for key {key}", key=entry_key, package=index.package,
-                      kernel=entry.get("kernel"), target=entry["target"].get("arch"), tuned=bool(entry.get("tuned")),
-                      speedup=entry.get("speedup"), cubin_sha256=entry["cubin_sha256"], stage="autotune"))
+        STATE.record(Event.of_entry(function, choice.shipped, substituted=True,
+                                    reason=f"autotune: shipped choice for key {choice.key}", stage="autotune"))
     return answered
 
 
-__all__ = ["ShippedCompile", "answer_autotuner", "config_matches", "install", "metadata_mismatch", "reset_fallback_log",
-           "shipped_kernel", "uninstall"]
+__all__ = ["ShippedCompile", "answer_autotuner", "cache_hook", "install", "shipped_kernel", "uninstall"]

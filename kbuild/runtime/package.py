@@ -140,7 +140,7 @@ def _reachable_autotuner(settings: Settings | None, b: Any) -> tuple[Any, Any, t
 
 def _among(autotuner: Any, config: dict[str, Any]) -> bool:
     from kbuild.runtime.index import entry_config
-    from kbuild.runtime.loader import config_matches
+    from kbuild.runtime.lookup import config_matches
 
     shipped = entry_config(config["constexprs"], {"num_warps": config["num_warps"], "num_stages": config["num_stages"],
                                                   "num_ctas": config.get("num_ctas", 1), "maxnreg": config.get("maxnreg"),

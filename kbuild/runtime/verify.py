@@ -1,6 +1,7 @@
 """What a shipped cubin must show before it is loaded: the one check of package data against its index entry.
 
-The run time (:mod:`kbuild.runtime.loader`, :mod:`kbuild.runtime.hook`) and ``kbuild inspect`` use it alike.
+The run time (:meth:`kbuild.runtime.state.RuntimeState.verified_cubin`, for every loading path) and ``kbuild inspect``
+use it alike.
 
 **Reading.** A cubin of ``<package>/_kbuild/`` is read only by :func:`read_cubin`, through
 :func:`kbuild.fsutil.read_bounded` with the size its entry records (``cubin_bytes``): a FIFO, a device (a link
@@ -58,6 +59,11 @@ MAX_CUBIN_BYTES = 512 << 20
 
 class Refused(Exception):
     """A shipped cubin that must not be loaded; the message says why (for the one logged line)."""
+
+
+#: How the run time's reason for not loading a :class:`Refused` cubin begins (such a reason is logged as a
+#: warning: the package data is damaged or was edited).
+REFUSED = "shipped cubin refused"
 
 
 @dataclass(frozen=True)
@@ -180,6 +186,21 @@ def cubin_mismatch(data: bytes, entry: Mapping[str, Any], *, where: str, call: E
     return None
 
 
+def expected_of_compiled(compiled: bytes, md: Any) -> Expected:
+    """What the cubin Triton compiled for a call states (its parameters, architecture, name), with ``md`` its Triton
+    metadata, for the shipped cubin to agree with; the parts that cannot be read are left unchecked."""
+    from kbuild.errors import UsageError
+    from kbuild.sass.elf import Cubin
+
+    try:
+        own = Cubin(compiled, "<Triton's cubin>")
+        name = getattr(md, "name", None)
+        params = [p.size for p in own.params(name)] if name in own.kernels() else None
+        return Expected(cc=own.sm, params=params, num_warps=getattr(md, "num_warps", None), name=name)
+    except UsageError:
+        return Expected(num_warps=getattr(md, "num_warps", None), name=getattr(md, "name", None))
+
+
 def pairing_conflicts(entries: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:
     """Key → reason for every entry that names a cubin another entry, under another key, names too: one
     cubin is the compile of one specialisation, so at most one of them can be right and none is trusted."""
@@ -196,5 +217,5 @@ def pairing_conflicts(entries: Mapping[str, Mapping[str, Any]]) -> dict[str, str
     return out
 
 
-__all__ = ["MAX_CUBIN_BYTES", "PARAM_BYTES", "SCRATCH_PARAMS", "Expected", "Refused", "call_params", "cubin_mismatch",
-           "entry_params", "pairing_conflicts", "read_cubin"]
+__all__ = ["MAX_CUBIN_BYTES", "PARAM_BYTES", "REFUSED", "SCRATCH_PARAMS", "Expected", "Refused", "call_params",
+           "cubin_mismatch", "entry_params", "expected_of_compiled", "pairing_conflicts", "read_cubin"]

@@ -36,7 +36,7 @@ def fake_gpu() -> Iterator[Callable[[int], FakeDriver]]:
 @pytest.fixture(autouse=True)
 def _clean_runtime(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
     import kbuild.runtime
-    from kbuild.runtime import hook
+    from kbuild.runtime.state import STATE
 
     monkeypatch.delenv("KBUILD_RUNTIME", raising=False)
     # One Triton cache for the whole session: each test still goes through _do_compile (the
@@ -45,7 +45,7 @@ def _clean_runtime(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest
     yield
     kbuild.runtime.disable()
     kbuild.runtime.reset_events()
-    hook._state.cubins.clear()
+    STATE.cubins.clear()
 
 
 _TRITON_CACHE: list[Path] = []

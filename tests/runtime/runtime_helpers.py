@@ -101,15 +101,9 @@ def make_tuned(settings: Any, build: Any, *, speedup: float = 1.25, marker: byte
 
 # ----------------------------------------------------------------------------------------------
 # Stand-ins for the direct path on the CPU (labelled; tests and the first-call probe only): torch's CUDA queries
-# (an sm_90 device 0), libcuda (FakeCuda records the module load and decodes the launch's parameters from the
-# addresses the packing produced), and a Triton driver that fails on any use: the direct path must not touch it
-# (on a GPU, its first use builds C modules with gcc).
-
-
-def _direct() -> Any:
-    from kbuild.runtime import direct
-
-    return direct
+# (an sm_90 device 0), libcuda under kbuild's driver binding (FakeCuda records the module load and decodes the
+# launch's parameters from the addresses the packing produced), and a Triton driver that fails on any use: the
+# direct path must not touch it (on a GPU, its first use builds C modules with gcc).
 
 
 class _NoDriver:
@@ -118,7 +112,8 @@ class _NoDriver:
 
 
 class FakeCuda:
-    """Stand-in for libcuda.so.1 (CPU tests only): records what the direct path asks of the driver API."""
+    """Stand-in for libcuda.so.1 under :class:`kbuild.device.cuda.CudaDriver` (CPU tests only): records what the
+    direct path asks of the driver API."""
 
     def __init__(self) -> None:
         import ctypes
@@ -129,17 +124,17 @@ class FakeCuda:
         self.launches: list[dict[str, Any]] = []
         self.current = 1  # the context current on the thread (0: none, as before torch's first allocation)
         self.contexts: list[tuple[str, int]] = []  # (call, argument) of the context calls made
-        self.lib = self
-        self.launch_ex = self._launch
 
-    def check(self, code: int) -> None:
-        assert code == 0
-
-    def device_attribute(self, attribute: int, device: int) -> int:
-        return 232448  # H200: max shared memory per block (opt-in)
-
-    def _set(self, ref: Any, value: int) -> None:
+    def _set(self, ref: Any, value: Any) -> None:
         ref._obj.value = value
+
+    def cuGetErrorString(self, code: int, ptext: Any) -> int:
+        self._set(ptext, f"stand-in error {code}".encode())
+        return 0
+
+    def cuDeviceGetAttribute(self, pout: Any, attribute: int, device: int) -> int:
+        self._set(pout, 232448)  # H200: max shared memory per block (opt-in)
+        return 0
 
     def cuCtxGetCurrent(self, pctx: Any) -> int:
         self._set(pctx, self.current)
@@ -169,15 +164,19 @@ class FakeCuda:
         return 0
 
     def cuFuncGetAttribute(self, pout: Any, attribute: int, fn: Any) -> int:
-        self._set(pout, 1024 if attribute == _direct()._CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK else 0)
+        from kbuild.device import cuda
+
+        self._set(pout, 1024 if attribute == cuda.CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK else 0)
         return 0
 
     def cuPointerGetAttribute(self, pdev: Any, attribute: int, ptr: int) -> int:
-        assert attribute == _direct()._CU_POINTER_ATTRIBUTE_DEVICE_POINTER
+        from kbuild.device import cuda
+
+        assert attribute == cuda.CU_POINTER_ATTRIBUTE_DEVICE_POINTER
         self._set(pdev, ptr)
         return 0
 
-    def _launch(self, pconfig: Any, fn: Any, params: Any, extra: Any) -> int:
+    def cuLaunchKernelEx(self, pconfig: Any, fn: Any, params: Any, extra: Any) -> int:
         c = pconfig._obj
         ct = self.ctypes
         addr = [params[i] for i in range(7)]  # out, in, 3 x i32, global/profile scratch
@@ -196,10 +195,12 @@ def direct_stand_ins() -> Iterator[FakeCuda]:
     import torch
     from triton.runtime.driver import driver
 
-    d = _direct()
+    from kbuild.device import cuda
+
     saved_driver = driver._active
     fake = FakeCuda()
-    patched = [(d, "_cuda", lambda: fake), (torch.cuda, "is_initialized", lambda: True),
+    binding = cuda.CudaDriver(fake)
+    patched = [(cuda, "driver", lambda: binding), (torch.cuda, "is_initialized", lambda: True),
                (torch.cuda, "current_device", lambda: 0),
                (torch.cuda, "get_device_capability", lambda device=None: (9, 0)),
                (torch._C, "_cuda_getCurrentRawStream", lambda device: 77)]

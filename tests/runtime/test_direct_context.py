@@ -2,9 +2,9 @@
 
 On the H200 the measurement worker loaded a CUDA C++ kernel's baseline right after ``torch.cuda.init()``, which makes
 no context current, and ``cuModuleLoadData`` failed with "invalid device context" (CUDA_ERROR_INVALID_CONTEXT): every
-CUDA tuning run failed. :func:`kbuild.runtime.direct.make_current` retains the device's primary context when none is
-current, as Triton's ``load_binary`` does; the shipped-kernel path and the CUDA session both load through it. The
-stand-in refuses a load with no current context, as the driver does.
+CUDA tuning run failed. :meth:`kbuild.device.cuda.CudaDriver.make_current` retains the device's primary context when
+none is current, as Triton's ``load_binary`` does; the shipped-kernel path and the CUDA session both load through it.
+The stand-in refuses a load with no current context, as the driver does.
 """
 
 from __future__ import annotations
@@ -15,22 +15,22 @@ from runtime_helpers import direct_stand_ins
 
 
 def test_no_current_context_retains_the_primary_one_before_loading() -> None:
-    from kbuild.runtime import direct
+    from kbuild.device import cuda
 
     with direct_stand_ins() as fake:
         fake.current = 0
-        direct.make_current(0)
+        cuda.driver().make_current(0)
         assert fake.contexts == [("retain", 0), ("set", 10)] and fake.current == 10
-        direct.make_current(0)  # one is current now: nothing more
+        cuda.driver().make_current(0)  # one is current now: nothing more
         assert fake.contexts == [("retain", 0), ("set", 10)]
 
 
 def test_a_current_context_is_left_alone() -> None:
-    from kbuild.runtime import direct
+    from kbuild.device import cuda
 
     with direct_stand_ins() as fake:
         fake.current = 5
-        direct.make_current(0)
+        cuda.driver().make_current(0)
         assert fake.contexts == [] and fake.current == 5
 
 

@@ -46,16 +46,16 @@ def test_the_launch_setting_is_read_per_value_and_a_bad_one_turns_it_off(monkeyp
                                                                         caplog: pytest.LogCaptureFixture) -> None:
     monkeypatch.delenv("KBUILD_RUNTIME", raising=False)
     monkeypatch.delenv("KBUILD_RUNTIME_LAUNCH", raising=False)
-    assert direct._direct_enabled()  # the default
+    assert direct.direct_enabled()  # the default
     monkeypatch.setenv("KBUILD_RUNTIME_LAUNCH", "triton")
-    assert not direct._direct_enabled()
+    assert not direct.direct_enabled()
     monkeypatch.setenv("KBUILD_RUNTIME_LAUNCH", "direct")
-    assert direct._direct_enabled()
+    assert direct.direct_enabled()
     monkeypatch.setenv("KBUILD_RUNTIME", "off")
-    assert not direct._direct_enabled()
+    assert not direct.direct_enabled()
     monkeypatch.delenv("KBUILD_RUNTIME")
     monkeypatch.setenv("KBUILD_RUNTIME_LAUNCH", "ctypes")
-    assert not direct._direct_enabled()
+    assert not direct.direct_enabled()
     assert "KBUILD_RUNTIME_LAUNCH" in caplog.text
 
 
@@ -65,16 +65,16 @@ def test_without_cuda_initialised_triton_runs(monkeypatch: pytest.MonkeyPatch) -
     from kbuild.runtime import loader
 
     monkeypatch.delenv("KBUILD_RUNTIME_LAUNCH", raising=False)
-    monkeypatch.setattr(knobs.runtime, "jit_cache_hook", loader._cache_hook)
-    assert direct._plain_triton() == "torch has not initialised CUDA"  # this machine has no GPU
+    monkeypatch.setattr(knobs.runtime, "jit_cache_hook", loader.cache_hook)
+    assert direct.plain_triton_reason() == "torch has not initialised CUDA"  # this machine has no GPU
     knobs.runtime.launch_enter_hook.add(_hook)  # a HookChain, as Triton 3.6 has it: active once it has a call
     try:
-        assert direct._plain_triton() == "launch hooks are set"
+        assert direct.plain_triton_reason() == "launch hooks are set"
     finally:
         knobs.runtime.launch_enter_hook.remove(_hook)
-    assert direct._plain_triton() == "torch has not initialised CUDA"
+    assert direct.plain_triton_reason() == "torch has not initialised CUDA"
     monkeypatch.setattr(knobs.runtime, "kernel_load_start_hook", _hook)  # a plain callable
-    assert direct._plain_triton() == "kernel load hooks are set"
+    assert direct.plain_triton_reason() == "kernel load hooks are set"
 
 
 def _hook(*args: Any) -> None:
@@ -84,12 +84,14 @@ def _hook(*args: Any) -> None:
 def test_install_wraps_jit_run_once_and_uninstall_restores_it() -> None:
     from triton.runtime.jit import JITFunction
 
+    from kbuild.runtime.state import STATE
+
     before = JITFunction.run
     direct.install()
     direct.install()
     try:
-        assert JITFunction.run is direct._direct_run
-        assert direct._direct.original_run is before
+        assert JITFunction.run is direct.direct_run
+        assert STATE.original_jit_run is before
     finally:
         direct.uninstall()
     assert JITFunction.run is before

@@ -14,7 +14,7 @@ from runtime_helpers import MARKER, make_tuned
 
 import kbuild.runtime
 from kbuild.runtime.index import entry_config, load_index
-from kbuild.runtime.loader import config_matches, metadata_mismatch
+from kbuild.runtime.lookup import config_matches, metadata_mismatch
 from kbuild.runtime.package import write_package_data
 
 

@@ -3,7 +3,7 @@
 The CUDA counterpart of :class:`kbuild.tune.measure.session.Session`: the kernel is a ``__global__`` function of a
 cubin that nvcc's ptxas wrote (:mod:`kbuild.nvcc.tuned`), named by its mangled symbol, and its bench spec is a
 :class:`kbuild.bench.cuda.CudaBenchSpec`. Each cubin (the untouched baseline, each candidate) is loaded with
-``cuModuleLoadData`` and launched with ``cuLaunchKernelEx`` through :mod:`kbuild.runtime.direct`'s ctypes binding,
+``cuModuleLoadData`` and launched with ``cuLaunchKernelEx`` through kbuild's CUDA driver binding (:mod:`kbuild.device.cuda`),
 with the spec's grid, block and dynamic shared memory, and the parameters packed in the signature's order.
 Correctness is the same oracle as for Triton kernels (:class:`CudaOracle`: poisoned outputs, guard bands,
 inputs unchanged, bitwise comparison with the untouched baseline on fresh inputs); timing the same interleaved
@@ -18,6 +18,7 @@ from typing import Any
 
 from kbuild.bench.cuda import CudaBenchSpec, load_cuda_spec
 from kbuild.bench.spec import validate_inputs
+from kbuild.device import cuda as cuda_driver
 from kbuild.device import timing
 
 from .cubin import CubinFormatError, cubin_arch, cubin_digest
@@ -29,45 +30,43 @@ class CudaFunction:
     """A cubin's ``__global__`` function loaded on the current device, launched with a spec's dimensions."""
 
     def __init__(self, cubin: bytes, symbol: str, spec: CudaBenchSpec) -> None:
-        from kbuild.runtime import direct
-
-        self.spec = spec
-        cuda = direct._cuda()
-        self.cuda = cuda
         import torch
 
-        direct.make_current(torch.cuda.current_device())  # torch.cuda.init() alone makes no context current
-        self.module, self.function = ctypes.c_void_p(), ctypes.c_void_p()
-        cuda.check(cuda.lib.cuModuleLoadData(ctypes.byref(self.module), cubin))
-        cuda.check(cuda.lib.cuModuleGetFunction(ctypes.byref(self.function), self.module, symbol.encode()))
+        self.spec = spec
+        self.cuda = cuda = cuda_driver.driver()
+        cuda.make_current(torch.cuda.current_device())  # torch.cuda.init() alone makes no context current
+        self.module = cuda.load_module(cubin)
+        self.function = cuda.get_function(self.module, symbol)
         if spec.shared > 48 * 1024:
-            cuda.check(cuda.lib.cuFuncSetAttribute(self.function, direct._CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                                                   spec.shared))
+            cuda.set_function_attribute(self.function, cuda_driver.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                                        spec.shared)
         kinds: list[Any] = []
         for ty in spec.signature.values():
             base = "".join(ty.split()).split(":")[0]
-            kinds.append("ptr" if base.startswith("*") else direct._SCALARS[base])
+            kinds.append("ptr" if base.startswith("*") else cuda_driver.SCALAR_CTYPES[base])
         self.kinds = kinds
-        self.direct = direct
 
     def run(self, inputs: Mapping[str, Any]) -> None:
         """Launch once on torch's current stream with ``inputs`` (tensors for pointers, numbers for scalars)."""
         import torch
 
-        direct = self.direct
         (gx, gy, gz), (bx, by, bz) = self.spec.dims(inputs)
         values: list[Any] = []
         for kind, arg in zip(self.kinds, self.spec.launch_args(inputs)):
             values.append(ctypes.c_uint64(arg.data_ptr()) if kind == "ptr" else kind(arg))
         params = (ctypes.c_void_p * len(values))(*[ctypes.addressof(v) for v in values])
-        config = direct._LaunchConfig(gx, gy, gz, bx, by, bz, self.spec.shared,
-                                      ctypes.c_void_p(torch.cuda.current_stream().cuda_stream), None, 0)
-        self.cuda.check(self.cuda.launch_ex(ctypes.byref(config), self.function, params, None))
+        config = cuda_driver.LaunchConfig(gx, gy, gz, bx, by, bz, self.spec.shared,
+                                          ctypes.c_void_p(torch.cuda.current_stream().cuda_stream), None, 0)
+        self.cuda.launch(self.function, config, params)
 
     def close(self) -> None:
-        """Unload the module (a candidate's, once judged)."""
+        """Unload the module (a candidate's, once judged). A failure to unload is ignored: after a kernel fault every
+        call in the context fails, and the fault itself is what the caller reports."""
         if self.module.value:
-            self.cuda.lib.cuModuleUnload(self.module)
+            try:
+                self.cuda.unload_module(self.module)
+            except cuda_driver.CudaError:
+                pass
             self.module = ctypes.c_void_p()
 
 

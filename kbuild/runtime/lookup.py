@@ -1,0 +1,258 @@
+"""The run time's one lookup: from a call to the entry shipped for it, or the reason why not.
+
+The lookup is pure: it is given the candidates (:class:`~kbuild.runtime.index.ShippedEntry`, from
+:meth:`kbuild.runtime.state.RuntimeState.candidates`) and what Triton hands over about the call, and returns a
+:class:`Hit` or a :class:`Miss`. It logs nothing, records nothing, reads no cubin and changes no object; besides
+its arguments it asks only what the key asks of the process (Triton's version, an installed distribution's
+version: :mod:`kbuild.runtime.keys`). What to do with the answer (check and load the cubin, record the event,
+log that Triton compiles) is the loading path's:
+
+* :func:`before_compile`: what ``triton.compile`` is about to compile (the ``ASTSource``, the target, the
+  options). Zero-JIT loading (:mod:`.loader`) and the direct launcher (:mod:`.direct`) ask it.
+* :func:`after_compile`: what Triton compiled (the ``compile`` mapping of ``jit_post_compile_hook`` and the
+  ``CompiledKernel``). The post-compile substitution (:mod:`.hook`) asks it.
+* :func:`autotune_choices`: which of an ``@triton.autotune`` object's configurations the shipped entries choose
+  for this GPU, per autotuning key (:mod:`.loader`).
+
+Each maps Triton's view of the call onto kbuild's declaration terms (:mod:`.keys`), computes the baseline key as
+the build does, takes the first candidate with that key, then checks what the key does not cover: the Triton
+metadata the entry recorded against the call's options and target (before a compile), the compiled kernel's
+Triton version, symbol, shared memory, warps, CTAs and scratch against the entry's ``checks`` (after one).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from kbuild.canonical import canonical_json
+from kbuild.runtime import keys
+from kbuild.runtime.index import CHECK_FIELDS, ShippedEntry
+from kbuild.runtime.verify import REFUSED, Expected, call_params, expected_of_compiled
+
+#: Backend options compared between the call and the shipped Triton metadata (besides the key).
+_PATH_OPTIONS = ("extern_libs", "triton_env")
+
+
+@dataclass(frozen=True)
+class Hit:
+    """The entry shipped for the call, and what its cubin must show before it is loaded."""
+
+    shipped: ShippedEntry
+    expected: Expected
+
+
+@dataclass(frozen=True)
+class Miss:
+    """Why no shipped entry answers the call."""
+
+    reason: str
+    shipped: ShippedEntry | None = None
+    """The entry with the call's key, when a check after the key failed."""
+    target: str | None = None
+    """The call's architecture (``"sm_90"``), when the call was understood but no entry has its key."""
+
+    @property
+    def refused(self) -> bool:
+        """Whether the package data contradicts itself or the call (a warning, not a plain miss)."""
+        return self.reason.startswith(REFUSED)
+
+
+@dataclass(frozen=True)
+class Choice:
+    """A shipped answer for an ``@triton.autotune`` object: under its tuning ``key``, its own ``config``."""
+
+    shipped: ShippedEntry
+    key: tuple[Any, ...]
+    config: Any
+
+
+def cuda_arch(target: Any) -> int | None:
+    """The compute capability of a Triton ``GPUTarget`` for an NVIDIA GPU (32-thread warps); None for any other."""
+    if target is None or getattr(target, "backend", None) != "cuda" or getattr(target, "warp_size", 32) != 32:
+        return None
+    return int(target.arch)
+
+
+def find(candidates: Sequence[ShippedEntry], call: keys.CallSpecialization, *,
+         explain: bool = False) -> ShippedEntry | list[str]:
+    """The first candidate whose key is the call's baseline key; else, with ``explain``, where the closest
+    candidate's key components differ from the call's (most telling first), or an empty list."""
+    closest: list[str] | None = None
+    for shipped in candidates:
+        entry = shipped.entry
+        comps = entry["key_components"]
+        mine = call.key(ptxas_version=comps["compiler"]["ptxas"], declared=entry.get("signature"),
+                        distribution=keys.installed_distribution(entry))
+        if mine.hex == shipped.key:
+            return shipped
+        if explain:
+            diffs = sorted(_differences(json.loads(canonical_json(mine.components)), comps), key=_priority)
+            if closest is None or len(diffs) < len(closest):
+                closest = diffs
+    return closest or []
+
+
+def before_compile(candidates: Sequence[ShippedEntry], src: Any, target: Any, options: Mapping[str, Any]) -> Hit | Miss:
+    """The entry that answers what Triton is about to compile (``ASTSource`` ``src`` for ``target`` with
+    ``options``, as ``JITFunction._do_compile`` hands them to ``triton.compile``), among candidates that carry
+    Triton metadata: the key, then the metadata against the options and target, then the entry's ``checks``
+    against its metadata."""
+    arch = cuda_arch(target)
+    if arch is None:
+        return Miss(f"target {target!r} is not an NVIDIA GPU")
+    jit = src.fn
+    triton_version = keys.current_triton_version()
+    call = keys.specialization_from_source(jit, src, options, cc=arch, triton_version=triton_version)
+    if call.unsupported:
+        return Miss(f"call not declarable: {call.unsupported}")
+    found = find(candidates, call)
+    if not isinstance(found, ShippedEntry):
+        return Miss(f"no shipped entry has this call's key (signature {call.signature}, constexprs "
+                    f"{call.constexprs}, num_warps {call.options.get('num_warps')}, sm_{call.cc})")
+    md = found.entry["triton_metadata"]
+    problem = metadata_mismatch(md, options, arch, triton_version) or _checks_mismatch(md, found.entry)
+    if problem is not None:
+        return Miss(problem, found)
+    expected = Expected(cc=arch, params=call_params(getattr(src, "signature", None) or {}),
+                        num_warps=options.get("num_warps"), name=getattr(jit.fn, "__name__", None))
+    return Hit(found, expected)
+
+
+def after_compile(candidates: Sequence[ShippedEntry], jit: Any, compile_info: Mapping[str, Any], kernel: Any) -> Hit | Miss:
+    """The entry whose cubin may replace ``kernel``, the ``CompiledKernel`` Triton compiled for ``jit`` as
+    ``jit_post_compile_hook``'s ``compile`` mapping describes the call: the key, then the kernel's Triton
+    version and metadata against the entry's, and that Triton's kernel is a cubin."""
+    md = kernel.metadata
+    arch = cuda_arch(md.target)
+    if arch is None:
+        return Miss(f"target {md.target!r} is not an NVIDIA GPU")
+    call = keys.specialization_from_hook(jit, compile_info, cc=arch, triton_version=keys.current_triton_version())
+    if call.unsupported:
+        return Miss(f"call not declarable: {call.unsupported}")
+    found = find(candidates, call, explain=True)
+    if not isinstance(found, ShippedEntry):
+        detail = "; ".join(found[:4]) if candidates else "no entry"
+        return Miss(f"no index entry has this call's key ({detail})", target=call.target.arch)
+    problem = compiled_mismatch(md, found.entry)
+    if problem is None and (not kernel.kernel or kernel.kernel[:4] != b"\x7fELF"):
+        problem = "Triton's kernel is not an ELF cubin"
+    if problem is not None:
+        return Miss(problem, found)
+    return Hit(found, expected_of_compiled(kernel.kernel, md))
+
+
+def autotune_choices(candidates: Sequence[ShippedEntry], configs: Sequence[Any], *, arch: int,
+                     triton_version: str) -> list[Choice | Miss]:
+    """For each candidate with an ``autotune`` key for GPU ``arch`` and this Triton: the autotuner's own
+    ``triton.Config`` equal to the entry's, or why there is none (an entry whose cubin another key names too is
+    refused: a self-contradicting index chooses nothing)."""
+    out: list[Choice | Miss] = []
+    for shipped in candidates:
+        index, entry_key, entry = shipped.index, shipped.key, shipped.entry
+        if entry["target"].get("cc") != arch or entry["triton_version"] != triton_version:
+            continue
+        if entry_key in index.conflicts:
+            out.append(Miss(f"{REFUSED}: {index.conflicts[entry_key]}", shipped))
+            continue
+        key = tuple(entry["autotune"]["key"])
+        config = next((c for c in configs if config_matches(c, entry["config"])), None)
+        if config is None:
+            out.append(Miss(f"the shipped config {entry['config']} of key {key} is not among the autotuner's", shipped))
+            continue
+        out.append(Choice(shipped, key, config))
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# What the key does not cover
+
+
+def _norm(value: Any) -> Any:
+    return json.loads(json.dumps(value, default=vars))
+
+
+def metadata_mismatch(md: Mapping[str, Any], options: Mapping[str, Any], arch: int, triton_version: str) -> str | None:
+    """Why Triton metadata recorded at build time does not describe a compile with ``options`` for ``arch``
+    (None when it does): the Triton version, the target and every option (paths aside) must be equal."""
+    if md.get("triton_version") != triton_version:
+        return f"shipped metadata is of Triton {md.get('triton_version')!r}, this is {triton_version!r}"
+    target = md.get("target") or {}
+    if target.get("backend") != "cuda" or target.get("arch") != arch or target.get("warp_size") != 32:
+        return f"shipped metadata targets {target!r}, this GPU is cuda/{arch}"
+    for name, value in _norm(dict(options)).items():
+        if name in _PATH_OPTIONS:
+            continue
+        if name not in md:
+            return f"option {name} is not in the shipped metadata"
+        if _norm(md[name]) != value:
+            return f"option {name} is {value!r}, shipped {md[name]!r}"
+    return None
+
+
+def _checks_mismatch(md: Mapping[str, Any], entry: Mapping[str, Any]) -> str | None:
+    """The entry's ``checks`` (symbol, shared memory, warps, CTAs, scratch) must agree with its Triton metadata."""
+    checks = entry.get("checks") or {}
+    for name in CHECK_FIELDS:
+        if checks.get(name) is not None and md.get(name) is not None and checks[name] != md[name]:
+            return f"the entry's {name} is {checks[name]!r}, its Triton metadata says {md[name]!r}"
+    return None
+
+
+def compiled_mismatch(md: Any, entry: Mapping[str, Any]) -> str | None:
+    """Why a kernel Triton compiled (its metadata ``md``) is not the one ``entry`` was built as (None when it is):
+    the same Triton version, and the entry's ``checks`` equal to the kernel's (the symbol, shared memory and warps
+    must be known on both sides)."""
+    if getattr(md, "triton_version", None) != entry["triton_version"]:
+        return f"kernel compiled by Triton {getattr(md, 'triton_version', None)}, entry by {entry['triton_version']}"
+    checks: Mapping[str, Any] = entry.get("checks") or {}
+    for name in CHECK_FIELDS:
+        want = checks.get(name)
+        have = getattr(md, name, None)
+        if want is None or have is None:
+            if name in ("name", "shared", "num_warps"):
+                return f"cannot check {name} (kernel {have!r}, entry {want!r})"
+            continue
+        if have != want:
+            return f"compiled kernel's {name} is {have!r}, entry says {want!r}"
+    return None
+
+
+def config_matches(config: Any, shipped: Mapping[str, Any]) -> bool:
+    """Whether a ``triton.Config`` is the shipped ``config`` of an entry (its kwargs all among the entry's)."""
+    kwargs = shipped.get("kwargs") or {}
+    if any(name not in kwargs or _norm(value) != _norm(kwargs[name]) for name, value in config.kwargs.items()):
+        return False
+    return (config.num_warps == shipped.get("num_warps") and config.num_stages == shipped.get("num_stages")
+            and config.num_ctas == shipped.get("num_ctas", 1) and config.maxnreg == shipped.get("maxnreg")
+            and (getattr(config, "ptx_options", None) or None) == (shipped.get("ptx_options") or None))
+
+
+_ORDER = ("target", "compiler.triton", "kernel", "compiler.ptxas", "compiler")
+
+
+def _priority(diff: str) -> int:
+    """Most telling components first: the GPU, the Triton version, the call, then backend options."""
+    return next((i for i, prefix in enumerate(_ORDER) if diff.startswith(prefix)), len(_ORDER))
+
+
+def _differences(mine: Any, theirs: Any, path: str = "") -> list[str]:
+    """Leaf paths where two key-component trees differ: ``"kernel.num_warps: call 8, index 4"``."""
+    if isinstance(mine, dict) and isinstance(theirs, dict):
+        out: list[str] = []
+        for k in sorted(set(mine) | set(theirs)):
+            sub = f"{path}.{k}" if path else str(k)
+            if k not in mine or k not in theirs:
+                out.append(f"{sub}: call {mine.get(k, '<absent>')!r}, index {theirs.get(k, '<absent>')!r}")
+            else:
+                out.extend(_differences(mine[k], theirs[k], sub))
+        return out
+    if mine != theirs or type(mine) is not type(theirs):
+        return [f"{path}: call {mine!r}, index {theirs!r}"]
+    return []
+
+
+__all__ = ["Choice", "Hit", "Miss", "after_compile", "autotune_choices", "before_compile", "compiled_mismatch",
+           "config_matches", "cuda_arch", "find", "metadata_mismatch"]
