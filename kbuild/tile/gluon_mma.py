@@ -25,9 +25,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from kbuild.arch import DEFAULT_SM
 from kbuild.tile.gluon import _BINARY, _GL_DTYPE, _UNARY, _operand, load_kernel
 from kbuild.tile.lang import BYTES, Op, Program, TileError, trace
-from kbuild.tile.mma import MmaProgram, Plan, analyse, plans
+from kbuild.tile.mma import MmaProgram, Plan, analyse, plans, wgmma_path
 from kbuild.tile.synth import Blocked, candidates
 
 
@@ -209,11 +210,13 @@ def _blocked(b: Blocked) -> str:
             f"warps_per_cta={list(b.warps_per_cta)}, order={list(b.order)})")
 
 
-_IMPORTS = {
-    90: "from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma, "
-        "warpgroup_mma, warpgroup_mma_wait",
-    80: "from triton.experimental.gluon.language.nvidia.ampere import async_copy, mma_v2",
-}
+def nvidia_imports(arch: int) -> str:
+    """The import of Gluon's NVIDIA module that an mma kernel for ``sm_<arch>`` uses: Hopper's (wgmma, TMA,
+    mbarrier) on the wgmma path (:func:`kbuild.tile.mma.wgmma_path`), else Ampere's (mma.sync, cp.async)."""
+    if wgmma_path(arch):
+        return ("from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma, "
+                "warpgroup_mma, warpgroup_mma_wait")
+    return "from triton.experimental.gluon.language.nvidia.ampere import async_copy, mma_v2"
 
 
 def emit(mp: MmaProgram, kept: Sequence[Plan]) -> str:
@@ -223,14 +226,14 @@ def emit(mp: MmaProgram, kept: Sequence[Plan]) -> str:
     arch = kept[0].arch
     program = mp.program
     elem = BYTES[mp.dtype]
-    engine = "wgmma, TMA" if arch == 90 else "mma.sync, cp.async"
+    engine = "wgmma, TMA" if wgmma_path(arch) else "mma.sync, cp.async"
     head = [f'"""{program.name}: emitted by kbuild.tile from {program.qualname or program.name} for sm_{arch} '
             f"({engine}); layouts synthesised.", ""]
     for i, p in enumerate(kept):
         head.append(f"variant {i}: {p.block_m}x{p.block_n}x{p.block_k}, num_warps={p.num_warps}, stages={p.stages}, "
                     f"{'persistent, ' if p.persistent else ''}modelled {p.cost:.0f} cycles")
     head += ['"""', "", "from triton.experimental import gluon", "from triton.experimental.gluon import language as gl",
-             _IMPORTS[arch], "", "", "@gluon.jit"]
+             nvidia_imports(arch), "", "", "@gluon.jit"]
     constexprs = {"BLOCK_M", "BLOCK_N", "BLOCK_K", "STAGES", "GROUP_M", "PERSISTENT", "VARIANT"}
     args = ", ".join(f"{n}: gl.constexpr" if n in constexprs else n for n in kernel_params(program))
     lines = [*head, f"def {program.name}({args}):"]
@@ -238,7 +241,7 @@ def emit(mp: MmaProgram, kept: Sequence[Plan]) -> str:
         kw = "if" if i == 0 else "elif" if i < len(kept) - 1 else "else"
         lines.append(f"    {kw}{f' VARIANT == {i}' if kw != 'else' else ''}:")
         lines += [f"        {name}: gl.constexpr = {text}" for name, text in _layouts(p, elem)]
-    body = _body_sm90(mp) if arch == 90 else _body_sm80(mp)
+    body = _body_sm90(mp) if wgmma_path(arch) else _body_sm80(mp)
     lines += [f"    {line}" for line in body]
     return "\n".join(lines) + "\n"
 
@@ -263,7 +266,7 @@ class MmaKernel:
                 for i, p in enumerate(self.plans)]
 
 
-def build_mma(fn: Callable[..., Any], problem: tuple[int, int, int], *, arch: int = 90, variants: int = 3
+def build_mma(fn: Callable[..., Any], problem: tuple[int, int, int], *, arch: int = DEFAULT_SM, variants: int = 3
               ) -> MmaKernel:
     """Trace ``fn`` (an mma program), rank configurations for ``problem`` = (M, N, K) on ``sm_<arch>``, keep
     ``variants`` of them and emit one Gluon kernel."""
@@ -280,4 +283,4 @@ def build_mma(fn: Callable[..., Any], problem: tuple[int, int, int], *, arch: in
     return MmaKernel(program, tuple(kept), source, kernel, signature(program), arch, time.perf_counter() - started)
 
 
-__all__ = ["MmaKernel", "build_mma", "emit", "kernel_params", "signature"]
+__all__ = ["MmaKernel", "build_mma", "emit", "kernel_params", "nvidia_imports", "signature"]
