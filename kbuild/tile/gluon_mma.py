@@ -26,24 +26,25 @@ from dataclasses import dataclass
 from typing import Any
 
 from kbuild.arch import DEFAULT_SM
-from kbuild.tile.gluon import _BINARY, _GL_DTYPE, _UNARY, _operand, load_kernel
+from kbuild.tile.gluon import BINARY, GL_DTYPE, UNARY, blocked_text, load_kernel, operand
 from kbuild.tile.lang import BYTES, Op, Program, TileError, trace
 from kbuild.tile.mma import MmaProgram, Plan, analyse, plans, wgmma_path
 from kbuild.tile.synth import Blocked, candidates
 
 
-def _epilogue(op: Op) -> str:
+def epilogue_statement(op: Op) -> str:
+    """One elementwise operation of an mma program's epilogue (binary, cast or unary) as a Gluon statement."""
     out = f"v{op.result.id}" if op.result is not None else ""
     if op.kind == "binary":
-        a, b = (_operand(x) for x in op.args)
+        a, b = (operand(x) for x in op.args)
         if op.attrs["op"] == "maximum":
             return f"{out} = gl.maximum({a}, {b})"
-        return f"{out} = {a} {_BINARY[op.attrs['op']]} {b}"
-    a = _operand(op.args[0])
+        return f"{out} = {a} {BINARY[op.attrs['op']]} {b}"
+    a = operand(op.args[0])
     if op.attrs["op"] == "cast":
         assert op.result is not None
-        return f"{out} = {a}.to({_GL_DTYPE[op.result.dtype]})"
-    return f"{out} = {_UNARY[op.attrs['op']]}({a})"
+        return f"{out} = {a}.to({GL_DTYPE[op.result.dtype]})"
+    return f"{out} = {UNARY[op.attrs['op']]}({a})"
 
 
 def kernel_params(program: Program) -> list[str]:
@@ -59,7 +60,7 @@ def signature(program: Program) -> dict[str, str]:
     return sig | {"M": "i32", "N": "i32:16", "K": "i32:16"}
 
 
-def _copy_layout(rows: int, cols: int, elem: int, num_warps: int) -> Blocked:
+def copy_layout(rows: int, cols: int, elem: int, num_warps: int) -> Blocked:
     """A register layout for cp.async copies of a rows × cols tile: 16-byte vectors along the row, lanes
     across it (the first of :func:`kbuild.tile.synth.candidates` that does so without replication)."""
     vec = 16 // elem
@@ -85,8 +86,8 @@ def _grouped_tile(tile: str = "gl.program_id(0)") -> list[str]:
 def _body_sm90(mp: MmaProgram) -> list[str]:
     a, b, c = mp.a.name, mp.b.name, mp.c.name
     acc = f"v{mp.acc.id}"
-    ops_dtype = _GL_DTYPE[mp.dtype]
-    c_dtype = _GL_DTYPE[mp.c.dtype]
+    ops_dtype = GL_DTYPE[mp.dtype]
+    c_dtype = GL_DTYPE[mp.c.dtype]
     loop = [
         *_grouped_tile("tile"),
         "for i in gl.static_range(STAGES - 1):  # prologue: the first STAGES - 1 K steps in flight",
@@ -112,7 +113,7 @@ def _body_sm90(mp: MmaProgram) -> list[str]:
         "pred=nk < n_k)",
         f"{acc} = warpgroup_mma_wait(num_outstanding=0, deps=({acc},))",
         "it += n_k",
-        *(_epilogue(op) for op in mp.epilogue),
+        *(epilogue_statement(op) for op in mp.epilogue),
         "if PERSISTENT:  # the previous tile's store has left c_s; this one overlaps the next main loop",
         "    tma.store_wait(pendings=0)",
         f"    c_s.store(v{mp.stored.id})",
@@ -152,7 +153,7 @@ def _body_sm90(mp: MmaProgram) -> list[str]:
 def _body_sm80(mp: MmaProgram) -> list[str]:
     a, b, c = mp.a.name, mp.b.name, mp.c.name
     acc = f"v{mp.acc.id}"
-    ops_dtype = _GL_DTYPE[mp.dtype]
+    ops_dtype = GL_DTYPE[mp.dtype]
     return [
         *_grouped_tile(),
         f"a_s = gl.allocate_shared_memory({ops_dtype}, [STAGES, BLOCK_M, BLOCK_K], SA)",
@@ -186,7 +187,7 @@ def _body_sm80(mp: MmaProgram) -> list[str]:
         "mask=(bk[:, None] < K - nk * BLOCK_K) & (bn[None, :] < N))",
         "    async_copy.commit_group()",
         "async_copy.wait_group(0)",
-        *(_epilogue(op) for op in mp.epilogue),
+        *(epilogue_statement(op) for op in mp.epilogue),
         "cm = off_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, ACC))",
         "cn = off_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, ACC))",
         f"gl.store({c}_ptr + cm[:, None].to(gl.int64) * N + cn[None, :], v{mp.stored.id}, "
@@ -200,14 +201,9 @@ def _layouts(plan: Plan, elem: int) -> list[tuple[str, str]]:
         out.append(("SC", plan.c_shared.text()))
     if plan.operands is not None:
         out += [("DA", plan.operands[0].text("ACC")), ("DB", plan.operands[1].text("ACC"))]
-        out.append(("CA", _blocked(_copy_layout(plan.block_m, plan.block_k, elem, plan.num_warps))))
-        out.append(("CB", _blocked(_copy_layout(plan.block_k, plan.block_n, elem, plan.num_warps))))
+        out.append(("CA", blocked_text(copy_layout(plan.block_m, plan.block_k, elem, plan.num_warps))))
+        out.append(("CB", blocked_text(copy_layout(plan.block_k, plan.block_n, elem, plan.num_warps))))
     return out
-
-
-def _blocked(b: Blocked) -> str:
-    return (f"gl.BlockedLayout(size_per_thread={list(b.size_per_thread)}, threads_per_warp={list(b.threads_per_warp)}, "
-            f"warps_per_cta={list(b.warps_per_cta)}, order={list(b.order)})")
 
 
 def nvidia_imports(arch: int) -> str:
@@ -283,4 +279,5 @@ def build_mma(fn: Callable[..., Any], problem: tuple[int, int, int], *, arch: in
     return MmaKernel(program, tuple(kept), source, kernel, signature(program), arch, time.perf_counter() - started)
 
 
-__all__ = ["MmaKernel", "build_mma", "emit", "kernel_params", "nvidia_imports", "signature"]
+__all__ = ["MmaKernel", "build_mma", "copy_layout", "emit", "epilogue_statement", "kernel_params", "nvidia_imports",
+           "signature"]

@@ -48,8 +48,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from kbuild.arch import DEFAULT_SM
-from kbuild.tile.gluon import _GL_DTYPE, load_kernel
-from kbuild.tile.gluon_mma import _blocked, _copy_layout, _epilogue, nvidia_imports
+from kbuild.tile.gluon import GL_DTYPE, blocked_text, load_kernel
+from kbuild.tile.gluon_mma import copy_layout, epilogue_statement, nvidia_imports
 from kbuild.tile.lang import Program, trace
 from kbuild.tile.mma import wgmma_path
 from kbuild.tile.quant import WARPGROUP_ROWS, QuantPlan, QuantProgram, WeightLayout, analyse, plans
@@ -89,7 +89,7 @@ def _layouts(plan: QuantPlan) -> list[tuple[str, str]]:
             ("DX", "gl.DotOperandLayout(operand_index=0, parent=ACC, k_width=2)"),
             ("DW", "gl.DotOperandLayout(operand_index=1, parent=ACC, k_width=2)"),
             words,
-            ("CX", _blocked(_copy_layout(plan.block_t, plan.block_k, 2, plan.num_warps))),
+            ("CX", blocked_text(copy_layout(plan.block_t, plan.block_k, 2, plan.num_warps))),
             ("CW", f"gl.BlockedLayout(size_per_thread=[1, 4], threads_per_warp=[32, 1], "
                    f"warps_per_cta=[{plan.num_warps}, 1], order=[1, 0])"),  # 16-byte cp.async of the runs
             ("SX", plan.x_shared.text()),
@@ -212,8 +212,8 @@ def _body_sm90(qp: QuantProgram, kept: Sequence[QuantPlan]) -> list[str]:
     # of the fragment in flight: kbuild.sass.hazards finds that race, and on the H200 it gave wrong products).
     pair = [*step("2 * kk", "a0", "a1"), *step("2 * kk + 1", "a1", "a0")]
     store = [
-        *(_epilogue(op) for op in qp.epilogue),
-        f"y_s = gl.allocate_shared_memory({_GL_DTYPE[qp.y.dtype]}, [BLOCK_T, BLOCK_N], SY)",
+        *(epilogue_statement(op) for op in qp.epilogue),
+        f"y_s = gl.allocate_shared_memory({GL_DTYPE[qp.y.dtype]}, [BLOCK_T, BLOCK_N], SY)",
         f"y_s.store(gl.permute(v{qp.stored.id}, (1, 0)))  # back to Y = X · W: a register renaming",
         "fence_async_shared()",
         "tma.async_copy_shared_to_global(y_desc, [off_t, off_n], y_s)",
@@ -283,7 +283,7 @@ def _body_sm80(qp: QuantProgram, kept: Sequence[QuantPlan]) -> list[str]:
         *copies("nk", "ns"),
     ]
     store = [
-        *(_epilogue(op) for op in qp.epilogue),
+        *(epilogue_statement(op) for op in qp.epilogue),
         "ym = off_t + gl.arange(0, BLOCK_T, layout=gl.SliceLayout(1, ACC))",
         "yn = off_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, ACC))",
         f"gl.store({y}_ptr + ym[:, None].to(gl.int64) * N + yn[None, :], v{qp.stored.id}, mask=(ym[:, None] < M) & "
