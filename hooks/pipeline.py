@@ -151,9 +151,11 @@ def strict_store_error(settings: Settings, exc: Exception) -> StoreError:
 
 
 def select_targets(settings: Settings, targets: Sequence[str] | None) -> list[Target]:
-    names = list(targets) if targets else list(settings.targets)
+    """The targets named on the command line (``--targets``, parsed here), else the project's."""
+    if not targets:
+        return list(settings.parsed_targets)
     out: list[Target] = []
-    for name in names:
+    for name in targets:
         try:
             t = parse_target(name)
         except ValueError as exc:

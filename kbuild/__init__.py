@@ -1,7 +1,7 @@
 """kbuild: ahead-of-time compiled, SASS-tuned GPU kernels for Python packages.
 
-The import package owns the library (settings, compile, key, sass, tune, bench, CLI). The
-folders ``hooks/``, ``cache/`` and ``templates/`` of the source tree are installed as the
+The import package owns the library (settings, the table of GPU architectures, compile, key, sass, tune, bench,
+CLI). The folders ``hooks/``, ``cache/`` and ``templates/`` of the source tree are installed as the
 subpackages ``kbuild.hooks``, ``kbuild.cache`` and ``kbuild.templates``.
 
 Nothing here imports Triton, torch or a GPU driver at import time.

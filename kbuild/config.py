@@ -26,6 +26,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import difflib
+import functools
 import inspect
 import itertools
 import json
@@ -41,7 +42,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal, Union, get_args, get_origin
 
+from kbuild.arch import DEFAULT_TARGETS
 from kbuild.errors import COMMAND_LINE, ENVIRONMENT, ConfigError
+from kbuild.targets import Target, parse_target
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -74,8 +77,6 @@ def _setting(default: Any = dataclasses.MISSING, *, env: str | None = None, key:
 
 
 def _check_targets(value: list[str], conv: _Converter, path: str) -> None:
-    from kbuild.targets import parse_target  # local: targets imports nothing heavy either
-
     if not value:
         raise conv.error(path, "no targets; list at least one GPU target, e.g. [\"sm_90\"]")
     for i, t in enumerate(value):
@@ -347,7 +348,7 @@ _WHERE_IT_RUNS = "the run-time hook reads it where the package runs, which has n
 class Settings:
     """``[tool.kbuild]``: what to compile, where to store it and how to tune it."""
 
-    targets: list[str] = _setting(env="KBUILD_TARGETS", default_factory=lambda: ["sm_80", "sm_90"],
+    targets: list[str] = _setting(env="KBUILD_TARGETS", default_factory=lambda: list(DEFAULT_TARGETS),
                                   check=_check_targets, schema={"minItems": 1})
     """GPU architectures to compile every kernel for (``sm_80``, ``sm_90``, ...). The environment
     variable takes a comma-separated list."""
@@ -503,6 +504,17 @@ class Settings:
         hint = difflib.get_close_matches(name, [k.name for k in self.kernels], n=1)
         extra = f"; did you mean {hint[0]!r}?" if hint else ""
         raise ConfigError(self.config_file, "[tool.kbuild.kernels]", f"no kernel named {name!r} (known: {known}){extra}")
+
+    @functools.cached_property
+    def parsed_targets(self) -> tuple[Target, ...]:
+        """:attr:`targets` as :class:`~kbuild.targets.Target` values, in order, each once (``sm_90`` and ``sm_90a``
+        are one target): parsed once per settings object; every source checked its spelling where it was read."""
+        out: list[Target] = []
+        for name in self.targets:
+            t = parse_target(name)
+            if t not in out:
+                out.append(t)
+        return tuple(out)
 
     @property
     def store_path(self) -> Path:
@@ -850,12 +862,9 @@ def _validate_cuda(cuda: CudaSettings, conv: _Converter) -> None:
 
 def _check_types_on_targets(s: Settings, conv: _Converter) -> None:
     """A parameter type that a target lacks (fp8e4nv before sm_89) is the configuration's error, not Triton's."""
-    from kbuild.targets import parse_target
-
-    targets = [parse_target(t) for t in s.targets]  # each checked where it was read
     for i, k in enumerate(s.kernels):
         for pname, ty in k.signature.items():
-            for t in targets:
+            for t in s.parsed_targets:
                 problem = t.type_problem(ty.strip())
                 if problem:
                     raise conv.error(_key_path(f"[tool.kbuild.kernels][{i if k.entry is None else k.entry}].signature",

@@ -10,18 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-#: Compute capabilities Triton 3.6's NVIDIA backend compiles for, and the ISA family used by kbuild.sass.
-SUPPORTED: dict[int, str] = {
-    75: "sm_75",
-    80: "sm_80",
-    86: "sm_80",
-    87: "sm_80",
-    89: "sm_89",
-    90: "sm_90",
-    100: "sm_100",
-    103: "sm_100",
-    120: "sm_120",
-}
+from kbuild.arch import Architecture, architecture, find, names, rows
 
 
 @dataclass(frozen=True, order=True)
@@ -37,14 +26,19 @@ class Target:
         return f"sm_{self.cc}"
 
     @property
+    def architecture(self) -> Architecture:
+        """This target's row of the architecture table (:mod:`kbuild.arch`)."""
+        return architecture(self.cc)
+
+    @property
     def arch(self) -> str:
-        """What ptxas compiles for: Triton uses the ``a`` variant from sm_90 on."""
-        return f"sm_{self.cc}a" if self.cc >= 90 else f"sm_{self.cc}"
+        """What ptxas compiles for: Triton uses the arch-specific variant where there is one (``sm_90a``)."""
+        return self.architecture.ptxas_name
 
     @property
     def family(self) -> str:
         """ISA family whose SASS table applies (``sm_80`` covers sm_80/86/87; see :mod:`kbuild.sass.isa`)."""
-        return SUPPORTED[self.cc]
+        return self.architecture.family
 
     def type_problem(self, triton_type: str) -> str | None:
         """Why a kernel parameter of ``triton_type`` (``"*fp8e4nv"``) cannot be compiled for this target, or None.
@@ -52,12 +46,17 @@ class Target:
         Triton 3.6's NVIDIA backend (``CUDAOptions.supported_fp8_dtypes``) has fp8e4nv from compute
         capability 8.9 on; fp8e5 and fp8e4b15 everywhere.
         """
-        if "fp8e4nv" in triton_type and self.cc < 89:
-            return f"{triton_type!r} is not supported on {self.name}: Triton has fp8e4nv from sm_89 on"
+        if "fp8e4nv" in triton_type and not self.architecture.fp8e4nv:
+            return f"{triton_type!r} is not supported on {self.name}: Triton has fp8e4nv from {_first('fp8e4nv')} on"
         return None
 
     def __str__(self) -> str:
         return self.name
+
+
+def _first(fact: str) -> str:
+    """The first architecture whose row has ``fact`` (the later ones have it too), for messages."""
+    return next(r.name for r in rows() if getattr(r, fact))
 
 
 def parse_target(text: str) -> Target:
@@ -70,7 +69,7 @@ def parse_target(text: str) -> Target:
     target: Python's ``int()`` and ``\\d`` also read ``"９０"`` or ``"٩٠"`` as 90, and a look-alike string must
     not pass for the one ptxas receives.
     """
-    supported = ", ".join(f"sm_{cc}" for cc in SUPPORTED)
+    supported = ", ".join(names())
     if not isinstance(text, str):
         raise ValueError(f"expected a target string such as 'sm_90', got {type(text).__name__} {text!r}")
     if not text.isascii():
@@ -80,13 +79,14 @@ def parse_target(text: str) -> Target:
     m = re.fullmatch(r"sm_([1-9][0-9]{1,2})(a?)", text)
     if not m:
         loose = re.fullmatch(r"(?:sm_?)?0*([1-9][0-9]{1,2})(a?)", text.strip().lower())
-        if loose and int(loose.group(1)) in SUPPORTED:
+        if loose and find(int(loose.group(1))) is not None:
             raise ValueError(f"{text!r} is not a GPU target; did you mean 'sm_{loose.group(1)}{loose.group(2)}'? "
                              "(targets are written sm_XY, as ptxas takes them)")
         raise ValueError(f"{text!r} is not a GPU target; expected one of {supported}")
     cc = int(m.group(1))
-    if cc not in SUPPORTED:
+    row = find(cc)
+    if row is None:
         raise ValueError(f"unsupported target {text!r}; Triton 3.6 targets here: {supported}")
-    if m.group(2) and cc < 90:
-        raise ValueError(f"{text!r}: arch-specific 'a' targets exist only from sm_90 on")
+    if m.group(2) and not row.specific:
+        raise ValueError(f"{text!r}: arch-specific 'a' targets exist only from {_first('specific')} on")
     return Target(cc)

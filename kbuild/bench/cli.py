@@ -124,9 +124,10 @@ def handler(args: argparse.Namespace) -> int:
     names = list(args.kernels) or ([] if args.spec else list(SUITE))
     pinned = pinned_configs(args)  # bad pins are exit 2 before the GPU is looked for
 
+    from kbuild.bench.spec import suite_archs
     from kbuild.device.timing import require_gpu
 
-    require_gpu((90, 80))  # a clear exit 2 before anything else when there is no GPU
+    require_gpu(suite_archs())  # a clear exit 2 before anything else when there is no GPU
 
     from kbuild.bench import report as rep
     from kbuild.bench.runner import BenchOptions, run_suite

@@ -20,10 +20,11 @@ from __future__ import annotations
 import dataclasses
 import inspect
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from kbuild import usercode
+from kbuild.arch import modelled
 from kbuild.compile.signature import SignatureError, parse_type
 
 from .spec import BenchSpecError, Tolerance
@@ -57,7 +58,8 @@ class CudaBenchSpec:
     accumulate: tuple[str, ...] = ()
     """Outputs the kernel adds into (``atomicAdd`` on a caller-zeroed buffer): zeroed before each launch instead of
     poisoned with NaN. Usually with a :class:`~kbuild.bench.spec.Tolerance`, since atomics sum in any order."""
-    archs: tuple[int, ...] = (80, 90)
+    archs: tuple[int, ...] = field(default_factory=modelled)
+    """Compute capabilities the kernel supports; default: the architectures kbuild models."""
     reference: Callable[[dict[str, Any]], dict[str, Any]] | None = None
     """Optional torch reference: inputs -> {output: expected tensor}."""
     reference_tol: float = 2e-2

@@ -26,6 +26,7 @@ from kbuild.bench.spec import (
     Config,
     compile_spec,
     load_spec,
+    suite_archs,
     validate_inputs,
     validate_spec,
 )
@@ -217,7 +218,7 @@ def run_suite(names: Sequence[str], opts: BenchOptions, *, extra_specs: Sequence
     ``python_path`` on ``sys.path``). ``on_result(report)`` runs after each kernel (partial records)."""
     import torch
 
-    arch = timing.require_gpu((90, 80))
+    arch = timing.require_gpu(suite_archs())
     refs = [(n, SUITE[n]) for n in names] + [(r, r) for r in extra_specs]
     started = time.perf_counter()
     report: dict[str, Any] = {"device": timing.device_report(), "options": dataclasses.asdict(opts), "kernels": [],

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kbuild import usercode
+from kbuild.arch import modelled
 from kbuild.compile.signature import SignatureError, ast_source_args, parse_type
 from kbuild.errors import CompileError, MissingDependencyError, UsageError
 
@@ -135,8 +136,9 @@ class BenchSpec:
     """Output parameters; ``None`` means bit-exact."""
     flops: float
     bytes_moved: float
-    archs: tuple[int, ...] = (80, 90)
-    """Compute capabilities (major*10+minor) the kernel supports."""
+    archs: tuple[int, ...] = field(default_factory=modelled)
+    """Compute capabilities (major*10+minor) the kernel supports; default: the architectures kbuild models
+    (:func:`kbuild.arch.modelled`)."""
     reference: Callable[[dict[str, Any]], dict[str, Any]] | None = None
     """Optional torch reference: inputs -> {output: expected tensor}, in any precision."""
     reference_tol: float = 2e-2
@@ -321,6 +323,12 @@ def ast_source(spec: BenchSpec, config: Config) -> Any:
     except SignatureError as exc:
         raise BenchSpecError(spec.label(), f"[{config.label()}]: {exc}") from None
     return ast_source_class(spec.fn)(fn=spec.fn, **args)
+
+
+def suite_archs() -> tuple[int, ...]:
+    """The compute capabilities ``kbuild bench`` measures on: the architectures kbuild models
+    (:func:`kbuild.arch.modelled`), newest first (without a GPU, the error names the first)."""
+    return tuple(sorted(modelled(), reverse=True))
 
 
 def compile_spec(spec: BenchSpec, config: Config, arch: int) -> Any:

@@ -1,8 +1,9 @@
 """``kbuild tile MODULE:FUNCTION --block M=1 --block N=4096``: synthesise a tile kernel's layouts, show the ranked
 variants, and write its Gluon source (a module a ``[[tool.kbuild.kernels]]`` entry can name like any kernel).
-An mma program (``loop("K")`` + ``mma``) takes ``--problem M,N,K`` and ``--arch 90|80`` instead of blocks: its
-variants are ranked tile configurations, each with the layouts its mma fixes; an int4 one (``dequant``, e.g.
-``int4_gemm_tile``) also reports the packed weight layout the synthesiser derived."""
+An mma program (``loop("K")`` + ``mma``) takes ``--problem M,N,K`` and ``--arch`` (an architecture kbuild models,
+:func:`kbuild.arch.modelled`: 80 or 90) instead of blocks: its variants are ranked tile configurations, each with
+the layouts its mma fixes; an int4 one (``dequant``, e.g. ``int4_gemm_tile``) also reports the packed weight layout
+the synthesiser derived."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from kbuild.arch import DEFAULT_SM, modelled
 from kbuild.console import emit_json, info, print_table, table_text
 from kbuild.errors import UsageError
 
@@ -24,7 +26,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--block", action="append", default=[], metavar="DIM=N",
                    help="tile extent, a power of two: M (rows per program, default 1) and N (columns; required)")
     p.add_argument("--problem", metavar="M,N,K", help="mma programs: the problem the configurations are ranked for")
-    p.add_argument("--arch", type=int, default=90, choices=[80, 90], help="mma programs: target (default 90)")
+    p.add_argument("--arch", type=int, default=DEFAULT_SM, choices=modelled(),
+                   help=f"mma programs: target (default {DEFAULT_SM})")
     p.add_argument("--warps", default="4,8", metavar="W,W", help="warp counts to synthesise for (default 4,8)")
     p.add_argument("--variants", type=int, default=3, help="assignments kept in the kernel (default 3)")
     p.add_argument("--write", type=Path, metavar="FILE", help="write the Gluon source to FILE (a .py module)")

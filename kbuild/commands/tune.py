@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from kbuild.arch import DEFAULT_SM, architecture
 from kbuild.commands.common import add_config_args, settings_from_args
 from kbuild.config import flag_setting, settings_from_table
 from kbuild.console import emit_json, print_table, progress
@@ -37,7 +38,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--total-seconds", type=float, default=None, metavar="S",
                    help="with --suite: finish within about S seconds, sharing them out among the kernels and "
                         "algorithms still to run (never more than --budget-seconds each)")
-    p.add_argument("--target", default="sm_90", metavar="SM", help="target architecture (default sm_90)")
+    default = architecture(DEFAULT_SM).name
+    p.add_argument("--target", default=default, metavar="SM", help=f"target architecture (default {default})")
     p.add_argument("--algo", default="default", choices=["default", "ppo", "random", "greedy", "all"],
                    help="SASS searcher: default (the project's `algorithm`, else greedy, on the whole budget), one "
                         "by name, or all three side by side, each on its own budget (a comparison report)")

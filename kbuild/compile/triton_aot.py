@@ -735,7 +735,7 @@ def compile_kernel(settings: Settings, spec: KernelSettings, target: Target, fn:
         # kbuild.runtime.loader needs to launch this cubin without running Triton's compiler (issue 16).
         "triton_metadata": out["triton_metadata"],
     }
-    if target.cc == 90:  # wgmma is sm_90's
+    if target.architecture.wgmma:
         hazards = _wgmma_hazards(settings, cubin, out["symbol"], out["ptx"], spec, target)
         if hazards:  # recorded only when present: every other kernel's metadata stays as it was
             metadata["wgmma_register_hazards"] = hazards  # refused by the pipeline under wgmma_hazards = "error"
@@ -744,11 +744,11 @@ def compile_kernel(settings: Settings, spec: KernelSettings, target: Target, fn:
 
 def _wgmma_hazards(settings: Settings, cubin: bytes, symbol: str, ptx: str | None, spec: KernelSettings,
                    target: Target) -> list[str]:
-    """:mod:`kbuild.sass.hazards` on an sm_90 cubin with a register-operand wgmma, with a warning when it finds a
-    race: Triton 3.6 pipelines such a wgmma over registers the next iteration overwrites (triton-lang/triton#9433),
-    and the results then depend on timing. The cubin is what Triton produced: under ``wgmma_hazards = "error"``
-    the pipeline refuses it (:func:`kbuild.hooks.pipeline.refuse_wgmma_hazards`), and a check that cannot run here
-    is an error instead of a skip."""
+    """:mod:`kbuild.sass.hazards` on a cubin (of an architecture with wgmma) with a register-operand wgmma, with a
+    warning when it finds a race: Triton 3.6 pipelines such a wgmma over registers the next iteration overwrites
+    (triton-lang/triton#9433), and the results then depend on timing. The cubin is what Triton produced: under
+    ``wgmma_hazards = "error"`` the pipeline refuses it (:func:`kbuild.hooks.pipeline.refuse_wgmma_hazards`), and a
+    check that cannot run here is an error instead of a skip."""
     try:
         from kbuild.sass.hazards import WGMMA_RACE_ISSUE, recorded, register_wgmma_hazards
 

@@ -25,8 +25,9 @@ from kbuild.errors import GPUUnavailableError
 DEVICE = "cuda"
 
 
-def require_gpu(needed: Sequence[int] = (90,)) -> int:
-    """Compute capability of GPU 0 as major*10+minor; raises when there is none or none of ``needed``."""
+def require_gpu(needed: Sequence[int]) -> int:
+    """Compute capability of GPU 0 as major*10+minor; raises when there is none or none of ``needed`` (empty: any
+    CUDA GPU). The error names ``needed[0]`` when there is no GPU at all."""
     want = " or ".join(f"sm_{a}" for a in needed) if needed else "CUDA"
     try:
         import torch

@@ -1,4 +1,4 @@
-"""Static check of wgmma's asynchronous register operands in sm_90 SASS.
+"""Static check of wgmma's asynchronous register operands in SASS (sm_90's: the architectures with wgmma).
 
 A ``HGMMA`` reads its A fragment and reads and writes its accumulator after it issues, until a
 ``WARPGROUP.DEPBAR`` retires its group (the rule and its history are in :mod:`kbuild.sass.isa.sm90`). This module
@@ -22,6 +22,8 @@ import re
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
+
+from kbuild.arch import DEFAULT_SM, find
 
 from .disasm import Instruction
 from .isa import ArchSpec, arch_spec
@@ -129,8 +131,9 @@ def _writes(x: Instruction, spec: ArchSpec) -> tuple[int, int]:
 
 
 def async_mma_hazards(ins: Sequence[Instruction], spec: ArchSpec | None = None) -> list[Hazard]:
-    """Every instruction of ``ins`` (one kernel, in slot order) that races with a wgmma still in flight."""
-    spec = spec or arch_spec(90)
+    """Every instruction of ``ins`` (one kernel, in slot order) that races with a wgmma still in flight; ``spec``:
+    the table of the kernel's architecture (default: :data:`kbuild.arch.DEFAULT_SM`'s)."""
+    spec = spec or arch_spec(DEFAULT_SM)
     ins = list(ins)
     if not any(x.base in ASYNC_MMA for x in ins):
         return []
@@ -223,17 +226,18 @@ _PTX_REGISTER_WGMMA = re.compile(r"wgmma\.mma_async[^\n;]*\}\s*,\s*\{")
 
 def register_wgmma_hazards(cubin: bytes, kernel: str, ptx: str | None = None) -> list[Hazard]:
     """:func:`register_races` of ``kernel`` in ``cubin``: ``[]`` without a disassembly when its ``ptx`` is given and
-    has no wgmma with a register A operand (a regular-expression search) or the cubin is not for sm_90 (the only
-    target with wgmma)."""
+    has no wgmma with a register A operand (a regular-expression search) or the cubin's architecture has no wgmma
+    (its row in :mod:`kbuild.arch`)."""
     if ptx is not None and not _PTX_REGISTER_WGMMA.search(ptx):
         return []
     from .disasm import disassemble
     from .elf import Cubin
 
     binary = Cubin(cubin, origin=f"the cubin of {kernel}")
-    if binary.sm != 90:
+    row = find(binary.sm)
+    if row is None or not row.wgmma:
         return []
-    return register_races(disassemble(binary, kernel), arch_spec(90))
+    return register_races(disassemble(binary, kernel), arch_spec(binary.sm, binary.origin))
 
 
 __all__ = ["MAX_GROUPS", "RECORDED", "WGMMA_RACE_ISSUE", "Hazard", "async_mma_hazards", "has_register_wgmma",

@@ -22,9 +22,10 @@ from typing import Any
 from kbuild.tile.lang import Op, Param, Program, ScalarRef, TileError, Value
 from kbuild.tile.synth import Blocked, Synthesis
 
-_GL_DTYPE = {"fp16": "gl.float16", "bf16": "gl.bfloat16", "fp32": "gl.float32"}
-_BINARY = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
-_UNARY = {"exp": "gl.exp", "sqrt": "gl.sqrt", "rsqrt": "gl.rsqrt"}
+#: Gluon's spelling of each kbuild.tile dtype, binary operator and unary function (every emitter of this package).
+GL_DTYPE = {"fp16": "gl.float16", "bf16": "gl.bfloat16", "fp32": "gl.float32"}
+BINARY = {"add": "+", "sub": "-", "mul": "*", "div": "/"}
+UNARY = {"exp": "gl.exp", "sqrt": "gl.sqrt", "rsqrt": "gl.rsqrt"}
 
 
 @dataclass(frozen=True)
@@ -113,7 +114,9 @@ class _Writer:
         return f"{param.name}_ptr + {idx}", f"{idx} < {extent}"
 
 
-def _operand(x: Any) -> str:
+def operand(x: Any) -> str:
+    """An operation's argument as Gluon source: a traced value's variable (``v3``), a scalar parameter's name, or a
+    float literal (infinities spelt so that the source stays valid Python)."""
     if isinstance(x, Value):
         return f"v{x.id}"
     if isinstance(x, ScalarRef):
@@ -130,33 +133,34 @@ def _statement(w: _Writer, op: Op) -> str | None:
     if op.kind == "load":
         assert op.result is not None
         ptr, mask = w.address(op.args[0], op.result)
-        return f"{out} = gl.load({ptr}, mask={mask}, other={_operand(op.attrs['other'])})"
+        return f"{out} = gl.load({ptr}, mask={mask}, other={operand(op.attrs['other'])})"
     if op.kind == "store":
         ptr, mask = w.address(op.args[0], op.args[1])
-        return f"gl.store({ptr}, {_operand(op.args[1])}, mask={mask})"
+        return f"gl.store({ptr}, {operand(op.args[1])}, mask={mask})"
     if op.kind == "binary":
-        a, b = (_operand(x) for x in op.args)
+        a, b = (operand(x) for x in op.args)
         if op.attrs["op"] == "maximum":
             return f"{out} = gl.maximum({a}, {b})"
-        return f"{out} = {a} {_BINARY[op.attrs['op']]} {b}"
+        return f"{out} = {a} {BINARY[op.attrs['op']]} {b}"
     if op.kind == "unary":
-        a = _operand(op.args[0])
+        a = operand(op.args[0])
         name = op.attrs["op"]
         if name == "cast":
             assert op.result is not None
-            return f"{out} = {a}.to({_GL_DTYPE[op.result.dtype]})"
+            return f"{out} = {a}.to({GL_DTYPE[op.result.dtype]})"
         if name == "rearrange":
             assert op.result is not None
             return f"{out} = gl.convert_layout({a}, {w.layout(op.result)})"
-        return f"{out} = {_UNARY[name]}({a})"
+        return f"{out} = {UNARY[name]}({a})"
     if op.kind == "reduce":
-        return f"{out} = gl.{op.attrs['op']}({_operand(op.args[0])}, axis={op.attrs['axis']})"
+        return f"{out} = gl.{op.attrs['op']}({operand(op.args[0])}, axis={op.attrs['axis']})"
     if op.kind == "expand":
-        return f"{out} = gl.expand_dims({_operand(op.args[0])}, {op.attrs['axis']})"
+        return f"{out} = gl.expand_dims({operand(op.args[0])}, {op.attrs['axis']})"
     raise AssertionError(op.kind)
 
 
-def _blocked_text(b: Blocked) -> str:
+def blocked_text(b: Blocked) -> str:
+    """``b`` as a ``gl.BlockedLayout(...)`` expression."""
     return (f"gl.BlockedLayout(size_per_thread={list(b.size_per_thread)}, threads_per_warp={list(b.threads_per_warp)}, "
             f"warps_per_cta={list(b.warps_per_cta)}, order={list(b.order)})")
 
@@ -207,14 +211,14 @@ def emit(variants: list[Variant]) -> str:
     lines = [*head, f"def {program.name}({args}):"]
     if len(variants) == 1:
         for b, name in names.items():
-            lines.append(f"    {name}: gl.constexpr = {_blocked_text(b)}")
+            lines.append(f"    {name}: gl.constexpr = {blocked_text(b)}")
     else:
         for i, layouts in enumerate(per_variant):
             kw = "if" if i == 0 else "elif" if i < len(variants) - 1 else "else"
             cond = f" VARIANT == {i}" if kw != "else" else ""
             lines.append(f"    {kw}{cond}:")
             for b, name in zip(layouts, names.values()):
-                lines.append(f"        {name}: gl.constexpr = {_blocked_text(b)}")
+                lines.append(f"        {name}: gl.constexpr = {blocked_text(b)}")
     lines += [f"    {line}" for line in body.lines]
     return "\n".join(lines) + "\n"
 
@@ -264,4 +268,5 @@ def check_names(source: str, program: Program) -> None:
             raise TileError(f"{program.name}: parameter {owner!r} becomes {arg!r}, {what}; rename the parameter")
 
 
-__all__ = ["Variant", "check_names", "emit", "kernel_params", "layouts_of", "load_kernel", "signature"]
+__all__ = ["BINARY", "GL_DTYPE", "UNARY", "Variant", "blocked_text", "check_names", "emit", "kernel_params", "layouts_of",
+           "load_kernel", "operand", "signature"]

@@ -25,24 +25,26 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kbuild.tile.gluon import _BINARY, _GL_DTYPE, _UNARY, _operand, load_kernel
+from kbuild.arch import DEFAULT_SM
+from kbuild.tile.gluon import BINARY, GL_DTYPE, UNARY, blocked_text, load_kernel, operand
 from kbuild.tile.lang import BYTES, Op, Program, TileError, trace
-from kbuild.tile.mma import MmaProgram, Plan, analyse, plans
+from kbuild.tile.mma import MmaProgram, Plan, analyse, plans, wgmma_path
 from kbuild.tile.synth import Blocked, candidates
 
 
-def _epilogue(op: Op) -> str:
+def epilogue_statement(op: Op) -> str:
+    """One elementwise operation of an mma program's epilogue (binary, cast or unary) as a Gluon statement."""
     out = f"v{op.result.id}" if op.result is not None else ""
     if op.kind == "binary":
-        a, b = (_operand(x) for x in op.args)
+        a, b = (operand(x) for x in op.args)
         if op.attrs["op"] == "maximum":
             return f"{out} = gl.maximum({a}, {b})"
-        return f"{out} = {a} {_BINARY[op.attrs['op']]} {b}"
-    a = _operand(op.args[0])
+        return f"{out} = {a} {BINARY[op.attrs['op']]} {b}"
+    a = operand(op.args[0])
     if op.attrs["op"] == "cast":
         assert op.result is not None
-        return f"{out} = {a}.to({_GL_DTYPE[op.result.dtype]})"
-    return f"{out} = {_UNARY[op.attrs['op']]}({a})"
+        return f"{out} = {a}.to({GL_DTYPE[op.result.dtype]})"
+    return f"{out} = {UNARY[op.attrs['op']]}({a})"
 
 
 def kernel_params(program: Program) -> list[str]:
@@ -58,7 +60,7 @@ def signature(program: Program) -> dict[str, str]:
     return sig | {"M": "i32", "N": "i32:16", "K": "i32:16"}
 
 
-def _copy_layout(rows: int, cols: int, elem: int, num_warps: int) -> Blocked:
+def copy_layout(rows: int, cols: int, elem: int, num_warps: int) -> Blocked:
     """A register layout for cp.async copies of a rows × cols tile: 16-byte vectors along the row, lanes
     across it (the first of :func:`kbuild.tile.synth.candidates` that does so without replication)."""
     vec = 16 // elem
@@ -84,8 +86,8 @@ def _grouped_tile(tile: str = "gl.program_id(0)") -> list[str]:
 def _body_sm90(mp: MmaProgram) -> list[str]:
     a, b, c = mp.a.name, mp.b.name, mp.c.name
     acc = f"v{mp.acc.id}"
-    ops_dtype = _GL_DTYPE[mp.dtype]
-    c_dtype = _GL_DTYPE[mp.c.dtype]
+    ops_dtype = GL_DTYPE[mp.dtype]
+    c_dtype = GL_DTYPE[mp.c.dtype]
     loop = [
         *_grouped_tile("tile"),
         "for i in gl.static_range(STAGES - 1):  # prologue: the first STAGES - 1 K steps in flight",
@@ -111,7 +113,7 @@ def _body_sm90(mp: MmaProgram) -> list[str]:
         "pred=nk < n_k)",
         f"{acc} = warpgroup_mma_wait(num_outstanding=0, deps=({acc},))",
         "it += n_k",
-        *(_epilogue(op) for op in mp.epilogue),
+        *(epilogue_statement(op) for op in mp.epilogue),
         "if PERSISTENT:  # the previous tile's store has left c_s; this one overlaps the next main loop",
         "    tma.store_wait(pendings=0)",
         f"    c_s.store(v{mp.stored.id})",
@@ -151,7 +153,7 @@ def _body_sm90(mp: MmaProgram) -> list[str]:
 def _body_sm80(mp: MmaProgram) -> list[str]:
     a, b, c = mp.a.name, mp.b.name, mp.c.name
     acc = f"v{mp.acc.id}"
-    ops_dtype = _GL_DTYPE[mp.dtype]
+    ops_dtype = GL_DTYPE[mp.dtype]
     return [
         *_grouped_tile(),
         f"a_s = gl.allocate_shared_memory({ops_dtype}, [STAGES, BLOCK_M, BLOCK_K], SA)",
@@ -185,7 +187,7 @@ def _body_sm80(mp: MmaProgram) -> list[str]:
         "mask=(bk[:, None] < K - nk * BLOCK_K) & (bn[None, :] < N))",
         "    async_copy.commit_group()",
         "async_copy.wait_group(0)",
-        *(_epilogue(op) for op in mp.epilogue),
+        *(epilogue_statement(op) for op in mp.epilogue),
         "cm = off_m + gl.arange(0, BLOCK_M, layout=gl.SliceLayout(1, ACC))",
         "cn = off_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, ACC))",
         f"gl.store({c}_ptr + cm[:, None].to(gl.int64) * N + cn[None, :], v{mp.stored.id}, "
@@ -199,21 +201,18 @@ def _layouts(plan: Plan, elem: int) -> list[tuple[str, str]]:
         out.append(("SC", plan.c_shared.text()))
     if plan.operands is not None:
         out += [("DA", plan.operands[0].text("ACC")), ("DB", plan.operands[1].text("ACC"))]
-        out.append(("CA", _blocked(_copy_layout(plan.block_m, plan.block_k, elem, plan.num_warps))))
-        out.append(("CB", _blocked(_copy_layout(plan.block_k, plan.block_n, elem, plan.num_warps))))
+        out.append(("CA", blocked_text(copy_layout(plan.block_m, plan.block_k, elem, plan.num_warps))))
+        out.append(("CB", blocked_text(copy_layout(plan.block_k, plan.block_n, elem, plan.num_warps))))
     return out
 
 
-def _blocked(b: Blocked) -> str:
-    return (f"gl.BlockedLayout(size_per_thread={list(b.size_per_thread)}, threads_per_warp={list(b.threads_per_warp)}, "
-            f"warps_per_cta={list(b.warps_per_cta)}, order={list(b.order)})")
-
-
-_IMPORTS = {
-    90: "from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma, "
-        "warpgroup_mma, warpgroup_mma_wait",
-    80: "from triton.experimental.gluon.language.nvidia.ampere import async_copy, mma_v2",
-}
+def nvidia_imports(arch: int) -> str:
+    """The import of Gluon's NVIDIA module that an mma kernel for ``sm_<arch>`` uses: Hopper's (wgmma, TMA,
+    mbarrier) on the wgmma path (:func:`kbuild.tile.mma.wgmma_path`), else Ampere's (mma.sync, cp.async)."""
+    if wgmma_path(arch):
+        return ("from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma, "
+                "warpgroup_mma, warpgroup_mma_wait")
+    return "from triton.experimental.gluon.language.nvidia.ampere import async_copy, mma_v2"
 
 
 def emit(mp: MmaProgram, kept: Sequence[Plan]) -> str:
@@ -223,14 +222,14 @@ def emit(mp: MmaProgram, kept: Sequence[Plan]) -> str:
     arch = kept[0].arch
     program = mp.program
     elem = BYTES[mp.dtype]
-    engine = "wgmma, TMA" if arch == 90 else "mma.sync, cp.async"
+    engine = "wgmma, TMA" if wgmma_path(arch) else "mma.sync, cp.async"
     head = [f'"""{program.name}: emitted by kbuild.tile from {program.qualname or program.name} for sm_{arch} '
             f"({engine}); layouts synthesised.", ""]
     for i, p in enumerate(kept):
         head.append(f"variant {i}: {p.block_m}x{p.block_n}x{p.block_k}, num_warps={p.num_warps}, stages={p.stages}, "
                     f"{'persistent, ' if p.persistent else ''}modelled {p.cost:.0f} cycles")
     head += ['"""', "", "from triton.experimental import gluon", "from triton.experimental.gluon import language as gl",
-             _IMPORTS[arch], "", "", "@gluon.jit"]
+             nvidia_imports(arch), "", "", "@gluon.jit"]
     constexprs = {"BLOCK_M", "BLOCK_N", "BLOCK_K", "STAGES", "GROUP_M", "PERSISTENT", "VARIANT"}
     args = ", ".join(f"{n}: gl.constexpr" if n in constexprs else n for n in kernel_params(program))
     lines = [*head, f"def {program.name}({args}):"]
@@ -238,7 +237,7 @@ def emit(mp: MmaProgram, kept: Sequence[Plan]) -> str:
         kw = "if" if i == 0 else "elif" if i < len(kept) - 1 else "else"
         lines.append(f"    {kw}{f' VARIANT == {i}' if kw != 'else' else ''}:")
         lines += [f"        {name}: gl.constexpr = {text}" for name, text in _layouts(p, elem)]
-    body = _body_sm90(mp) if arch == 90 else _body_sm80(mp)
+    body = _body_sm90(mp) if wgmma_path(arch) else _body_sm80(mp)
     lines += [f"    {line}" for line in body]
     return "\n".join(lines) + "\n"
 
@@ -263,7 +262,7 @@ class MmaKernel:
                 for i, p in enumerate(self.plans)]
 
 
-def build_mma(fn: Callable[..., Any], problem: tuple[int, int, int], *, arch: int = 90, variants: int = 3
+def build_mma(fn: Callable[..., Any], problem: tuple[int, int, int], *, arch: int = DEFAULT_SM, variants: int = 3
               ) -> MmaKernel:
     """Trace ``fn`` (an mma program), rank configurations for ``problem`` = (M, N, K) on ``sm_<arch>``, keep
     ``variants`` of them and emit one Gluon kernel."""
@@ -280,4 +279,5 @@ def build_mma(fn: Callable[..., Any], problem: tuple[int, int, int], *, arch: in
     return MmaKernel(program, tuple(kept), source, kernel, signature(program), arch, time.perf_counter() - started)
 
 
-__all__ = ["MmaKernel", "build_mma", "emit", "kernel_params", "signature"]
+__all__ = ["MmaKernel", "build_mma", "copy_layout", "emit", "epilogue_statement", "kernel_params", "nvidia_imports",
+           "signature"]

@@ -47,9 +47,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kbuild.tile.gluon import _GL_DTYPE, load_kernel
-from kbuild.tile.gluon_mma import _blocked, _copy_layout, _epilogue
+from kbuild.arch import DEFAULT_SM
+from kbuild.tile.gluon import GL_DTYPE, blocked_text, load_kernel
+from kbuild.tile.gluon_mma import copy_layout, epilogue_statement, nvidia_imports
 from kbuild.tile.lang import Program, trace
+from kbuild.tile.mma import wgmma_path
 from kbuild.tile.quant import WARPGROUP_ROWS, QuantPlan, QuantProgram, WeightLayout, analyse, plans
 
 #: what the lop3 trick leaves in a half: 1024 + q; subtracting this gives q - 8 (zero point 8)
@@ -81,13 +83,13 @@ def _layouts(plan: QuantPlan) -> list[tuple[str, str]]:
     lay = plan.layout
     words = ("WL", f"gl.BlockedLayout(size_per_thread=[1, {lay.words_per_thread}], threads_per_warp=[32, 1], "
                    f"warps_per_cta=[{plan.num_warps}, 1], order=[1, 0])")
-    if plan.arch == 80:
+    if not wgmma_path(plan.arch):
         return [
             ("ACC", plan.acc.text()),
             ("DX", "gl.DotOperandLayout(operand_index=0, parent=ACC, k_width=2)"),
             ("DW", "gl.DotOperandLayout(operand_index=1, parent=ACC, k_width=2)"),
             words,
-            ("CX", _blocked(_copy_layout(plan.block_t, plan.block_k, 2, plan.num_warps))),
+            ("CX", blocked_text(copy_layout(plan.block_t, plan.block_k, 2, plan.num_warps))),
             ("CW", f"gl.BlockedLayout(size_per_thread=[1, 4], threads_per_warp=[32, 1], "
                    f"warps_per_cta=[{plan.num_warps}, 1], order=[1, 0])"),  # 16-byte cp.async of the runs
             ("SX", plan.x_shared.text()),
@@ -136,7 +138,7 @@ def _dequant(kept: Sequence[QuantPlan], operand: str) -> list[str]:
     pairs = [f"p{i} = {'(words' if i == 0 else f'((words >> {4 * i})'} & 0x000F000F) | 0x64006400" for i in range(4)]
     halves = [f"f{i} = gl.join(p{i}.to(gl.int16).to(gl.float16, bitcast=True), "
               f"(p{i} >> 16).to(gl.int16).to(gl.float16, bitcast=True))" for i in range(4)]
-    scale = "sc[:, None]" if kept[0].arch == 90 else "sc[None, :]"
+    scale = "sc[:, None]" if wgmma_path(kept[0].arch) else "sc[None, :]"
     return [
         "# lop3: pair i of a word is nibbles (i, i + 4) as the fp16 halves 1024 + q",
         *pairs,
@@ -210,8 +212,8 @@ def _body_sm90(qp: QuantProgram, kept: Sequence[QuantPlan]) -> list[str]:
     # of the fragment in flight: kbuild.sass.hazards finds that race, and on the H200 it gave wrong products).
     pair = [*step("2 * kk", "a0", "a1"), *step("2 * kk + 1", "a1", "a0")]
     store = [
-        *(_epilogue(op) for op in qp.epilogue),
-        f"y_s = gl.allocate_shared_memory({_GL_DTYPE[qp.y.dtype]}, [BLOCK_T, BLOCK_N], SY)",
+        *(epilogue_statement(op) for op in qp.epilogue),
+        f"y_s = gl.allocate_shared_memory({GL_DTYPE[qp.y.dtype]}, [BLOCK_T, BLOCK_N], SY)",
         f"y_s.store(gl.permute(v{qp.stored.id}, (1, 0)))  # back to Y = X · W: a register renaming",
         "fence_async_shared()",
         "tma.async_copy_shared_to_global(y_desc, [off_t, off_n], y_s)",
@@ -281,7 +283,7 @@ def _body_sm80(qp: QuantProgram, kept: Sequence[QuantPlan]) -> list[str]:
         *copies("nk", "ns"),
     ]
     store = [
-        *(_epilogue(op) for op in qp.epilogue),
+        *(epilogue_statement(op) for op in qp.epilogue),
         "ym = off_t + gl.arange(0, BLOCK_T, layout=gl.SliceLayout(1, ACC))",
         "yn = off_n + gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, ACC))",
         f"gl.store({y}_ptr + ym[:, None].to(gl.int64) * N + yn[None, :], v{qp.stored.id}, mask=(ym[:, None] < M) & "
@@ -316,14 +318,7 @@ def _body_sm80(qp: QuantProgram, kept: Sequence[QuantPlan]) -> list[str]:
 
 def _body(qp: QuantProgram, kept: Sequence[QuantPlan]) -> list[str]:
     head = [f"GROUP: gl.constexpr = {qp.group}", f"WORDS: gl.constexpr = {kept[0].packed.words_per_thread}"]
-    return head + (_body_sm90(qp, kept) if kept[0].arch == 90 else _body_sm80(qp, kept))
-
-
-_IMPORTS = {
-    90: "from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier, tma, "
-        "warpgroup_mma, warpgroup_mma_wait",
-    80: "from triton.experimental.gluon.language.nvidia.ampere import async_copy, mma_v2",
-}
+    return head + (_body_sm90(qp, kept) if wgmma_path(kept[0].arch) else _body_sm80(qp, kept))
 
 
 def emit(qp: QuantProgram, kept: Sequence[QuantPlan]) -> str:
@@ -333,8 +328,7 @@ def emit(qp: QuantProgram, kept: Sequence[QuantPlan]) -> str:
     program = qp.program
     packed = kept[0].packed
     arch = kept[0].arch
-    engine = "wgmma" if arch == 90 else "mma.sync"
-    copy = "TMA" if arch == 90 else "cp.async"
+    engine, copy = ("wgmma", "TMA") if wgmma_path(arch) else ("mma.sync", "cp.async")
     tk, tn = packed.tile_kn()
     head = [f'"""{program.name}: emitted by kbuild.tile from {program.qualname or program.name} for sm_{arch} '
             f"(int4 x fp16, {engine} with the dequantised weights in registers, {copy}); layouts synthesised.", "",
@@ -343,7 +337,7 @@ def emit(qp: QuantProgram, kept: Sequence[QuantPlan]) -> str:
     for i, p in enumerate(kept):
         head.append(f"variant {i}: {p.describe()}, modelled {p.cost:.0f} cycles")
     head += ['"""', "", "from triton.experimental import gluon", "from triton.experimental.gluon import language as gl",
-             _IMPORTS[arch], "", "", "@gluon.jit"]
+             nvidia_imports(arch), "", "", "@gluon.jit"]
     args = ", ".join(f"{n}: gl.constexpr" if n in CONSTEXPRS else n for n in kernel_params(program))
     lines = [*head, f"def {program.name}({args}):"]
     for i, p in enumerate(kept):
@@ -390,7 +384,7 @@ class QuantKernel:
         return elems, counters
 
 
-def build_int4(fn: Callable[..., Any], problem: tuple[int, int, int], *, arch: int = 90, variants: int = 3
+def build_int4(fn: Callable[..., Any], problem: tuple[int, int, int], *, arch: int = DEFAULT_SM, variants: int = 3
                ) -> QuantKernel:
     """Trace ``fn`` (an int4 mma program), rank configurations for ``problem`` = (M, N, K), keep ``variants``
     of them and emit one Gluon kernel."""

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from kbuild.arch import DEFAULT_SM
 from kbuild.bench.spec import BenchSpec, Constexpr
 from kbuild.tile.build import TileKernel, build
 from kbuild.tile.gluon_mma import MmaKernel, build_mma
@@ -36,7 +37,7 @@ from kbuild.tile.lang import (
     store,
     zeros,
 )
-from kbuild.tile.mma import ARCH
+from kbuild.tile.mma import machine, wgmma_path
 
 EPS = 1e-6
 
@@ -91,7 +92,7 @@ def _row_spec(name: str, k: TileKernel, m: int, n: int, make_extra: Any, referen
     return BenchSpec(
         name=name, fn=k.fn, signature=k.signature, constexprs=k.constexprs, configs=k.configs(),
         make_inputs=make_inputs, grid=grid, outputs={"y_ptr": None}, flops=flops, bytes_moved=bytes_moved,
-        archs=(90,), reference=reference,
+        archs=(DEFAULT_SM,), reference=reference,
         description=f"{name}: kbuild.tile (Gluon, {len(k.variants)} synthesised variants), {m}x{n} fp16")
 
 
@@ -134,15 +135,16 @@ def rmsnorm(small: bool = False) -> BenchSpec:
     return _row_spec("tile_rmsnorm", rmsnorm_kernel(n), m, n, extra, reference, 4.0 * m * n, 2.0 * (2 * m * n + n))
 
 
-def gemm_kernel(m: int, n: int, k: int, arch: int = 90, variants: int = 3) -> MmaKernel:
+def gemm_kernel(m: int, n: int, k: int, arch: int = DEFAULT_SM, variants: int = 3) -> MmaKernel:
     return build_mma(gemm_tile, (m, n, k), arch=arch, variants=variants)
 
 
-def gemm(small: bool = False, arch: int = 90, variants: int = 3) -> BenchSpec:
+def gemm(small: bool = False, arch: int = DEFAULT_SM, variants: int = 3) -> BenchSpec:
     """fp16 ``C = A @ B`` (fp32 accumulation) at 4096³ (256³ when ``small``), A M×K and B K×N row-major; the
     ``variants`` best-modelled configurations are its autotune list."""
     s = 256 if small else 4096
     k = gemm_kernel(s, s, s, arch, variants)
+    sms = machine(arch, "mma: no tensor-core layouts").sms
 
     def make_inputs(seed: int, device: Any) -> dict[str, Any]:
         import torch
@@ -157,7 +159,7 @@ def gemm(small: bool = False, arch: int = 90, variants: int = 3) -> BenchSpec:
 
     def grid(c: Mapping[str, Constexpr]) -> tuple[int, int, int]:
         tiles = -(-s // int(c["BLOCK_M"])) * -(-s // int(c["BLOCK_N"]))
-        return (min(tiles, ARCH[arch]["sms"]) if c.get("PERSISTENT") else tiles, 1, 1)
+        return (min(tiles, sms) if c.get("PERSISTENT") else tiles, 1, 1)
 
     def reference(x: dict[str, Any]) -> dict[str, Any]:
         return {"c_ptr": x["a_ptr"].float() @ x["b_ptr"].float()}
@@ -165,16 +167,16 @@ def gemm(small: bool = False, arch: int = 90, variants: int = 3) -> BenchSpec:
     return BenchSpec(
         name="tile_gemm", fn=k.fn, signature=k.signature, constexprs={}, configs=k.configs(),
         make_inputs=make_inputs, grid=grid, outputs={"c_ptr": None}, flops=2.0 * s ** 3, bytes_moved=2.0 * 3 * s * s,
-        archs=(arch,), reference=reference, needs_allocator=arch == 90,
+        archs=(arch,), reference=reference, needs_allocator=wgmma_path(arch),
         description=f"tile_gemm: kbuild.tile (Gluon for sm_{arch}, {len(k.plans)} synthesised variants), fp16 {s}^3")
 
 
-def int4_gemm_kernel(m: int, n: int, k: int, arch: int = 90, variants: int = 3) -> QuantKernel:
+def int4_gemm_kernel(m: int, n: int, k: int, arch: int = DEFAULT_SM, variants: int = 3) -> QuantKernel:
     return build_int4(int4_gemm_tile, (m, n, k), arch=arch, variants=variants)
 
 
 def int4_gemm(small: bool = False, m: int = 16, n: int = 4096, k: int = 4096, variants: int = 3,
-              arch: int = 90) -> BenchSpec:
+              arch: int = DEFAULT_SM) -> BenchSpec:
     """``Y = X · W`` with ``W = (q - 8) · s`` (int4 ``q``, fp16 scales per 128 rows of K) at M × N × K
     (16 × 128 × 256 when ``small``); the inputs are :func:`kbuild.bench.kernels.int4_matmul.problem`'s, the
     weights packed by the synthesised layout (:meth:`~kbuild.tile.quant.WeightLayout.pack_torch`), plus the
@@ -206,7 +208,7 @@ def int4_gemm(small: bool = False, m: int = 16, n: int = 4096, k: int = 4096, va
         name=f"tile_int4_gemm_{m}x{n}x{k}", fn=kernel.fn, signature=kernel.signature, constexprs={},
         configs=kernel.configs(), make_inputs=make_inputs, grid=grid, outputs={"y_ptr": None},
         flops=2.0 * m * n * k, bytes_moved=n * k / 2 + (k // plain.GROUP) * n * 2 + 2.0 * m * (k + n),
-        archs=(arch,), reference=reference, reference_tol=2e-3, needs_allocator=arch == 90,
+        archs=(arch,), reference=reference, reference_tol=2e-3, needs_allocator=wgmma_path(arch),
         description=f"tile_int4_gemm: kbuild.tile (Gluon for sm_{arch}, {len(kernel.plans)} synthesised variants), "
                     f"int4 x fp16 {m}x{n}x{k}, group {plain.GROUP}")
 

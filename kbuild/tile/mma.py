@@ -30,23 +30,32 @@ import itertools
 import math
 from dataclasses import dataclass, field
 
+from kbuild.arch import Part, architecture, find, modelled
 from kbuild.tile.lang import Op, Param, Program, TileError, Value
 
-#: what one SM offers (H100/H200 for sm_90, A100 for sm_80): shared memory per block, SMs, dense fp16
-#: tensor-core flops per cycle, shared-memory and L2 bytes per cycle, memory latency in cycles; and the whole
-#: GPU's DRAM bytes per SM cycle (H200: 4.8 TB/s at 1.98 GHz; A100: 2.0 TB/s at 1.41 GHz)
-ARCH = {
-    90: {"smem": 232448, "sms": 132, "flops": 4096, "smem_bw": 128, "l2_bw": 64, "latency": 1200, "dram_bw": 2400},
-    80: {"smem": 166912, "sms": 108, "flops": 2048, "smem_bw": 128, "l2_bw": 64, "latency": 800, "dram_bw": 1400},
-}
 BANKS = 32
 #: cycles each K step costs beyond its slowest unit (barrier wait, instruction issue, loop)
 STEP_OVERHEAD = 64
-REG_FILE = 65536
 
 
 class MmaError(TileError):
     """An mma program that no layout or configuration fits; names the operation and the conflict."""
+
+
+def machine(arch: int, what: str) -> Part:
+    """The GPU the cost model ranks configurations on for ``sm_<arch>``: its row's part (:mod:`kbuild.arch`); an
+    :class:`MmaError` that begins with ``what`` and names the modelled architectures when there is none."""
+    row = find(arch)
+    if row is None or row.part is None:
+        raise MmaError(f"{what} for sm_{arch} (supported: {', '.join(f'sm_{a}' for a in modelled())})")
+    return row.part
+
+
+def wgmma_path(arch: int) -> bool:
+    """Whether an mma on ``sm_<arch>`` is Hopper's (wgmma, its operands in NVMMA shared tiles filled by TMA, a TMA
+    store of the epilogue) rather than Ampere's (mma.sync fed by cp.async): the architecture has wgmma and TMA."""
+    row = architecture(arch)
+    return row.wgmma and row.tma
 
 
 # -- layouts, spelled as Gluon spells them ----------------------------------------------------------------
@@ -243,7 +252,7 @@ def _smem_bytes(bm: int, bn: int, bk: int, stages: int, elem: int, arch: int) ->
     """Shared memory of a plan as emitted: the operand ring, the barriers and (sm_90) the epilogue tile; the
     operand ring is live across the tile loop, so Gluon's allocator places the epilogue tile beside it."""
     operands = stages * (bm * bk + bk * bn) * elem
-    epilogue = bm * bn * 2 if arch == 90 else 0
+    epilogue = bm * bn * 2 if wgmma_path(arch) else 0
     return operands + epilogue + stages * 8
 
 
@@ -254,31 +263,31 @@ def plan_cost(arch: int, bm: int, bn: int, bk: int, warps: int, stages: int, rea
     of the tiles copied in; the slowest bounds the step, plus a fixed overhead. A pipeline shorter than the memory latency stalls;
     tiles run in waves over the SMs (a CTA per SM unless two fit). A persistent program pays the memory latency
     once and hides each tile's store behind the next tile's main loop."""
-    hw = ARCH[arch]
+    hw = machine(arch, "mma: no tensor-core layouts")
     m, n, k = problem
     smem = _smem_bytes(bm, bn, bk, stages, elem, arch)
-    if smem > hw["smem"]:
+    if smem > hw.shared_per_block:
         return None
     acc_regs = bm * bn // (32 * warps)
     if acc_regs > 192:
         return None
     k_steps = math.ceil(k / bk)
-    mma = bm * bn * bk * 2 / hw["flops"]
-    smem_read = read * (bk // 16) / hw["smem_bw"]
-    l2 = (bm + bn) * bk * elem / hw["l2_bw"]
+    mma = bm * bn * bk * 2 / hw.tensor_flops
+    smem_read = read * (bk // 16) / hw.shared_bandwidth
+    l2 = (bm + bn) * bk * elem / hw.l2_bandwidth
     step = max(mma, smem_read, l2) + STEP_OVERHEAD
     # a step's copies must land (latency + streaming them in) while the stages ahead of it compute
-    stall = k_steps * max(0.0, hw["latency"] + l2 - (stages - 1) * step)
-    epilogue = bm * bn * 2 / hw["smem_bw"] if persistent else bm * bn * 2 / hw["l2_bw"] + hw["latency"]
+    stall = k_steps * max(0.0, hw.memory_latency + l2 - (stages - 1) * step)
+    epilogue = bm * bn * 2 / hw.shared_bandwidth if persistent else bm * bn * 2 / hw.l2_bandwidth + hw.memory_latency
     tile = k_steps * step + stall + epilogue
     spills = max(0, acc_regs + 40 - 255) * 64.0
-    per_sm = max(1, min(hw["smem"] // smem, REG_FILE // (32 * warps * min(255, acc_regs + 40)), 2))
+    per_sm = max(1, min(hw.shared_per_block // smem, architecture(arch).registers_per_sm // (32 * warps * min(255, acc_regs + 40)), 2))
     tiles = math.ceil(m / bm) * math.ceil(n / bn)
-    waves = math.ceil(tiles / (hw["sms"] * per_sm))
+    waves = math.ceil(tiles / (hw.sms * per_sm))
     if persistent:
         per_sm = 1
-        waves = math.ceil(tiles / hw["sms"])
-    total = waves * tile * per_sm * (1 + spills / 1e4) + (hw["latency"] if persistent else 0)
+        waves = math.ceil(tiles / hw.sms)
+    total = waves * tile * per_sm * (1 + spills / 1e4) + (hw.memory_latency if persistent else 0)
     # at the same modelled time, fewer tiles (bigger blocks) reuse more of each load
     return total, {"tile_cycles": tile, "waves": waves, "per_sm": per_sm, "step_mma": mma, "step_smem": smem_read,
                    "step_l2": l2, "stall": stall, "smem_bytes": smem, "acc_regs": acc_regs}
@@ -287,13 +296,13 @@ def plan_cost(arch: int, bm: int, bn: int, bk: int, warps: int, stages: int, rea
 def plans(arch: int, problem: tuple[int, int, int], elem_bytes: int = 2, keep: int = 4,
           warps: tuple[int, ...] = (4, 8)) -> list[Plan]:
     """Ranked configurations (cheapest first) of an mma kernel for ``problem`` = (M, N, K) on ``sm_<arch>``."""
-    if arch not in ARCH:
-        raise MmaError(f"mma: no tensor-core layouts for sm_{arch} (supported: {', '.join(f'sm_{a}' for a in ARCH)})")
+    machine(arch, "mma: no tensor-core layouts")
+    hopper = wgmma_path(arch)
     out: list[Plan] = []
     space = itertools.product((64, 128, 256), (64, 128, 256), (32, 64, 128), warps, (2, 3, 4, 5),
-                              (False, True) if arch == 90 else (False,))
+                              (False, True) if hopper else (False,))
     for bm, bn, bk, w, stages, persistent in space:
-        if arch == 90:
+        if hopper:
             accs = wgmma_accumulators(bm, bn, w)
             if not accs:
                 continue
@@ -309,7 +318,7 @@ def plans(arch: int, problem: tuple[int, int, int], elem_bytes: int = 2, keep: i
         if scored is None:
             continue
         total, parts = scored
-        if arch == 90:
+        if hopper:
             a_sh: NVMMAShared | SwizzledShared = choose_nvmma_swizzle(bm, bk, elem_bytes)[0]
             b_sh: NVMMAShared | SwizzledShared = choose_nvmma_swizzle(bk, bn, elem_bytes)[0]
             c_sh = choose_nvmma_swizzle(bm, bn, 2)[0]
@@ -401,6 +410,6 @@ def analyse(program: Program) -> MmaProgram:
     return MmaProgram(program, pa, pb, stores[0].args[0], acc, stores[0].args[1], after[:-1], pa.dtype)
 
 
-__all__ = ["ARCH", "DotOperand", "MmaAccumulator", "MmaError", "MmaProgram", "NVMMAShared", "Plan", "SwizzledShared",
-           "address", "analyse", "choose_nvmma_swizzle", "choose_swizzled", "mma_v2_accumulator", "plan_cost",
-           "plans", "wavefronts", "wgmma_accumulators"]
+__all__ = ["DotOperand", "MmaAccumulator", "MmaError", "MmaProgram", "NVMMAShared", "Plan", "SwizzledShared",
+           "address", "analyse", "choose_nvmma_swizzle", "choose_swizzled", "machine", "mma_v2_accumulator",
+           "plan_cost", "plans", "wavefronts", "wgmma_accumulators", "wgmma_path"]

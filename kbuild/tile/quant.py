@@ -48,17 +48,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from kbuild.arch import DEFAULT_SM, architecture
 from kbuild.tile.lang import Op, Param, Program, Value
 from kbuild.tile.linear import LinearBases, from_gluon
 from kbuild.tile.mma import (
-    ARCH,
-    REG_FILE,
     MmaAccumulator,
     MmaError,
     NVMMAShared,
     SwizzledShared,
     choose_nvmma_swizzle,
     choose_swizzled,
+    machine,
+    wgmma_path,
 )
 
 WORD_NIBBLES = 8
@@ -213,7 +214,8 @@ def operand_layout(arch: int, block_n: int, block_k: int, num_warps: int, tokens
     """The Gluon operand layout the dequantised weights must land in, its tile shape and K's dimension."""
     from triton.experimental.gluon import language as gl
 
-    if arch == 90:
+    machine(arch, "int4 weights: no tensor-core operand layout")
+    if wgmma_path(arch):
         if num_warps % 4 or block_n % (16 * num_warps):
             raise MmaError(f"int4 weights on sm_90: BLOCK_N = {block_n} rows of Wᵀ do not split over {num_warps} "
                            "warps in warpgroups of 64 rows")
@@ -221,15 +223,13 @@ def operand_layout(arch: int, block_n: int, block_k: int, num_warps: int, tokens
         parent = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[num_warps, 1], instr_shape=[16, tokens, 16])
         op = gl.DotOperandLayout(operand_index=0, parent=parent, k_width=2)
         return op, (block_n, block_k), 1, f"DotOperandLayout(0, {acc.text()}, k_width=2)"
-    if arch == 80:
-        parent = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[1, num_warps], instr_shape=[16, 8])
-        op = gl.DotOperandLayout(operand_index=1, parent=parent, k_width=2)
-        acc = MmaAccumulator((2, 0), (1, num_warps), (16, 8))
-        return op, (block_k, block_n), 0, f"DotOperandLayout(1, {acc.text()}, k_width=2)"
-    raise MmaError(f"int4 weights: no tensor-core operand layout for sm_{arch} (supported: sm_80, sm_90)")
+    parent = gl.NVMMADistributedLayout(version=[2, 0], warps_per_cta=[1, num_warps], instr_shape=[16, 8])
+    op = gl.DotOperandLayout(operand_index=1, parent=parent, k_width=2)
+    acc = MmaAccumulator((2, 0), (1, num_warps), (16, 8))
+    return op, (block_k, block_n), 0, f"DotOperandLayout(1, {acc.text()}, k_width=2)"
 
 
-def derive(arch: int = 90, block_n: int = 128, block_k: int = 64, num_warps: int = 4, group: int = 128
+def derive(arch: int = DEFAULT_SM, block_n: int = 128, block_k: int = 64, num_warps: int = 4, group: int = 128
            ) -> WeightLayout:
     """The packed int4 weight layout for an mma on ``sm_<arch>`` with the given weight tile."""
     if group % block_k:
@@ -243,7 +243,7 @@ def derive(arch: int = 90, block_n: int = 128, block_k: int = 64, num_warps: int
                        "each weight must be loaded once")
     if values % WORD_NIBBLES:
         raise MmaError(f"int4 weights: a thread holds {values} values of a {tile} tile, not whole 32-bit words")
-    role = "wgmma register operand A (Wᵀ)" if arch == 90 else "mma.sync operand B"
+    role = "wgmma register operand A (Wᵀ)" if wgmma_path(arch) else "mma.sync operand B"
     return WeightLayout(arch, role, tile, k_dim, text, bases, _nibble_order(bases, k_dim), group)
 
 
@@ -326,8 +326,7 @@ def packing(arch: int, group: int) -> WeightLayout:
     warpgroups reads ``g`` consecutive packed tiles, and its operand layout restricted to each warpgroup is
     this one); sm_80: a 4-warp CTA's B operand, 64 columns. BLOCK_K: the largest power of two up to 128 that
     divides ``group`` and gives each thread whole 16-byte vectors (one scale row per step when it is ``group``)."""
-    if arch not in (80, 90):
-        raise MmaError(f"int4 weights: no tensor-core operand layout for sm_{arch} (supported: sm_80, sm_90)")
+    machine(arch, "int4 weights: no tensor-core operand layout")
     for bk in (128, 64, 32, 16):
         if bk > group or group % bk:
             continue
@@ -448,11 +447,11 @@ class QuantPlan:
                 f"acc {self.acc.text()}, W {self.w_shared.text()}")
 
 
-def smem_bytes(block_n: int, block_t: int, block_k: int, stages: int, arch: int = 90) -> int:
+def smem_bytes(block_n: int, block_t: int, block_k: int, stages: int, arch: int = DEFAULT_SM) -> int:
     """Shared memory of a plan as emitted. sm_90: the ring of X tiles, packed weights and scale rows with its
     barriers, or the epilogue tile if larger (it is allocated after the loop, when the ring is dead, and Gluon's
     allocator reuses the ring's memory for it). sm_80: the cp.async ring of X tiles and packed weights."""
-    if arch == 80:
+    if not wgmma_path(arch):
         return stages * (block_t * block_k * 2 + block_n * block_k // 2)
     per_stage = block_t * block_k * 2 + block_n * block_k // 2 + block_n * 2
     return max(stages * per_stage, block_t * block_n * 2) + stages * 8
@@ -467,32 +466,32 @@ def plan_cost(arch: int, warpgroups: int, block_t: int, stages: int, packed: Wei
     one step overlaps the product of the previous one. Tiles run in waves over the SMs; the weights, scales,
     activations and output cross DRAM at least once. Split-K runs ``split`` programs per tile on a ``split``-th
     of K each; every one writes its fp32 partial tile and the last reads them all back (L2 traffic)."""
-    hw = ARCH[arch]
+    hw = machine(arch, "int4 weights: no tensor-core operand layout")
     m, n, k = problem
     block_n, block_k = WARPGROUP_ROWS * warpgroups, packed.tile_kn()[0]
     smem = smem_bytes(block_n, block_t, block_k, stages, arch)
-    if smem > hw["smem"]:
+    if smem > hw.shared_per_block:
         return None
     acc_regs = block_n * block_t // (32 * 4 * warpgroups)
     # the accumulator, this step's fp16 operand and the previous one's (kept alive for the async wgmma), the words
     regs = acc_regs + packed.values_per_thread + packed.words_per_thread + 40
-    if arch == 80:  # mma.sync's A: every warp holds the whole X tile's fragment
+    if not wgmma_path(arch):  # mma.sync's A: every warp holds the whole X tile's fragment
         regs += block_t * block_k // 64
     if regs > 255:
         return None
     tiles = -(-n // block_n) * -(-m // block_t) * split
-    fits = max(1, min(hw["smem"] // smem, REG_FILE // (128 * warpgroups * regs), 2048 // (128 * warpgroups)))
-    resident = min(fits, -(-tiles // hw["sms"]))  # CTAs sharing an SM in the busiest wave
+    fits = max(1, min(hw.shared_per_block // smem, architecture(arch).registers_per_sm // (128 * warpgroups * regs), 2048 // (128 * warpgroups)))
+    resident = min(fits, -(-tiles // hw.sms))  # CTAs sharing an SM in the busiest wave
     step_bytes = block_t * block_k * 2 + block_n * block_k // 2 + block_n * 2
-    mma = resident * block_n * block_t * block_k * 2 / hw["flops"]
+    mma = resident * block_n * block_t * block_k * 2 / hw.tensor_flops
     dequant = resident * warpgroups * packed.words_per_thread * 20  # per scheduler: its warps' instructions
     in_flight = resident * (stages - 1) * step_bytes
-    copy = resident * step_bytes / min(hw["l2_bw"], in_flight / hw["latency"])
+    copy = resident * step_bytes / min(hw.l2_bandwidth, in_flight / hw.memory_latency)
     step = max(mma, dequant, copy) + 64
-    reduce = 0.0 if split == 1 else resident * block_t * block_n * 4 * 2 / hw["l2_bw"] + 2 * hw["latency"]
-    wave = (k // block_k // split) * step + hw["latency"] + resident * block_t * block_n * 2 / hw["l2_bw"] + reduce
-    waves = -(-tiles // (hw["sms"] * resident))
-    dram = (n * k // 2 + (k // packed.group) * n * 2 + m * k * 2 + m * n * 2) / hw["dram_bw"]
+    reduce = 0.0 if split == 1 else resident * block_t * block_n * 4 * 2 / hw.l2_bandwidth + 2 * hw.memory_latency
+    wave = (k // block_k // split) * step + hw.memory_latency + resident * block_t * block_n * 2 / hw.l2_bandwidth + reduce
+    waves = -(-tiles // (hw.sms * resident))
+    dram = (n * k // 2 + (k // packed.group) * n * 2 + m * k * 2 + m * n * 2) / hw.dram_bandwidth
     total = max(waves * wave, dram)
     return total, {"wave_cycles": wave, "reduce_cycles": reduce, "waves": waves, "resident": resident, "step_mma": mma,
                    "step_dequant": dequant, "step_copy": copy, "dram_cycles": dram, "smem_bytes": smem,
@@ -512,8 +511,9 @@ def plans(arch: int, problem: tuple[int, int, int], group: int = 128, keep: int 
     out: list[QuantPlan] = []
     layouts: dict[int, WeightLayout] = {}
     # sm_90: 1 or 2 warpgroups, wgmma's N from 8; sm_80: 4 warps along N, mma.sync's M from 16
-    tokens = (8, 16, 32, 64, 128, 256) if arch == 90 else (16, 32, 64, 128)
-    for wg in (1, 2) if arch == 90 else (1,):
+    hopper = wgmma_path(arch)
+    tokens = (8, 16, 32, 64, 128, 256) if hopper else (16, 32, 64, 128)
+    for wg in (1, 2) if hopper else (1,):
         if n % (WARPGROUP_ROWS * wg):
             continue
         for bt, split in itertools.product(tokens, (1, 2, 4)):
@@ -530,7 +530,7 @@ def plans(arch: int, problem: tuple[int, int, int], group: int = 128, keep: int 
                     layouts[wg] = derive(arch, WARPGROUP_ROWS * wg, bk, 4 * wg, group)
                 lay = layouts[wg]
                 wpt = lay.words_per_thread
-                if arch == 90:
+                if hopper:
                     acc = MmaAccumulator((3, 0), (4 * wg, 1), (16, bt, 16))
                     x_sh: NVMMAShared | SwizzledShared = choose_nvmma_swizzle(bt, bk, 2)[0]
                     w_sh: NVMMAShared | SwizzledShared = NVMMAShared(

@@ -35,16 +35,17 @@ from sb3_contrib.common.maskable.policies import MaskableActorCriticPolicy
 from torch import nn
 
 from kbuild import __version__
+from kbuild.arch import DEFAULT_SM, find
 from kbuild.errors import UsageError
 from kbuild.fsutil import write_atomic
 from kbuild.jsonio import load_json
 
 CHECKPOINT_FORMAT = 1
 SHIPPED_DIR = Path(__file__).resolve().parent / "policies"
-SHIPPED_CHECKPOINT = SHIPPED_DIR / "ppo_suite_sm90.zip"
-"""The default PPO starting point when present. None is shipped yet: on the cost model a pretrained policy did
-not beat scratch PPO (benchmarks/results/ppo_compare_cpu_model), so PPO starts from scratch unless given one.
-A checkpoint placed here must come with a README saying how it was made (``benchmarks/ppo_pretrain.py``)."""
+"""Where the default PPO starting points live, one per architecture, named by its row's ``ppo_checkpoint``
+(:mod:`kbuild.arch`: ``ppo_suite_sm90.zip``). None is shipped yet: on the cost model a pretrained policy did not
+beat scratch PPO (benchmarks/results/ppo_compare_cpu_model), so PPO starts from scratch unless given one. A
+checkpoint placed here must come with a README saying how it was made (``benchmarks/ppo_pretrain.py``)."""
 
 
 def env_layout(env: Any) -> tuple[int, int, int]:
@@ -231,6 +232,10 @@ def load_into(policy: InstructionPolicy, path: str | Path) -> dict[str, Any]:
     return meta
 
 
-def default_checkpoint() -> Path | None:
-    """The shipped checkpoint when present, else None (PPO then starts from scratch)."""
-    return SHIPPED_CHECKPOINT if SHIPPED_CHECKPOINT.is_file() else None
+def default_checkpoint(sm: int = DEFAULT_SM) -> Path | None:
+    """The checkpoint shipped for ``sm_<sm>`` (its row's ``ppo_checkpoint`` under :data:`SHIPPED_DIR`) when
+    present, else None (PPO then starts from scratch)."""
+    row = find(sm)
+    name = row.ppo_checkpoint if row is not None else None
+    path = SHIPPED_DIR / name if name else None
+    return path if path is not None and path.is_file() else None

@@ -25,6 +25,7 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from kbuild.arch import DEFAULT_SM
 from kbuild.fsutil import write_atomic
 from kbuild.tune.env import SassScheduleEnv
 
@@ -45,7 +46,7 @@ class SuiteCubin:
     config: str
 
 
-def suite_cubins(cache_dir: str | Path, *, names: Sequence[str] | None = None, arch: int = 90,
+def suite_cubins(cache_dir: str | Path, *, names: Sequence[str] | None = None, arch: int = DEFAULT_SM,
                  small: bool = True) -> list[SuiteCubin]:
     """The suite kernels' cubins for ``sm_<arch>`` (each spec's first configuration), compiled with
     :func:`kbuild.bench.spec.compile_spec` and cached in ``cache_dir`` under a name that digests the spec

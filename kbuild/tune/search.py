@@ -32,6 +32,7 @@ from typing import Any
 
 import numpy as np
 
+from kbuild.arch import DEFAULT_SM
 from kbuild.tune.env import SassScheduleEnv
 
 ALGORITHMS = ("ppo", "random", "greedy")
@@ -144,15 +145,15 @@ def greedy_search(env: SassScheduleEnv, *, seed: int, min_gain: float = 0.0005) 
     return rec.result("greedy", started)
 
 
-def resolve_policy(policy: str | Path | None) -> Path | None:
-    """The checkpoint ``ppo_search`` starts from: ``DEFAULT_POLICY`` → the shipped one if present (else None),
-    ``None`` or ``"scratch"`` → None, anything else → that path."""
+def resolve_policy(policy: str | Path | None, sm: int = DEFAULT_SM) -> Path | None:
+    """The checkpoint ``ppo_search`` starts from: ``DEFAULT_POLICY`` → the one shipped for ``sm_<sm>`` if present
+    (else None), ``None`` or ``"scratch"`` → None, anything else → that path."""
     if policy is None or policy == "scratch":
         return None
     if policy == DEFAULT_POLICY:
         from kbuild.tune.policy import default_checkpoint
 
-        return default_checkpoint()
+        return default_checkpoint(sm)
     return Path(policy)
 
 
@@ -168,7 +169,8 @@ def ppo_search(env: SassScheduleEnv, *, seed: int, policy: str | Path | None = D
     from kbuild.tune.policy import InstructionPolicy, load_into, policy_kwargs
 
     budget = env.evaluator.budget
-    checkpoint = resolve_policy(policy)
+    cubin = env.schedule.cubin  # None for a synthetic schedule: the default architecture's checkpoint
+    checkpoint = resolve_policy(policy, DEFAULT_SM if cubin is None else cubin.sm)
     rec, started = _Recorder(env), time.monotonic()
 
     class StopAtBudget(BaseCallback):

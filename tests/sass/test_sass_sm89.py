@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import textwrap
@@ -47,8 +48,10 @@ def test_cpu_fuzz_on_ada_and_ampere_cubins(name):
     assert res["moves"] > 100
 
 
-def test_a_new_architecture_is_one_module(tmp_path, monkeypatch):
-    """Drop ``sm<NN>.py`` with a SPEC into the package: the registry serves it, nothing else changes."""
+def test_a_new_architecture_is_one_module_and_one_row(tmp_path, monkeypatch):
+    """Drop ``sm<NN>.py`` with a SPEC into the package and its row into the architecture table: the registry serves
+    it, nothing else changes."""
+    from kbuild import arch
     from kbuild.sass import isa
 
     pkg = tmp_path / "isa_extra"
@@ -56,10 +59,11 @@ def test_a_new_architecture_is_one_module(tmp_path, monkeypatch):
     (pkg / "sm101.py").write_text(textwrap.dedent("""
         from kbuild.sass.isa import ArchSpec, freeze
         from kbuild.sass.isa.sm90 import SPEC as SM90
-        SPEC = ArchSpec(family="sm_101", sms=(101,), table=freeze(dict(SM90.table)), nvinfo=SM90.nvinfo,
-                        latencies=SM90.latencies, nvdisasm_suffix="a")
+        SPEC = ArchSpec(family="sm_101", table=freeze(dict(SM90.table)), nvinfo=SM90.nvinfo)
     """))
     monkeypatch.setattr(isa, "__path__", [*isa.__path__, str(pkg)])
+    row = dataclasses.replace(arch.architecture(90), sm=101, family="sm_101", isa="sm101")
+    monkeypatch.setattr(arch, "TABLE", {**arch.TABLE, 101: row})
     monkeypatch.setattr(isa, "_REGISTRY", None)
     try:
         assert arch_spec(101).family == "sm_101" and 101 in isa.supported_sms()

@@ -17,10 +17,11 @@ from pathlib import Path
 
 import pytest
 
+from kbuild.arch import HOPPER
 from kbuild.errors import UsageError
 from kbuild.tile import kernels
 from kbuild.tile.lang import Tensor, TileError, dequant, load, loop, mma, shared, store, trace, zeros
-from kbuild.tile.mma import ARCH, MmaError
+from kbuild.tile.mma import MmaError
 from kbuild.tile.quant import analyse, dequant_words, derive, packing, plans, register_chain, smem_bytes
 
 np = pytest.importorskip("numpy")
@@ -160,7 +161,7 @@ def test_plans_fit_and_follow_the_token_count() -> None:
     for m in (1, 16, 4096):
         ranked = plans(90, (m, 4096, 4096))
         assert [p.cost for p in ranked] == sorted(p.cost for p in ranked)
-        assert all(p.parts["smem_bytes"] <= ARCH[90]["smem"] for p in ranked)
+        assert all(p.parts["smem_bytes"] <= HOPPER.shared_per_block for p in ranked)
         assert all(p.block_t <= max(8, 2 * m) for p in ranked)
     decode = plans(90, (1, 4096, 4096))[0]
     assert decode.block_t == 8 and decode.split > 1  # decode: the smallest wgmma N, K split over more SMs
@@ -209,7 +210,7 @@ def test_compiles_for_sm90_to_hgmma_fed_by_the_dequantisation(tmp_path: Path) ->
     for cfg, plan in zip(spec.configs, kernel.plans):
         compiled = compile_spec(spec, cfg, 90)
         assert compiled.metadata.num_warps == plan.num_warps
-        assert compiled.metadata.shared <= plan.parts["smem_bytes"] <= ARCH[90]["smem"]
+        assert compiled.metadata.shared <= plan.parts["smem_bytes"] <= HOPPER.shared_per_block
         assert compiled.metadata.shared == smem_bytes(plan.block_n, plan.block_t, plan.block_k, plan.stages)
         sass = _sass(compiled, tmp_path)
         ops = collections.Counter(i.opcode for i in sass)

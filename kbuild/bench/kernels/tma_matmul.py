@@ -13,11 +13,12 @@ from typing import Any
 import triton
 import triton.language as tl
 
+from kbuild.arch import HOPPER, modelled
 from kbuild.bench.space import grid_space
 from kbuild.bench.spec import BenchSpec, Config, Constexpr
 
 #: Programs of the persistent grid: the H200's multiprocessor count. Any value is correct.
-NUM_SMS = 132
+NUM_SMS = HOPPER.sms
 
 
 @triton.jit
@@ -85,5 +86,6 @@ def tma_matmul(small: bool = False) -> BenchSpec:
         signature={"a_ptr": "*fp16:16", "b_ptr": "*fp16:16", "c_ptr": "*fp16:16",
                    "M": "i32:16", "N": "i32:16", "K": "i32:16"},
         constexprs={"NUM_SMS": NUM_SMS}, configs=CONFIGS, space=SPACE, make_inputs=make_inputs, grid=grid,
-        outputs={"c_ptr": None}, flops=2.0 * s ** 3, bytes_moved=2.0 * 3 * s * s, archs=(90,),
+        outputs={"c_ptr": None}, flops=2.0 * s ** 3, bytes_moved=2.0 * 3 * s * s,
+        archs=modelled("wgmma", "tma"),
         reference=reference, needs_allocator=True, description=f"persistent TMA/wgmma matmul, {s}³ fp16, sm_90")

@@ -9,23 +9,25 @@ class for the tuner's features. An opcode that is not in the table is pinned. Th
 deliberately *over*-approximating: reading or writing more registers than the hardware does only
 forbids more moves.
 
-Each :class:`ArchSpec` adds what is per architecture but not per opcode: the SM numbers it covers,
-nvdisasm's name for raw instruction blobs, the cycles of each latency class, and the ``.nv.info``
-attribute tables (:class:`NvInfoAttrs`).
+Each :class:`ArchSpec` adds the ``.nv.info`` attribute tables of its family (:class:`NvInfoAttrs`). What is
+per architecture but not per opcode (the SM numbers a family covers, nvdisasm's arch-specific suffix, the
+cycles of each latency class) is the architecture's row in :mod:`kbuild.arch`, which names the module here
+that holds its table.
 
-**A new architecture is one module**: a file ``sm<NN>.py`` in this package that defines ``SPEC``.
-The registry finds it by name; nothing else in kbuild changes (``sm89.py``, Ada, is the example).
+**A new architecture is one module and one row**: a file ``sm<NN>.py`` in this package that defines ``SPEC``,
+and the row in :data:`kbuild.arch.TABLE` that names it. The registry finds it through the row; nothing else in
+kbuild changes (``sm89.py``, Ada, is the example).
 """
 
 from __future__ import annotations
 
 import importlib
-import pkgutil
 import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
 
+from kbuild.arch import architecture, rows
 from kbuild.errors import UsageError
 
 #: Width derived from modifiers: ``.128`` → 4, ``.64``/``WIDE``/``F64``/``S64``/``U64`` → 2, else 1.
@@ -125,25 +127,33 @@ class NvInfoAttrs:
 
 @dataclass(frozen=True)
 class ArchSpec:
-    """One architecture family: its name, the SM numbers it covers, its opcode table and its per-architecture
-    facts (nvdisasm's name, cycles per latency class, nv.info attributes)."""
+    """One architecture family's SASS: its name, its opcode table and its nv.info attributes. The rows of
+    :data:`kbuild.arch.TABLE` that name the family give the SM numbers, nvdisasm's suffix and the latencies."""
 
     family: str
-    sms: tuple[int, ...]
     table: Mapping[str, OpInfo] = field(repr=False)
     nvinfo: NvInfoAttrs = field(repr=False)
-    #: Cycles until a variable-latency result is ready, per latency class (every class of
-    #: :data:`LATENCY_CLASSES` present).
-    latencies: Mapping[str, int] = field(repr=False)
-    #: Suffix of nvdisasm's ``-b`` architecture name after ``SM<nn>`` (``a`` for sm_90's wgmma/TMA).
-    nvdisasm_suffix: str = ""
+
+    @property
+    def sms(self) -> tuple[int, ...]:
+        """The SM numbers whose row (:mod:`kbuild.arch`) names this family's table."""
+        return tuple(r.sm for r in rows() if r.isa is not None and r.family == self.family)
+
+    @property
+    def latencies(self) -> Mapping[str, int]:
+        """Cycles until a variable-latency result is ready, per latency class (every class of
+        :data:`LATENCY_CLASSES`): the family's rows' (the registry checks that they agree)."""
+        latencies = architecture(self.sms[0]).latencies
+        assert latencies is not None  # the registry refuses a row with a table and no latencies
+        return latencies
 
     def lookup(self, base: str) -> OpInfo | None:
         return self.table.get(base)
 
     def nvdisasm_arch(self, sm: int) -> str:
-        """The ``-b`` argument for raw blobs of ``sm_<sm>`` code, e.g. ``SM86`` or ``SM90a``."""
-        return f"SM{sm}{self.nvdisasm_suffix}"
+        """The ``-b`` argument for raw blobs of ``sm_<sm>`` code, e.g. ``SM86`` or ``SM90a`` (the row's
+        arch-specific suffix)."""
+        return f"SM{sm}{architecture(sm).specific}"
 
     def latency_class(self, base: str) -> str:
         """The cost model's class of an opcode; ``fixed`` for opcodes the table does not know."""
@@ -191,16 +201,21 @@ def feature_class(info: OpInfo | None, *, mem_read: bool, mem_write: bool, sets_
 
 
 def _registry() -> dict[int, ArchSpec]:
-    """Every ``sm<NN>`` module of this package, by the SM numbers its ``SPEC`` covers."""
+    """The ``SPEC`` of the module each row of :data:`kbuild.arch.TABLE` names, by SM number."""
     reg: dict[int, ArchSpec] = {}
-    for mod in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
-        if not re.fullmatch(r"sm\d+", mod.name):
+    for row in rows():
+        if row.isa is None:
             continue
-        spec: ArchSpec = importlib.import_module(f"{__name__}.{mod.name}").SPEC
-        for sm in spec.sms:
-            if sm in reg:
-                raise RuntimeError(f"sm_{sm} is claimed by both the {reg[sm].family} and {spec.family} tables")
-            reg[sm] = spec
+        spec: ArchSpec = importlib.import_module(f"{__name__}.{row.isa}").SPEC
+        if spec.family != row.family:
+            raise RuntimeError(f"{row.name}'s row names the {row.family} family, but {row.isa}.py holds the "
+                               f"{spec.family} table")
+        if row.latencies is None or set(row.latencies) != set(LATENCY_CLASSES):
+            raise RuntimeError(f"{row.name}'s row needs the cycles of every latency class: {LATENCY_CLASSES}")
+        kin = [r for r in rows() if r.family == row.family and r.isa is not None]
+        if any(r.latencies != row.latencies for r in kin):
+            raise RuntimeError(f"the rows of the {row.family} family give it different latencies")
+        reg[row.sm] = spec
     return reg
 
 

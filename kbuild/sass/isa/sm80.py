@@ -107,21 +107,6 @@ TABLE: dict[str, OpInfo] = {
     "TXQ": _pin("texture"),
 }
 
-#: Cycles until a variable-latency result is ready, by latency class. Hopper-ish leads, not
-#: measurements; the same numbers serve every family until one is measured.
-LATENCIES: dict[str, int] = {
-    "fixed": 0,        # fixed-latency ALU: covered by the stall counts
-    "constant": 20,    # LDC
-    "special": 25,     # S2R, CS2R of clocks
-    "mufu": 18,        # MUFU (exp2, rsqrt, ...)
-    "shared": 32,      # LDS, LDSM, shared atomics
-    "tensor": 40,      # HMMA/HGMMA results
-    "global": 500,     # LDG, LDGSTS, ATOMG, TMA
-    "local": 500,      # LDL (spills)
-    "barrier": 20,     # BAR, fences
-    "control": 0,      # branches, EXIT
-}
-
 #: nv.info attributes (design/SASS.md). Seen on sm_80 and sm_90 cubins of Triton 3.6, or documented.
 NVINFO = NvInfoAttrs(
     offset_lists=frozen_map({
@@ -148,5 +133,4 @@ NVINFO = NvInfoAttrs(
     branch_targets=frozenset({0x34}),
 )
 
-SPEC = ArchSpec(family="sm_80", sms=(80, 86, 87), table=freeze(TABLE), nvinfo=NVINFO,
-                latencies=frozen_map(LATENCIES))
+SPEC = ArchSpec(family="sm_80", table=freeze(TABLE), nvinfo=NVINFO)

@@ -16,4 +16,4 @@ TABLE: dict[str, OpInfo] = {
                    tensor=True),
 }
 
-SPEC = ArchSpec(family="sm_89", sms=(89,), table=freeze(TABLE), nvinfo=SM80.nvinfo, latencies=SM80.latencies)
+SPEC = ArchSpec(family="sm_89", table=freeze(TABLE), nvinfo=SM80.nvinfo)

@@ -58,5 +58,4 @@ def async_mma_acc_regs(opcode: str) -> int:
     return n // 4 if "F16" in mods[mods.index(shape) + 1:mods.index(shape) + 2] else n // 2
 
 
-SPEC = ArchSpec(family="sm_90", sms=(90,), table=freeze(TABLE), nvinfo=SM80.nvinfo, latencies=SM80.latencies,
-                nvdisasm_suffix="a")
+SPEC = ArchSpec(family="sm_90", table=freeze(TABLE), nvinfo=SM80.nvinfo)

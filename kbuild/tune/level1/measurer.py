@@ -30,6 +30,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
+from kbuild.arch import DEFAULT_SM, Architecture, architecture, find
 from kbuild.bench.spec import BenchSpec, Config
 from kbuild.tune.measure.backend import GPU_BACKEND, MODEL_BACKEND, KernelRef
 
@@ -93,9 +94,21 @@ class ConfigMeasurer(Protocol):
 #: Assumptions of the cost model (not facts the model checks): an H100/H200-class sm_90 part.
 MODEL_SMS = 132
 MODEL_CLOCK_GHZ = 1.75
-MODEL_SHARED_PER_SM = {80: 164 * 1024, 90: 228 * 1024}
 MODEL_WARPS_PER_SM = 64
-MODEL_REGISTERS_PER_SM = 65536
+
+
+def model_architecture(arch: int) -> Architecture:
+    """The row (:mod:`kbuild.arch`) whose shared memory and registers the cost model allows a CTA on ``sm_<arch>``:
+    the architecture's own where it has a :class:`~kbuild.arch.Part`, else the default architecture's."""
+    row = find(arch)
+    return row if row is not None and row.part is not None else architecture(DEFAULT_SM)
+
+
+def model_shared_per_sm(arch: int) -> int:
+    """Shared memory per SM, in bytes, that the cost model allows on ``sm_<arch>`` (:func:`model_architecture`)."""
+    part = model_architecture(arch).part
+    assert part is not None  # the default architecture is modelled
+    return part.shared_per_sm
 
 
 class ModelConfigMeasurer:
@@ -110,7 +123,7 @@ class ModelConfigMeasurer:
 
     backend = MODEL_BACKEND
 
-    def __init__(self, spec: BenchSpec, *, arch: int = 90, jobs: int | None = None, small: bool = False,
+    def __init__(self, spec: BenchSpec, *, arch: int = DEFAULT_SM, jobs: int | None = None, small: bool = False,
                  python_path: tuple[str, ...] = (), decode: Callable[[bytes], Sequence[Any]] | None = None,
                  pool: CompilerFactory | None = None) -> None:
         from kbuild.tune.measure.model import sass_decoder
@@ -132,7 +145,7 @@ class ModelConfigMeasurer:
             return Prepared("compile-error", compiled.compile_s, error=compiled.error)
         if (verdict := racy(compiled)) is not None:
             return verdict
-        limit = MODEL_SHARED_PER_SM.get(self.arch, MODEL_SHARED_PER_SM[90])
+        limit = model_shared_per_sm(self.arch)
         if compiled.shared > limit:
             return Prepared("launch-error", compiled.compile_s,
                             error=f"out of resources: shared memory {compiled.shared} > {limit} bytes per SM "
@@ -151,9 +164,9 @@ class ModelConfigMeasurer:
         w = config.num_warps * config.num_ctas
         per_sm = [MODEL_WARPS_PER_SM // w]
         if shared:
-            per_sm.append(MODEL_SHARED_PER_SM.get(self.arch, MODEL_SHARED_PER_SM[90]) // shared)
+            per_sm.append(model_shared_per_sm(self.arch) // shared)
         if config.maxnreg:
-            per_sm.append(MODEL_REGISTERS_PER_SM // (config.maxnreg * 32 * w))
+            per_sm.append(model_architecture(self.arch).registers_per_sm // (config.maxnreg * 32 * w))
         ctas_per_sm = max(1, min(per_sm))
         gx, gy, gz = self.spec.grid(self.spec.all_constexprs(config))
         ctas = gx * gy * gz

@@ -20,15 +20,16 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+from kbuild.arch import DEFAULT_SM
 from kbuild.sass.control import NO_BARRIER
 from kbuild.sass.isa import ArchSpec, arch_spec
 
 from .backend import K_SEARCH, MODEL_BACKEND, CheckResult, KernelRef, LoadInfo, TimeResult
 from .cubin import control, cubin_digest, text_sections
 
-#: Cycles until a variable-latency result is ready, by latency class: the sm_90 ISA table's
-#: (:attr:`kbuild.sass.isa.ArchSpec.latencies`; Hopper-ish leads, not measurements).
-DEFAULT_LATENCIES: dict[str, int] = dict(arch_spec(90).latencies)
+#: Cycles until a variable-latency result is ready, by latency class: the default architecture's
+#: (:data:`kbuild.arch.DEFAULT_SM`'s row; Hopper-ish leads, not measurements).
+DEFAULT_LATENCIES: dict[str, int] = dict(arch_spec(DEFAULT_SM).latencies)
 #: Cycles until a store or other reader releases its read scoreboard (its sources were read).
 READ_RELEASE = 8
 
