@@ -69,6 +69,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from kbuild.distributions import located_files, owners, providers, record_file
 from kbuild.fsutil import write_atomic
 from kbuild.jsonio import read_json_file
 
@@ -255,28 +256,18 @@ def _under(path: str, dirs: Iterable[str]) -> bool:
 
 
 def _distribution_files(top: str, cache: dict[str, list[tuple[Any, set[str]]]],
-                        owners: Mapping[str, list[str]]) -> list[tuple[Any, set[str]]]:
-    """The installed distributions that provide the top-level module ``top``, each with its files."""
+                        table: Mapping[str, Sequence[str]]) -> list[tuple[Any, set[str]]]:
+    """The installed distributions that provide the top-level module ``top``, each with its files (``table``:
+    :func:`kbuild.distributions.owners`)."""
     if top not in cache:
-        from importlib import metadata
-
-        found = []
-        for name in owners.get(top, []):
-            try:
-                dist = metadata.distribution(name)
-            except metadata.PackageNotFoundError:
-                continue
-            files = {os.path.normpath(os.path.abspath(str(dist.locate_file(p)))) for p in dist.files or []}
-            found.append((dist, files))
-        cache[top] = found
+        cache[top] = [(dist, {os.path.normpath(os.path.abspath(f)) for f in located_files(dist)})
+                      for dist in providers(top, table)]
     return cache[top]
 
 
 def _record_of(dist: Any) -> Path | None:
-    for p in dist.files or []:
-        if p.name == "RECORD" and p.parent.name.endswith(".dist-info"):
-            return Path(os.path.abspath(str(dist.locate_file(p))))
-    return None
+    record = record_file(dist)
+    return Path(os.path.abspath(record)) if record is not None else None
 
 
 def _where(spec: Any) -> Any:
@@ -330,12 +321,10 @@ def _loaded_code(settings: Any, roots: Iterable[str]) -> dict[str, Any] | None:
     """Loose files (sha256), distributions (their ``RECORD``) and top-level locations of the modules
     in the import closure of ``roots`` (the kernels' modules) outside the standard library; None when
     some file cannot be read."""
-    from importlib import metadata
-
     from kbuild.emit import kernel_sources
 
     std, sites = _stdlib_dirs()
-    owners = metadata.packages_distributions()
+    table = owners()  # read once: it walks every installed distribution
     dist_cache: dict[str, list[tuple[Any, set[str]]]] = {}
     files: dict[str, str] = {}
     dists: dict[str, dict[str, str]] = {}
@@ -357,7 +346,7 @@ def _loaded_code(settings: Any, roots: Iterable[str]) -> dict[str, Any] | None:
                 except (ImportError, ValueError):
                     return None
             tops[top] = _where(spec)
-        owner = next(((d, fs) for d, fs in _distribution_files(top, dist_cache, owners) if path in fs), None)
+        owner = next(((d, fs) for d, fs in _distribution_files(top, dist_cache, table) if path in fs), None)
         record = _record_of(owner[0]) if owner is not None else None
         if owner is not None and record is not None:
             dist = owner[0]

@@ -231,25 +231,17 @@ def _config_values(spec: KernelSettings, point: dict[str, Any]) -> dict[str, Any
 
 def source_distribution(spec: KernelSettings, fn: Any) -> dict[str, str] | None:
     """``{"name", "version"}`` of the installed distribution whose files hold the kernel's module (a kernel
-    imported from site-packages); None for a kernel of the project (its key stays what it was)."""
-    import importlib.metadata as md
+    imported from site-packages, :func:`kbuild.distributions.distribution_of`); None for a kernel of the project
+    (its key stays what it was)."""
     import sys
+
+    from kbuild.distributions import distribution_of
 
     mod = sys.modules.get(getattr(fn, "__module__", "") or spec.module)
     path = getattr(mod, "__file__", None)
     if not isinstance(path, str):
         return None
-    real = os.path.realpath(path)
-    top = spec.module.partition(".")[0]
-    for name in md.packages_distributions().get(top, []):
-        try:
-            dist = md.distribution(name)
-        except md.PackageNotFoundError:
-            continue
-        for f in dist.files or []:
-            if os.path.realpath(str(dist.locate_file(f))) == real:
-                return {"name": str(dist.metadata["Name"]), "version": str(dist.version)}
-    return None
+    return distribution_of(path, spec.module.partition(".")[0])
 
 
 def _keys(spec: KernelSettings, target: Target, shash: str, toolchain: dict[str, str], tuner: dict[str, Any] | None,

@@ -454,8 +454,9 @@ def kernel_sources(settings: Settings) -> list[Path]:
 def installed_sources(top: str) -> list[Path] | None:
     """The ``.py`` files of the top-level package or module ``top`` as Python finds it on ``sys.path`` (without
     importing it), and the ``RECORD`` of each installed distribution that provides it; None when not found."""
-    import importlib.metadata as md
     import importlib.util
+
+    from kbuild.distributions import providers, record_file
 
     try:
         spec = importlib.util.find_spec(top)
@@ -470,14 +471,10 @@ def installed_sources(top: str) -> list[Path] | None:
         files.add(Path(spec.origin).resolve())
     if not files:
         return None
-    for name in md.packages_distributions().get(top, []):
-        try:
-            dist = md.distribution(name)
-        except md.PackageNotFoundError:
-            continue
-        for f in dist.files or []:
-            if f.name == "RECORD" and f.parent.name.endswith(".dist-info"):
-                files.add(Path(str(dist.locate_file(f))).resolve())
+    for dist in providers(top):
+        record = record_file(dist)
+        if record is not None:
+            files.add(Path(record).resolve())
     return sorted(files)
 
 
