@@ -10,7 +10,7 @@ kernels without a level-1 space, so that the budget bounds the time) for ``sm_90
 cache, into a local HTTP tier: a small WebDAV server started here (GET/PUT/HEAD/DELETE and MOVE, as leases
 need; this script's :class:`DavHandler`), so no nginx is needed on the GPU host.
 
-1. **single**: :func:`kbuild.hooks.prewarm.prewarm` in this process (compile, tune on the GPU, store).
+1. **single**: :func:`kbuild.build.prewarm.prewarm` in this process (compile, tune on the GPU, store).
 2. **ray**: ``ray start --head --num-gpus 1 --resources '{"kbuild_sm_90": 1}'``, then
    :func:`kbuild.prewarm.ray_engine.prewarm_ray` (compile task, then the tune on a tune worker holding the GPU, under a lease, store),
    then ``ray stop``. The Ray cluster's start is timed apart (``ray_start_s``) and not counted as overhead: a
@@ -170,14 +170,14 @@ def _level1_tried(art: Any) -> int | None:
 
 
 def run_single(settings: Any, kernels: list[str], remote: str, dry_run: bool = False) -> dict[str, Any]:
-    from kbuild.hooks.prewarm import prewarm, summary
+    from kbuild.build.prewarm import prewarm, summary
 
     tuner = None
     if dry_run:  # the cost model in this process, the pipeline told that a GPU is here
-        import kbuild.hooks.pipeline as pipeline
+        import kbuild.build.tunable as tunable
         from kbuild.prewarm.ray_engine import model_tuner
 
-        pipeline.has_gpu = lambda cc: True  # type: ignore[assignment]
+        tunable.has_gpu = lambda cc: True  # type: ignore[assignment]
         tuner = model_tuner
     t0 = time.perf_counter()
     builds = prewarm(settings, targets=["sm_90"], kernels=kernels, remote=remote, strict=True, tuner=tuner)
@@ -242,7 +242,7 @@ def run_ray(settings: Any, kernels: list[str], remote: str, env: dict[str, str],
         result = prewarm_ray(settings, address=address, targets=["sm_90"], kernels=kernels, remote=remote,
                              ship=ship, backend="gpu", tuner=model_tuner if dry_run else None)
         wall = time.perf_counter() - t1
-    from kbuild.hooks.prewarm import with_remote
+    from kbuild.build.prewarm import with_remote
 
     tune_s, tried = {}, {}
     with shared_store(with_remote(settings, remote)) as store:

@@ -169,18 +169,6 @@ def c_type(ty: str) -> str:
     raise KeyError(ty)
 
 
-def kernels_from_builds(builds: Iterable[Any]) -> list[EmitKernel]:
-    """Group pipeline results (:class:`kbuild.hooks.pipeline.KernelBuild`) by kernel."""
-    grouped: dict[str, list[Any]] = {}
-    sources: dict[str, str] = {}
-    grids: dict[str, tuple[str, ...]] = {}
-    for b in builds:
-        grouped.setdefault(b.spec.name, []).append((b.target, b.artefact))
-        sources[b.spec.name] = b.spec.source
-        grids[b.spec.name] = tuple(b.spec.grid)
-    return [EmitKernel(name, sources[name], tuple(images), grids[name]) for name, images in grouped.items()]
-
-
 _HEX = [f"0x{b:02x}" for b in range(256)]
 
 
@@ -485,4 +473,4 @@ def write_files(out_dir: str | os.PathLike[str], files: Mapping[str, bytes], *, 
 
 
 __all__ = ["C_TYPES", "EmitError", "EmitKernel", "c_type", "cuda_include_dir", "installed_sources", "kernel_sources",
-           "kernels_from_builds", "render_sources", "write_files"]
+           "render_sources", "write_files"]

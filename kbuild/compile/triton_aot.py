@@ -747,7 +747,7 @@ def _wgmma_hazards(settings: Settings, cubin: bytes, symbol: str, ptx: str | Non
     """:mod:`kbuild.sass.hazards` on a cubin (of an architecture with wgmma) with a register-operand wgmma, with a
     warning when it finds a race: Triton 3.6 pipelines such a wgmma over registers the next iteration overwrites
     (triton-lang/triton#9433), and the results then depend on timing. The cubin is what Triton produced: under
-    ``wgmma_hazards = "error"`` the pipeline refuses it (:func:`kbuild.hooks.pipeline.refuse_wgmma_hazards`), and a
+    ``wgmma_hazards = "error"`` the pipeline refuses it (:func:`kbuild.build.hazards.refuse_wgmma_hazards`), and a
     check that cannot run here is an error instead of a skip."""
     try:
         from kbuild.sass.hazards import WGMMA_RACE_ISSUE, recorded, register_wgmma_hazards

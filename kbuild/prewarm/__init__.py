@@ -1,7 +1,7 @@
 """kbuild.prewarm: prewarming a fleet — ``kbuild prewarm --ray``, one Ray task per kernel × target.
 
-This package owns the distributed prewarm; the single-machine one stays in :mod:`kbuild.hooks.prewarm`, and
-both run the same pipeline phases (:mod:`kbuild.hooks.pipeline`: resolve and key, compile, tune, store).
+This package owns the distributed prewarm; the single-machine one is :mod:`kbuild.build.prewarm`, and
+both run the same pipeline phases (:mod:`kbuild.build`: resolve and key, compile, tune, store).
 
 * :mod:`kbuild.prewarm.ray_engine` — the driver (:func:`~kbuild.prewarm.ray_engine.prewarm_ray`), the compile
   task (any CPU worker; stores the baseline in the shared tier) and the tune (one GPU of the target's compute

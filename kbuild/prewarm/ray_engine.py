@@ -3,7 +3,7 @@
 **The driver** (:func:`prewarm_ray`, on the machine that runs ``kbuild prewarm``) first checks that a Ray cluster
 answers at the address within ``connect_timeout`` (:func:`check_cluster`, :mod:`kbuild.prewarm.address`:
 ``ray.init`` alone retried an address nobody answers at for minutes), then resolves every kernel and
-computes its keys exactly as a build does (:func:`kbuild.hooks.pipeline.specs_and_keys`), looks the tuned keys
+computes its keys exactly as a build does (:func:`kbuild.build.resolve.specs_and_keys`), looks the tuned keys
 up in the shared writable tier, and for each one missing:
 
 1. submits a compile task (:func:`_compile_task`; one CPU, any node): the baseline from the shared tier, or
@@ -16,7 +16,7 @@ up in the shared writable tier, and for each one missing:
    resource (at most one per entry) as the run starts, so they import what a tune needs while the baselines
    compile, and each then tunes entry after entry (:func:`_tune_task`): it takes a lease on the tuned key in the
    shared tier (:mod:`kbuild.cache.lease`; renewed while it works), looks the key up again, tunes
-   (:func:`kbuild.hooks.pipeline.gpu_tuner`, or the CPU cost model with ``backend="model"``), puts the result
+   (:func:`kbuild.build.tuning.tune_build`, or the CPU cost model with ``backend="model"``), puts the result
    into the shared tier at once and gives the lease up. A target's workers are killed once it has no more work.
 
 **Kernels with a configuration space** (level 1, :mod:`kbuild.tune.level1`): the tune (on its worker) runs the racing
@@ -223,7 +223,7 @@ def _where() -> dict[str, Any]:
 
 
 def _build(settings: Settings, kernel: str, target: str, backend: str) -> Any:
-    from kbuild.hooks.pipeline import resolve, select_targets
+    from kbuild.build.resolve import resolve, select_targets
 
     (b,) = resolve(settings, [settings.kernel(kernel)], select_targets(settings, [target]))
     if backend == "model" and b.tuned_key is not None:
@@ -237,7 +237,7 @@ def compile_baseline(settings: Settings, kernel: str, target: str) -> Any:
 
 
 def _compile(settings: Settings, kernel: str, target: str) -> tuple[Any, bool]:
-    from kbuild.hooks.pipeline import compile_baselines
+    from kbuild.build.baselines import compile_baselines
 
     b = _build(settings, kernel, target, "gpu")
     compiled = False
@@ -350,9 +350,9 @@ def _tune_entry(settings: Settings, kernel: str, target: str, baseline: Any, rec
 
 
 def _gpu_tuner(settings: Settings, b: Any, *, pool: Any = None) -> Any:
+    from kbuild.build.tuning import tune_build
     from kbuild.device.probe import has_gpu, local_gpus
     from kbuild.errors import GPUUnavailableError
-    from kbuild.hooks.pipeline import gpu_tuner
 
     if not has_gpu(b.target.cc):
         have = ", ".join(f"{g.name} (sm_{g.cc})" for g in local_gpus()) or "none"
@@ -360,34 +360,23 @@ def _gpu_tuner(settings: Settings, b: Any, *, pool: Any = None) -> Any:
     if not b.spec.bench:
         raise UsageError(f"kernel {b.spec.name!r} has no bench spec ([tool.kbuild.kernels] bench); it cannot be "
                          "measured")
-    return gpu_tuner(settings, b, pool=pool)
+    return tune_build(settings, b, pool=pool)
 
 
 def model_tuner(settings: Settings, b: Any, *, pool: Any = None) -> Any:
-    """The cost-model stand-in (CPU); its artefact is labelled ``"measure": "cost-model"``.
+    """The cost-model stand-in (CPU): :func:`kbuild.build.tuning.tune_build` with ``measure="model"``, its artefact
+    labelled ``"measure": "cost-model"``.
 
     A kernel without a configuration space: the SASS search on the default configuration's baseline, judged by
     the cost model (by the acceptance rule, the artefact holds the baseline). One with a space: both levels on
-    the cost model (:func:`kbuild.hooks.pipeline._two_level_tuner` with ``measure="model"``), level 1 compiling
-    in ``pool`` (a :data:`kbuild.tune.level1.compile.CompilerFactory`; None: a process pool here, as the
-    single-process prewarm does); the artefact holds the configuration the model ranked first."""
+    the cost model, level 1 compiling in ``pool`` (a :data:`kbuild.tune.level1.compile.CompilerFactory`; None: a
+    process pool here, as the single-process prewarm does); the artefact holds the configuration the model ranked
+    first."""
+    from kbuild.build.tuning import tune_build
     from kbuild.cache import Artefact
-    from kbuild.hooks.pipeline import _two_level_tuner, tuned_artefact
-    from kbuild.tune.api import tune
     from kbuild.tune.measure.backend import MODEL_BACKEND
 
-    started = time.time()
-    base = b.artefact
-    if len(b.space) > 1:
-        python_path = tuple(str(settings.project_dir / p) for p in settings.python_path)
-        art = _two_level_tuner(settings, b, python_path, pool=pool, measure="model")
-        return Artefact.create(key=art.key, cubin=art.cubin, meta={**art.meta, "measure": MODEL_MEASURE,
-                                                                    "backend": MODEL_BACKEND})
-    result = tune(base.cubin, kernel=base.meta.get("symbol"), backend=None, algorithms=(settings.algorithm,),
-                  evaluations=settings.budget.evaluations, seconds=settings.budget.seconds, seed=settings.seed,
-                  kinds=tuple(settings.kinds), policy=None)
-    art = tuned_artefact(b, result.cubin, accepted=result.decision.accepted, speedup=result.decision.speedup,
-                         reason=result.decision.reason, report=result.report(), seconds=time.time() - started)
+    art = tune_build(settings, b, measure="model", pool=pool)
     return Artefact.create(key=art.key, cubin=art.cubin, meta={**art.meta, "measure": MODEL_MEASURE,
                                                                 "backend": MODEL_BACKEND})
 
@@ -469,8 +458,8 @@ def prewarm_ray(settings: Settings, *, address: str | None = None, targets: Sequ
 
     ``address`` and ``lease_seconds`` are held to the settings model's rules (:func:`kbuild.config.apply_flag`),
     and, when this call starts Ray, the address to :func:`check_cluster`'s, before any kernel is imported."""
-    from kbuild.hooks.pipeline import select_kernels, select_targets, specs_and_keys
-    from kbuild.hooks.prewarm import with_remote
+    from kbuild.build.prewarm import with_remote
+    from kbuild.build.resolve import select_kernels, select_targets, specs_and_keys
 
     if backend not in ("gpu", "model"):
         raise UsageError(f"--backend: expected gpu or model, got {backend!r}")

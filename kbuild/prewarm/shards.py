@@ -3,7 +3,7 @@ compiled by Ray CPU tasks on the cluster's nodes, a few per task, while its one 
 
 **What runs where.** For a kernel that declares a configuration space (``space`` or ``configs`` in
 ``[tool.kbuild.kernels]``, :mod:`kbuild.space`), the tune of a kernel × target (on a tune worker holding one GPU of the target, :mod:`kbuild.prewarm.workers`) runs the two-level search as a single machine does
-(:func:`kbuild.hooks.pipeline.gpu_tuner`; the cost model's :func:`~kbuild.prewarm.ray_engine.model_tuner`), with
+(:func:`kbuild.build.tuning.tune_build`; the cost model's :func:`~kbuild.prewarm.ray_engine.model_tuner`), with
 one change: level 1's measurer gets a :class:`ShardPool` instead of the local process pool
 (:class:`kbuild.tune.level1.compile.CompilePool`). When the racing search proposes a batch of configurations
 (``prefetch``), the pool cuts the new ones into shards and submits each as a Ray task asking for one CPU and

@@ -40,7 +40,7 @@ from typing import Any
 
 #: What a worker imports when it starts, before its first entry (the tune's pipeline, the SASS search and its
 #: measurement client, level 1's shard pool, Triton's compiler): what the first tune task paid for before it could start.
-WARM_MODULES = ("kbuild.hooks.pipeline", "kbuild.tune.api", "kbuild.tune.measure.client", "kbuild.tune.two_level",
+WARM_MODULES = ("kbuild.build.pipeline", "kbuild.tune.api", "kbuild.tune.measure.client", "kbuild.tune.two_level",
                 "kbuild.prewarm.shards", "triton.compiler")
 
 
@@ -63,7 +63,7 @@ class TuneWorker:
             importlib.import_module(name)
         warm_error = None
         if settings is not None and kernels:
-            from kbuild.hooks.pipeline import resolve
+            from kbuild.build.resolve import resolve
 
             here = on_node(settings, shipped)
             try:

@@ -1,6 +1,6 @@
 """The run-time side of the key: what Triton's JIT specialised a call to, in kbuild's declaration terms.
 
-At build time :mod:`kbuild.hooks.pipeline` keys a kernel from its ``[tool.kbuild.kernels]``
+At build time :mod:`kbuild.build.resolve` keys a kernel from its ``[tool.kbuild.kernels]``
 declaration (:func:`kbuild.key.kernel_key`). At run time Triton 3.6 describes the same facts in
 its own terms, as handed to ``knobs.runtime.jit_post_compile_hook``:
 

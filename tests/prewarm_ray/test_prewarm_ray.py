@@ -138,7 +138,7 @@ def test_a_node_killed_mid_tune_and_a_gpu_fault_still_store_every_entry_once(set
 
 
 def _store(settings: Any, remote: str) -> Any:
-    from kbuild.hooks.prewarm import with_remote
+    from kbuild.build.prewarm import with_remote
 
     return shared_store(with_remote(settings, remote))
 

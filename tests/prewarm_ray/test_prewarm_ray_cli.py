@@ -68,7 +68,7 @@ def test_the_shipped_kbuild_is_laid_out_as_a_wheel(tmp_path: Path) -> None:
     for name in MAPPED_SUBPACKAGES:  # inside, not beside it, as a checkout keeps them
         assert (staged / name).is_dir() and not (staged / name).is_symlink()
     assert (staged / "cache" / "lease.py").read_bytes() == (Path(kbuild.cache.__file__).parent / "lease.py").read_bytes()
-    assert (staged / "hooks" / "pipeline.py").is_file()
+    assert (staged / "hooks" / "backend.py").is_file() and (staged / "build" / "pipeline.py").is_file()
     assert not list(staged.rglob("__pycache__")) and not list(staged.rglob("*.pyc"))
 
 

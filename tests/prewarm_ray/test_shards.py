@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
+from kbuild.build.prewarm import with_remote
 from kbuild.config import load_settings
-from kbuild.hooks.prewarm import with_remote
 from kbuild.prewarm.ray_engine import prewarm_ray, shared_store
 from kbuild.prewarm.shards import MAX_SHARD_CONFIGS, shard_size
 
@@ -45,7 +45,7 @@ def settings(example_project: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: P
 def _single_process(settings: Any) -> Any:
     """The entry as one process tunes it: the baseline compiled here, level 1 compiling in the local process pool
     (:class:`kbuild.tune.level1.compile.CompilePool`), the cost model judging both levels."""
-    from kbuild.hooks.pipeline import compile_baselines
+    from kbuild.build.baselines import compile_baselines
     from kbuild.prewarm.ray_engine import _build, model_tuner
 
     b = _build(settings, KERNEL, TARGET, "model")

@@ -6,7 +6,8 @@ into the writable tiers the moment it exists, so an interrupted prewarm loses at
 in progress and a re-run resumes; a re-run after a complete one finds everything and does nothing.
 
 The keys are the ones the project's builds look up, so CI machines without a GPU then ship the
-tuned code. This is the pipeline of :mod:`kbuild.hooks.pipeline` with tuning on a miss switched on.
+tuned code. This is the pipeline of :mod:`kbuild.build.pipeline` with tuning on a miss switched on; the
+distributed one (``kbuild prewarm --ray``) is :mod:`kbuild.prewarm`.
 """
 
 from __future__ import annotations
@@ -17,7 +18,9 @@ from typing import Any
 
 from kbuild.config import RemoteSettings, Settings
 from kbuild.errors import UsageError
-from kbuild.hooks.pipeline import KernelBuild, Tuner, run_pipeline
+
+from .kernel_build import KernelBuild, Tuner
+from .pipeline import run_pipeline
 
 
 def with_remote(settings: Settings, url: str | None) -> Settings:
