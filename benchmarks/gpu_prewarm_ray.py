@@ -29,7 +29,7 @@ The level-1 screening is bounded by the seconds (45% of ``--seconds``), so both 
 what the shards change is how many configurations that time screens (``level1_tried`` per entry, both modes).
 
 ``--dry-run`` (CPU, no GPU): both modes tune with the cost model
-(:func:`kbuild.prewarm.ray_engine.model_tuner`; the single mode with a GPU faked for the pipeline's check), the
+(:func:`kbuild.prewarm.tasks.model_tuner`; the single mode with a GPU faked for the pipeline's check), the
 cluster started with ``ray.cluster_utils.Cluster`` (its own processes, stopped by their ids) instead of
 ``ray start``/``ray stop --force``, which would stop every Ray process of the machine. The ray mode keeps the GPU
 run's shape: ``backend="gpu"`` with the model as its tuner, and the head declares one (stand-in) GPU, so its tune
@@ -175,7 +175,7 @@ def run_single(settings: Any, kernels: list[str], remote: str, dry_run: bool = F
     tuner = None
     if dry_run:  # the cost model in this process, the pipeline told that a GPU is here
         import kbuild.build.tunable as tunable
-        from kbuild.prewarm.ray_engine import model_tuner
+        from kbuild.prewarm.tasks import model_tuner
 
         tunable.has_gpu = lambda cc: True  # type: ignore[assignment]
         tuner = model_tuner
@@ -233,7 +233,8 @@ def head(env: dict[str, str], dry_run: bool) -> Any:
 
 def run_ray(settings: Any, kernels: list[str], remote: str, env: dict[str, str], ship: bool = True,
             dry_run: bool = False) -> dict[str, Any]:
-    from kbuild.prewarm.ray_engine import model_tuner, prewarm_ray, shared_store
+    from kbuild.prewarm.ray_engine import prewarm_ray
+    from kbuild.prewarm.tasks import model_tuner, shared_store
 
     t0 = time.perf_counter()
     with head(env, dry_run) as address:

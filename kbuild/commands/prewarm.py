@@ -45,7 +45,7 @@ def run(args: argparse.Namespace) -> int:
     if args.ray_resources:
         import json
 
-        from kbuild.prewarm.ray_engine import node_resources
+        from kbuild.prewarm.node import node_resources
 
         print(json.dumps(node_resources()))
         return 0

@@ -20,7 +20,8 @@ import pytest
 
 import kbuild.extras
 from kbuild.cli import main
-from kbuild.prewarm.ray_engine import model_key, resource_name
+from kbuild.prewarm.node import resource_name
+from kbuild.prewarm.tasks import model_key
 
 
 def test_without_the_ray_extra_it_names_the_extra(example_project: Path, monkeypatch: pytest.MonkeyPatch,
