@@ -1,7 +1,8 @@
 """The settings model: the one place that reads ``[tool.kbuild]`` and ``KBUILD_*`` variables.
 
 Every setting is a field of a frozen dataclass below, with a docstring (the string literal
-under the field) that the schema and ``kbuild config`` show. Field metadata says:
+under the field) that the JSON schema carries (:func:`json_schema`; committed as
+``kbuild/schema/kbuild.schema.json``, ``python -m kbuild.schema`` prints it). Field metadata says:
 
 * ``env``: the ``KBUILD_*`` variable that overrides it (environment beats pyproject);
 * ``key``: whether the value changes the shipped machine code, so that :mod:`kbuild.key`

@@ -16,9 +16,9 @@ configuration with the same seed as the single-process prewarm (tests/prewarm_ra
 
 **Why only the compiles are spread, and the racing stays inside one GPU task.** Level 1 decides by comparing
 times, and those comparisons are only meaningful within one GPU run: on the H200 a compute-bound matmul's
-back-to-back ``do_bench`` medians spread by 44 %, drifting with clocks and power
-(``../shared/design/SASS.md``, "Timing on the H200"), while the interleaved A/A spread inside one batch was
-0.11–0.98 % (``benchmarks/results/h200/issue15/README.md``), and the level-1 gains being decided are 1.004× to
+back-to-back ``do_bench`` medians spread by 44 %, drifting with clocks and power (why
+:func:`kbuild.device.timing.time_interleaved` interleaves the variants it compares), while the interleaved A/A
+spread inside one batch was 0.11–0.98 % (``benchmarks/results/h200/issue15/README.md``), and the level-1 gains being decided are 1.004× to
 1.25× (same table). So every configuration's score is its time relative to a reference timed in the same batch
 (:mod:`kbuild.tune.level1.search`), and the final rung times the finalists and the autotune best side by side.
 Timings of shards measured on other GPUs, or in other processes on the same GPU, would be compared across runs:
