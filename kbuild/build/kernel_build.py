@@ -26,17 +26,22 @@ class KernelBuild:
     """One kernel × target through the pipeline."""
 
     spec: KernelSettings
+    """The declaration, resolved against its function (defaults, autotuner configs, heuristics filled in)."""
     target: Target
     baseline_key: KernelKey
+    """The key of the untuned compile."""
     tuned_key: KernelKey | None
+    """The key a tuning result is stored under (it also covers the tuner's settings); None under ``tune = "off"``."""
     fn: Any = field(repr=False)
     """The ``@triton.jit`` function (a ``JITFunction``); None for a build from the memo (nothing imported)."""
     artefact: Artefact | None = None
     """What the build ships, once found in the store or made (a baseline compile or a tuning result)."""
     hit: bool = False
+    """Whether the shipped artefact came from the store (not compiled or tuned by this run)."""
     tuned: bool = False
     """Whether the shipped artefact is the one under the tuned key (a tuning result)."""
     status: str = ""
+    """One line on what ships and why (:mod:`kbuild.build.tunable`)."""
     space: list[dict[str, Any]] = field(default_factory=list)
     """The kernel's configuration space, resolved (an ``@triton.autotune`` source's configs read), the default
     first (:meth:`kbuild.config.KernelSettings.search_space`'s shape): what a tuner searches."""
@@ -92,6 +97,7 @@ class KernelBuild:
         return self.tuned_key if (self.tuned and self.tuned_key is not None) else self.baseline_key
 
     def as_json(self) -> dict[str, Any]:
+        """The build as ``kbuild compile --json`` and ``kbuild prewarm --json`` print it."""
         art = self.artefact
         return {
             "kernel": self.spec.name,

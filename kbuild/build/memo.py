@@ -380,9 +380,9 @@ def _loaded_code_holds(settings: Settings, code: dict[str, Any]) -> bool:
         if _sha_file(dist["record"]) != dist["sha256"]:
             log.debug("memo: %s changed", dist["record"])
             return False
-    from kbuild.compile.triton_aot import _project_on_path
+    from kbuild.compile.triton_aot import project_on_path
 
-    with _project_on_path(settings):
+    with project_on_path(settings):
         for top, where in code["tops"].items():
             try:
                 now = _where(importlib.util.find_spec(top))

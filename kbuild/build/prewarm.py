@@ -34,6 +34,11 @@ def with_remote(settings: Settings, url: str | None) -> Settings:
 def prewarm(settings: Settings, *, targets: Sequence[str] | None = None, kernels: Sequence[str] | None = None,
             remote: str | None = None, strict: bool = False, tuner: Tuner | None = None,
             on_step: Callable[[KernelBuild], None] | None = None) -> list[KernelBuild]:
+    """Prewarm the settings' store (and ``remote``, written to as well) for ``kernels`` × ``targets`` (default: all):
+    the pipeline with tuning on a miss (:func:`kbuild.build.pipeline.run_pipeline`); the builds in order.
+    ``strict``: a remote tier that is down is an error, not a warning; ``tuner`` replaces
+    :func:`kbuild.build.tuning.tune_build`; ``on_step`` hears of each build. ``tune = "off"`` is a
+    :class:`UsageError` (builds would never look the results up)."""
     if settings.tune == "off":
         raise UsageError(f"{settings.config_file}: tune: \"off\" means builds never look up tuned results, so there "
                          f"is nothing to prewarm; set tune = \"auto\" (or KBUILD_TUNE=auto)")
@@ -53,6 +58,8 @@ def action(b: KernelBuild) -> str:
 
 
 def summary(b: KernelBuild) -> dict[str, Any]:
+    """One kernel × target of a prewarm for a table or ``--json``: :meth:`KernelBuild.as_json` with its
+    :func:`action` and, for a tuning result, the measured speedup."""
     doc = b.as_json()
     doc["action"] = action(b)
     doc["speedup"] = b.artefact.meta.get("speedup") if b.tuned and b.artefact is not None else None
