@@ -10,8 +10,8 @@ reader                                    documented outcome on bad input
 ``cache.record.parse_record``             :class:`IntegrityError` (``check_signature``: SignatureError)
 ``cache.bundle.read_bundle``              :class:`BundleError`; ``kbuild cache import`` exits 2
 ``cache.lock.parse_lock`` / ``read_lock`` :class:`LockFileError`
-``hooks.manifest.parse_manifest`` etc.    :class:`UsageError`; ``kbuild inspect`` exits 2
-``kbuild.build.memo.load``                None (a miss)
+``build.manifest.parse_manifest`` etc.    :class:`UsageError`; ``kbuild inspect`` exits 2
+``build.memo.load``                       None (a miss)
 ``kbuild.runtime.index.parse_index``      :class:`IndexFormatError`
 ``cache.stats.load_stats``                empty :class:`StoreStats` (with a warning)
 HTTP tier ``record_keys`` (``GET /ac/``)  :class:`TierUnavailableError`
