@@ -541,7 +541,7 @@ def sweep(*, verbs_wanted: Iterable[str] | None = None, values: dict[str, str] |
     # imported once here, not in every forked run (no threads are started by importing them)
     import triton.compiler  # noqa: F401
 
-    import kbuild.hooks.pipeline
+    import kbuild.build.pipeline
     import kbuild.tune.api  # noqa: F401
     with contextlib.suppress(ImportError):
         import torch  # noqa: F401 - kbuild bench looks for a GPU with it

@@ -19,9 +19,9 @@ try:  # an installed kbuild (kbuild.hooks is mapped from hooks/ only by an insta
 except ImportError:
     sys.path.insert(0, str(ROOT))
 
+from kbuild.build.resolve import resolve, select_targets  # noqa: E402
 from kbuild.compile import compile_kernel  # noqa: E402
 from kbuild.config import load_settings  # noqa: E402
-from kbuild.hooks.pipeline import resolve, select_targets  # noqa: E402
 from kbuild.toolchain import ptxas_version, triton_version  # noqa: E402
 
 

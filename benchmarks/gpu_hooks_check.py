@@ -333,9 +333,9 @@ def compare_wheels(base_site: str, tuned_site: str, manifest_path: str, *, round
       and the JIT compile of a non-default configuration too (its GPU time per launch: the flush hides the JIT's
       host cost), for level 1 (configuration) and level 2 (SASS) measured apart; measured against the manifest's
       ``speedup`` and ``gains`` (:func:`ratio_verdict`)."""
+    from kbuild.build.manifest import read_manifest
     from kbuild.device import stats
     from kbuild.device.timing import L2Flush, time_interleaved
-    from kbuild.hooks.manifest import read_manifest
 
     major, minor = torch.cuda.get_device_capability(0)
     target = f"sm_{major}{minor}"
@@ -444,7 +444,7 @@ def _site_manifest(site: str) -> dict[str, Any] | None:
     """The kbuild manifest of the wheel installed under ``site`` (its ``.dist-info/kbuild.json``), if any."""
     import glob
 
-    from kbuild.hooks.manifest import read_manifest
+    from kbuild.build.manifest import read_manifest
 
     found = glob.glob(f"{site}/*.dist-info/kbuild.json")
     return read_manifest(found[0]) if found else None
@@ -471,7 +471,7 @@ def main() -> int:
     p.add_argument("--target", default="sm_90", help="--dry-run: the GPU target (default sm_90)")
     _ARGS = args = p.parse_args()
     if args.dry_run:
-        from kbuild.hooks.manifest import read_manifest
+        from kbuild.build.manifest import read_manifest
 
         plan = compare_plan(read_manifest(args.dry_run), args.target)
         print(json.dumps({"dry_run": True, "target": args.target, "plan": plan}, indent=2))

@@ -10,7 +10,7 @@ kernels without a level-1 space, so that the budget bounds the time) for ``sm_90
 cache, into a local HTTP tier: a small WebDAV server started here (GET/PUT/HEAD/DELETE and MOVE, as leases
 need; this script's :class:`DavHandler`), so no nginx is needed on the GPU host.
 
-1. **single**: :func:`kbuild.hooks.prewarm.prewarm` in this process (compile, tune on the GPU, store).
+1. **single**: :func:`kbuild.build.prewarm.prewarm` in this process (compile, tune on the GPU, store).
 2. **ray**: ``ray start --head --num-gpus 1 --resources '{"kbuild_sm_90": 1}'``, then
    :func:`kbuild.prewarm.ray_engine.prewarm_ray` (compile task, then the tune on a tune worker holding the GPU, under a lease, store),
    then ``ray stop``. The Ray cluster's start is timed apart (``ray_start_s``) and not counted as overhead: a
@@ -29,7 +29,7 @@ The level-1 screening is bounded by the seconds (45% of ``--seconds``), so both 
 what the shards change is how many configurations that time screens (``level1_tried`` per entry, both modes).
 
 ``--dry-run`` (CPU, no GPU): both modes tune with the cost model
-(:func:`kbuild.prewarm.ray_engine.model_tuner`; the single mode with a GPU faked for the pipeline's check), the
+(:func:`kbuild.prewarm.tasks.model_tuner`; the single mode with a GPU faked for the pipeline's check), the
 cluster started with ``ray.cluster_utils.Cluster`` (its own processes, stopped by their ids) instead of
 ``ray start``/``ray stop --force``, which would stop every Ray process of the machine. The ray mode keeps the GPU
 run's shape: ``backend="gpu"`` with the model as its tuner, and the head declares one (stand-in) GPU, so its tune
@@ -170,14 +170,14 @@ def _level1_tried(art: Any) -> int | None:
 
 
 def run_single(settings: Any, kernels: list[str], remote: str, dry_run: bool = False) -> dict[str, Any]:
-    from kbuild.hooks.prewarm import prewarm, summary
+    from kbuild.build.prewarm import prewarm, summary
 
     tuner = None
     if dry_run:  # the cost model in this process, the pipeline told that a GPU is here
-        import kbuild.hooks.pipeline as pipeline
-        from kbuild.prewarm.ray_engine import model_tuner
+        import kbuild.build.tunable as tunable
+        from kbuild.prewarm.tasks import model_tuner
 
-        pipeline.has_gpu = lambda cc: True  # type: ignore[assignment]
+        tunable.has_gpu = lambda cc: True  # type: ignore[assignment]
         tuner = model_tuner
     t0 = time.perf_counter()
     builds = prewarm(settings, targets=["sm_90"], kernels=kernels, remote=remote, strict=True, tuner=tuner)
@@ -233,7 +233,8 @@ def head(env: dict[str, str], dry_run: bool) -> Any:
 
 def run_ray(settings: Any, kernels: list[str], remote: str, env: dict[str, str], ship: bool = True,
             dry_run: bool = False) -> dict[str, Any]:
-    from kbuild.prewarm.ray_engine import model_tuner, prewarm_ray, shared_store
+    from kbuild.prewarm.ray_engine import prewarm_ray
+    from kbuild.prewarm.tasks import model_tuner, shared_store
 
     t0 = time.perf_counter()
     with head(env, dry_run) as address:
@@ -242,7 +243,7 @@ def run_ray(settings: Any, kernels: list[str], remote: str, env: dict[str, str],
         result = prewarm_ray(settings, address=address, targets=["sm_90"], kernels=kernels, remote=remote,
                              ship=ship, backend="gpu", tuner=model_tuner if dry_run else None)
         wall = time.perf_counter() - t1
-    from kbuild.hooks.prewarm import with_remote
+    from kbuild.build.prewarm import with_remote
 
     tune_s, tried = {}, {}
     with shared_store(with_remote(settings, remote)) as store:

@@ -12,7 +12,7 @@ What it does (about a minute plus the tuning budget):
    the real tuner searches each kernel within ``--evals``/``--seconds`` (``--algo``), and a schedule
    ships as "tuned" only if it passed the acceptance rule (verifier, 10 bit-exact input sets, the
    interleaved re-timing beating the A/A spread); otherwise the baseline is kept. Then
-   :func:`kbuild.runtime.package.write_package_data` writes ``kbx_jit/_kbuild/`` (baseline-kept
+   :func:`kbuild.build.package_data.write_package_data` writes ``kbx_jit/_kbuild/`` (baseline-kept
    kernels included, so every call goes through the substitution).
 2. **run** (a fresh Python process, like a user's): ``import kbx_jit`` (its ``_kbuild`` import
    enables kbuild.runtime) and calls ``kbx_jit.matmul_leaky_relu`` / ``kbx_jit.softmax``, i.e.
@@ -170,10 +170,10 @@ def build_phase(args: argparse.Namespace, work: Path) -> dict[str, Any]:
 
     import torch
 
+    from kbuild.build.package_data import write_package_data
+    from kbuild.build.pipeline import run_pipeline
     from kbuild.cache import open_store
     from kbuild.config import BudgetSettings, load_settings
-    from kbuild.hooks.pipeline import run_pipeline
-    from kbuild.runtime.package import write_package_data
 
     src = work / "src"
     shutil.copytree(EXAMPLE, src, ignore=shutil.ignore_patterns("__pycache__", "build", "dist", "_kbuild"))

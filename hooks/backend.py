@@ -16,7 +16,7 @@ under setuptools the plugin (:mod:`kbuild.hooks.setuptools_plugin`) picks it
 up in-process.
 
 ``ship = "package-data"`` (packages that run their kernels through Triton's JIT): the backend also writes the
-package data (:func:`kbuild.runtime.package.write_package_data`: ``_kbuild/index.json``, the cubins and the
+package data (:func:`kbuild.build.package_data.write_package_data`: ``_kbuild/index.json``, the cubins and the
 enabling ``__init__.py``) into its temporary directory, and the plugin's ``build_py`` copies it into setuptools'
 ``build_lib``, so the wheel ships ``<package>/_kbuild/`` and ``.dist-info/kbuild.json`` while the project's
 source tree gets nothing. (scikit-build-core projects cannot ship package data yet: an error says so.)
@@ -37,10 +37,14 @@ import tempfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 # Only the standard library at import time: frontends import this module for every hook (kbuild.config,
 # read in the hooks, imports nothing else either).
+if TYPE_CHECKING:
+    from kbuild.build.kernel_build import KernelBuild
+    from kbuild.config import Settings
+
 ConfigSettings = Mapping[str, Any] | None
 
 #: The real backends and what to ask for when they are not installed yet.
@@ -110,7 +114,7 @@ def _reported() -> Iterator[None]:
 
 
 def plan(config_settings: ConfigSettings, out_dir: Path, *, project: Mapping[str, Any] | None = None) -> Path | None:
-    """Plan the build of ./pyproject.toml (:func:`kbuild.hooks.pipeline.plan`) and write its files into ``out_dir``:
+    """Plan the build of ./pyproject.toml (:func:`kbuild.build.plan.plan`) and write its files into ``out_dir``:
     the manifest, the C sources rendered as ``kbuild_add_kernels`` would with its defaults, the kernels' source
     files (``depends.txt``) and Triton's include directory (``include_dir.txt``).
 
@@ -122,11 +126,10 @@ def plan(config_settings: ConfigSettings, out_dir: Path, *, project: Mapping[str
     if "kbuild" not in _tool(project):
         _say("kbuild: no [tool.kbuild] table in pyproject.toml; building without kernels")
         return None
+    from kbuild.build import plan as planning
+    from kbuild.build.manifest import MANIFEST_NAME
     from kbuild.config import load_settings
     from kbuild.emit import cuda_include_dir, kernel_sources, write_files
-
-    from . import pipeline
-    from .manifest import MANIFEST_NAME
 
     settings = load_settings("pyproject.toml", config_settings=config_settings, document=project)
     if settings.ship == "package-data" and _backend_spec(project) == _SKBUILD:
@@ -139,7 +142,7 @@ def plan(config_settings: ConfigSettings, out_dir: Path, *, project: Mapping[str
         _say(f"kbuild: no Triton kernels; {len(settings.cuda.kernels)} CUDA C++ kernel(s) through kbuild-nvcc")
         return None
     part = list(settings.targets) if (config_settings or {}).get("kbuild.targets") else None
-    result = pipeline.plan(settings, targets=part)
+    result = planning.plan(settings, targets=part)
     tuned = sum(1 for b in result.builds if b.improved)
     _say(f"kbuild: {len(result.builds)} kernel × target ({tuned} tuned) from store {settings.store_path}"
          + (" (locked)" if result.locked else ""))
@@ -160,9 +163,9 @@ def plan(config_settings: ConfigSettings, out_dir: Path, *, project: Mapping[str
 PACKAGE_DATA_DIR = "package-data"
 
 
-def _stage_package_data(settings: Any, builds: list[Any], out_dir: Path) -> Path:
+def _stage_package_data(settings: Settings, builds: list[KernelBuild], out_dir: Path) -> Path:
     """Write ``<out_dir>/package-data/<package>/_kbuild/`` for ``builds``; the ``<package>`` folder."""
-    from kbuild.runtime.package import infer_package, write_package_data
+    from kbuild.build.package_data import infer_package, write_package_data
 
     package = infer_package(settings, builds)
     data = write_package_data(settings, builds, out_dir / PACKAGE_DATA_DIR / package, package=package)
@@ -199,18 +202,17 @@ def _skbuild_records_dir(config_settings: ConfigSettings, project: Mapping[str, 
 
 def _ship_cuda(config_settings: ConfigSettings, project: Mapping[str, Any], records: Path, wheel: Path) -> None:
     """After a scikit-build-core wheel is built: the project's declared CUDA C++ kernels (kbuild-nvcc's records)
-    into the wheel's ``.dist-info/kbuild.json`` (:func:`kbuild.hooks.manifest.write_wheel_manifest`); the manifest
+    into the wheel's ``.dist-info/kbuild.json`` (:func:`kbuild.build.manifest.write_wheel_manifest`); the manifest
     ``kbuild_add_kernels`` installed keeps its Triton entries, a wheel without one gets one. Nothing to do for a
     project that declares none."""
-    from kbuild.config import load_settings
-
-    from .manifest import (
+    from kbuild.build.manifest import (
         build_manifest,
         declared_cuda_entries,
         wheel_manifest,
         with_cuda,
         write_wheel_manifest,
     )
+    from kbuild.config import load_settings
 
     settings = load_settings("pyproject.toml", config_settings=config_settings, document=project)
     if not settings.cuda.kernels:
@@ -241,7 +243,7 @@ def _planned(config_settings: ConfigSettings) -> Iterator[tuple[ModuleType, dict
         if "kbuild" not in _tool(project):
             yield backend, settings, lambda wheel: None
         elif _backend_spec(project) == _SKBUILD:
-            from .manifest import nvcc_records
+            from kbuild.build.manifest import nvcc_records
 
             if manifest is not None:
                 settings["cmake.define.KBUILD_MANIFEST"] = str(manifest)

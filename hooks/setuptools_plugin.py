@@ -12,7 +12,7 @@ Two ways in:
 * **Explicit** — ``cmdclass={"build_ext": kbuild_build_ext(BuildExtension, extensions=["pkg._ext"])}``
   in ``setup()``, to pick the extensions or the C prefix.
 
-Before the extensions compile, the wrapped command plans the build (:func:`kbuild.hooks.pipeline.plan`;
+Before the extensions compile, the wrapped command plans the build (:func:`kbuild.build.plan.plan`;
 under kbuild's PEP 517 backend it replays the plan the backend already made, handed over with
 :func:`planned_manifest`), writes ``kbuild_kernels.c/.h`` into
 ``build_temp/kbuild`` and adds them to the extensions, with Triton's ``cuda.h`` on the include path
@@ -20,7 +20,7 @@ and ``-ldl -pthread``. The manifest goes into the egg-info directory, which the 
 ``.dist-info/kbuild.json``.
 
 Package data (``ship = "package-data"``): after ``build_py`` has copied the sources into ``build_lib``, the
-wrapped command writes ``<build_lib>/<package>/_kbuild/`` (:func:`kbuild.runtime.package.write_package_data`:
+wrapped command writes ``<build_lib>/<package>/_kbuild/`` (:func:`kbuild.build.package_data.write_package_data`:
 ``index.json``, ``<sha256>.cubin``, ``__init__.py``) and the manifest, so both land in the wheel and nothing is
 written into the project's source tree (``build_lib`` is setuptools' own build directory). Under the backend the
 files were already written into the backend's temporary directory and are copied from there.
@@ -45,7 +45,7 @@ from typing import Any
 class _Handover:
     manifest: Path
     package_data: Path | None
-    """``<dir>/<package>`` holding ``_kbuild/`` as :func:`kbuild.runtime.package.write_package_data` wrote it,
+    """``<dir>/<package>`` holding ``_kbuild/`` as :func:`kbuild.build.package_data.write_package_data` wrote it,
     under ``ship = "package-data"``; None otherwise."""
 
 
@@ -150,11 +150,10 @@ def emit_for_build(*, config: str | Path = "pyproject.toml", out_dir: str | Path
                    manifest_path: Path | None = None) -> tuple[Path, Path, dict[str, Any]]:
     """Plan the build (or replay ``manifest_path``, a plan already made) and write the sources into ``out_dir``;
     (C file, include dir, manifest)."""
+    from kbuild.build.manifest import read_manifest
+    from kbuild.build.plan import plan, replay
     from kbuild.config import load_settings
     from kbuild.emit import write_files
-
-    from .manifest import read_manifest
-    from .pipeline import plan, replay
 
     settings = load_settings(config)
     if manifest_path is not None:
@@ -252,7 +251,7 @@ def kbuild_build_ext(base: type | None = None, *, extensions: Sequence[str] | No
         _kbuild_wrapped = True
 
         def run(self) -> None:
-            from .manifest import nvcc_records
+            from kbuild.build.manifest import nvcc_records
 
             self._kbuild_manifest: dict[str, Any] | None = None
             # kbuild-nvcc's records in build_temp, which a later build in the same tree reuses with its objects
@@ -264,10 +263,9 @@ def kbuild_build_ext(base: type | None = None, *, extensions: Sequence[str] | No
 
         def _kbuild_cuda_manifest(self, records: Path) -> None:
             """The declared CUDA C++ kernels that kbuild-nvcc compiled (its records) into the manifest."""
+            from kbuild.build.manifest import build_manifest, declared_cuda_entries, manifest_bytes, with_cuda
             from kbuild.config import load_settings
             from kbuild.errors import KBuildError
-
-            from .manifest import build_manifest, declared_cuda_entries, manifest_bytes, with_cuda
 
             try:
                 settings = load_settings(config)
@@ -321,7 +319,7 @@ def kbuild_build_ext(base: type | None = None, *, extensions: Sequence[str] | No
 def install_manifest(cmd: Any, data: bytes) -> None:
     """Put kbuild.json (``data``) where bdist_wheel takes .dist-info from: the egg-info directory of ``cmd``'s
     distribution, or the prepared metadata directory a PEP 517 frontend handed over (``--dist-info-dir``)."""
-    from .manifest import MANIFEST_NAME
+    from kbuild.build.manifest import MANIFEST_NAME
 
     dests = [Path(cmd.get_finalized_command("egg_info").egg_info)]
     bdist = cmd.distribution.command_obj.get("bdist_wheel")
@@ -367,13 +365,12 @@ def write_for_build(build_lib: str | Path, *, config: str | Path = "pyproject.to
     """The package data of a ``ship = "package-data"`` project, written into its package under ``build_lib``.
 
     ``staged``/``manifest_path``: what the backend already wrote (:func:`planned_manifest`), copied as it is;
-    otherwise the project is planned here (:func:`kbuild.hooks.pipeline.plan`). Returns (files written, manifest
+    otherwise the project is planned here (:func:`kbuild.build.plan.plan`). Returns (files written, manifest
     bytes), or None when the project ships extensions instead."""
+    from kbuild.build.manifest import manifest_bytes
+    from kbuild.build.package_data import infer_package, write_package_data
+    from kbuild.build.plan import plan
     from kbuild.config import load_settings
-    from kbuild.runtime.package import infer_package, write_package_data
-
-    from .manifest import manifest_bytes
-    from .pipeline import plan
 
     if staged is not None and manifest_path is not None:
         folder = package_dir_in(build_lib, staged.name, config=config)

@@ -1,7 +1,8 @@
 """The settings model: the one place that reads ``[tool.kbuild]`` and ``KBUILD_*`` variables.
 
 Every setting is a field of a frozen dataclass below, with a docstring (the string literal
-under the field) that the schema and ``kbuild config`` show. Field metadata says:
+under the field) that the JSON schema carries (:func:`json_schema`; committed as
+``kbuild/schema/kbuild.schema.json``, ``python -m kbuild.schema`` prints it). Field metadata says:
 
 * ``env``: the ``KBUILD_*`` variable that overrides it (environment beats pyproject);
 * ``key``: whether the value changes the shipped machine code, so that :mod:`kbuild.key`
@@ -221,13 +222,13 @@ class KernelSettings:
         ``num_warps``, ``num_stages``, ``maxnreg`` (None: ptxas decides), ``num_ctas``, and ``ptx_options`` when
         set); see :mod:`kbuild.space`.
         A kernel without a space has one point. ``autotune`` needs the imported kernel: the pipeline resolves
-        it into ``configs`` (:attr:`kbuild.hooks.pipeline.KernelBuild.space` is the resolved list); here it is
+        it into ``configs`` (:attr:`kbuild.build.kernel_build.KernelBuild.space` is the resolved list); here it is
         a :class:`ValueError`."""
         from kbuild.space import expand
 
         if self.autotune:
             raise ValueError(f"kernel {self.name!r}: autotune = true; the configurations come from the imported "
-                             "@triton.autotune object (kbuild.hooks.pipeline resolves them)")
+                             "@triton.autotune object (kbuild.build.resolve resolves them)")
         return expand(self.default_config(), space=self.space, configs=self.configs, runtime=self.signature)
 
     @property
@@ -448,7 +449,7 @@ class Settings:
     nvcc_records: Path | None = field(default=None, metadata={"env": "KBUILD_NVCC_RECORDS",
                                                                "env_only": _THIS_MACHINE})
     """A directory the nvcc launcher writes one JSON record into per declared CUDA kernel × target it ships
-    (key, cubin digest, tuned or not, speedup): what :func:`kbuild.hooks.manifest.cuda_entries` turns into
+    (key, cubin digest, tuned or not, speedup): what :func:`kbuild.build.manifest.cuda_entries` turns into
     manifest entries. Environment only."""
 
     runtime_launch: RuntimeLaunch = field(default="direct", metadata={"env": "KBUILD_RUNTIME_LAUNCH",

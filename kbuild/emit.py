@@ -169,18 +169,6 @@ def c_type(ty: str) -> str:
     raise KeyError(ty)
 
 
-def kernels_from_builds(builds: Iterable[Any]) -> list[EmitKernel]:
-    """Group pipeline results (:class:`kbuild.hooks.pipeline.KernelBuild`) by kernel."""
-    grouped: dict[str, list[Any]] = {}
-    sources: dict[str, str] = {}
-    grids: dict[str, tuple[str, ...]] = {}
-    for b in builds:
-        grouped.setdefault(b.spec.name, []).append((b.target, b.artefact))
-        sources[b.spec.name] = b.spec.source
-        grids[b.spec.name] = tuple(b.spec.grid)
-    return [EmitKernel(name, sources[name], tuple(images), grids[name]) for name, images in grouped.items()]
-
-
 _HEX = [f"0x{b:02x}" for b in range(256)]
 
 
@@ -454,8 +442,9 @@ def kernel_sources(settings: Settings) -> list[Path]:
 def installed_sources(top: str) -> list[Path] | None:
     """The ``.py`` files of the top-level package or module ``top`` as Python finds it on ``sys.path`` (without
     importing it), and the ``RECORD`` of each installed distribution that provides it; None when not found."""
-    import importlib.metadata as md
     import importlib.util
+
+    from kbuild.distributions import providers, record_file
 
     try:
         spec = importlib.util.find_spec(top)
@@ -470,14 +459,10 @@ def installed_sources(top: str) -> list[Path] | None:
         files.add(Path(spec.origin).resolve())
     if not files:
         return None
-    for name in md.packages_distributions().get(top, []):
-        try:
-            dist = md.distribution(name)
-        except md.PackageNotFoundError:
-            continue
-        for f in dist.files or []:
-            if f.name == "RECORD" and f.parent.name.endswith(".dist-info"):
-                files.add(Path(str(dist.locate_file(f))).resolve())
+    for dist in providers(top):
+        record = record_file(dist)
+        if record is not None:
+            files.add(Path(record).resolve())
     return sorted(files)
 
 
@@ -488,4 +473,4 @@ def write_files(out_dir: str | os.PathLike[str], files: Mapping[str, bytes], *, 
 
 
 __all__ = ["C_TYPES", "EmitError", "EmitKernel", "c_type", "cuda_include_dir", "installed_sources", "kernel_sources",
-           "kernels_from_builds", "render_sources", "write_files"]
+           "render_sources", "write_files"]

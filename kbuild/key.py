@@ -1,6 +1,6 @@
 """The content key: sha256 of canonical JSON over everything that changes the shipped bytes.
 
-Components (see ARCHITECTURE.md "The key"):
+Components (README, "The key"):
 
 * ``kernel``: Triton's source hash of the function and its callees, the function name, and
   every :class:`~kbuild.config.KernelSettings` field marked ``key`` (signature, constexprs,

@@ -127,7 +127,7 @@ def sm_number_tests(source: str) -> list[tuple[int, str]]:
 
 
 def test_no_module_outside_the_table_tests_an_sm_number() -> None:
-    """ARCHITECTURE.md: per-architecture facts live in one table; no other module compares against an SM number.
+    """:mod:`kbuild.arch`: per-architecture facts live in one table; no other module compares against an SM number.
     Supporting a new architecture is then one row (and one ISA module), not a hunt through the code."""
     seen, bad = 0, []
     for rel, path in _source_files():

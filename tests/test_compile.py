@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from kbuild.build.resolve import resolve, select_targets
 from kbuild.compile import compile_kernel
 from kbuild.config import load_settings
 from kbuild.errors import KernelSourceError
-from kbuild.hooks.pipeline import resolve, select_targets
 
 ELF_MAGIC = b"\x7fELF"
 

@@ -59,12 +59,12 @@ def test_the_check_catches_an_accidental_share() -> None:
 
 
 def test_the_conditions_that_shared_5_have_their_own_codes() -> None:
-    from kbuild.hooks import pipeline
+    from kbuild.build import tuning
     from kbuild.sass import verify
     from kbuild.tune.measure import client
 
     # The modules that raise them use the table's classes, not copies.
-    assert pipeline.UntunedError is errors.UntunedError
+    assert tuning.UntunedError is errors.UntunedError
     assert verify.VerificationError is errors.VerificationError
     assert client.MeasureError is errors.MeasureError
     codes = {errors.UntunedError.exit_code, errors.VerificationError.exit_code, errors.MeasureError.exit_code}
@@ -79,7 +79,7 @@ def _source_files() -> list[Path]:
 def test_only_errors_py_assigns_exit_codes() -> None:
     """An error class elsewhere inherits its status; it never picks a number of its own."""
     files = _source_files()
-    assert ROOT / "kbuild" / "errors.py" in files and ROOT / "hooks" / "pipeline.py" in files
+    assert ROOT / "kbuild" / "errors.py" in files and ROOT / "kbuild" / "build" / "pipeline.py" in files
     found = []
     for path in files:
         if path == ROOT / "kbuild" / "errors.py":

@@ -10,8 +10,8 @@ reader                                    documented outcome on bad input
 ``cache.record.parse_record``             :class:`IntegrityError` (``check_signature``: SignatureError)
 ``cache.bundle.read_bundle``              :class:`BundleError`; ``kbuild cache import`` exits 2
 ``cache.lock.parse_lock`` / ``read_lock`` :class:`LockFileError`
-``hooks.manifest.parse_manifest`` etc.    :class:`UsageError`; ``kbuild inspect`` exits 2
-``hooks.memo.load``                       None (a miss)
+``build.manifest.parse_manifest`` etc.    :class:`UsageError`; ``kbuild inspect`` exits 2
+``build.memo.load``                       None (a miss)
 ``kbuild.runtime.index.parse_index``      :class:`IndexFormatError`
 ``cache.stats.load_stats``                empty :class:`StoreStats` (with a warning)
 HTTP tier ``record_keys`` (``GET /ac/``)  :class:`TierUnavailableError`
@@ -43,6 +43,7 @@ from hypothesis import strategies as st
 from property_helpers import deep_json, json_values, mutated, toml_document
 from script_helpers import load_benchmark
 
+from kbuild.build.manifest import MANIFEST_FORMAT, parse_manifest
 from kbuild.cache.bundle import BUNDLE_FORMAT, MANIFEST, read_bundle
 from kbuild.cache.http import HttpBackend
 from kbuild.cache.lock import LockEntry, format_lock, parse_lock, read_lock
@@ -58,7 +59,6 @@ from kbuild.cache.stats import StoreStats, load_stats
 from kbuild.cli import main
 from kbuild.commands.tune import autotuned_configs
 from kbuild.errors import BundleError, LockFileError, TierUnavailableError, UsageError
-from kbuild.hooks.manifest import MANIFEST_FORMAT, parse_manifest
 from kbuild.key import KEY_SCHEMA, digest
 from kbuild.runtime.index import INDEX_FORMAT, INDEX_VERSION, Index, IndexFormatError, load_index, parse_index
 
@@ -397,9 +397,10 @@ def memo_case(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Any, Any, 
     """A real memo written by a real compile of the example's softmax for sm_90."""
     import shutil
 
+    from kbuild.build import memo
+    from kbuild.build.pipeline import run_pipeline
+    from kbuild.build.resolve import select_kernels, select_targets
     from kbuild.config import load_settings
-    from kbuild.hooks import memo
-    from kbuild.hooks.pipeline import run_pipeline, select_kernels, select_targets
 
     project = tmp_path_factory.mktemp("memo") / "project"
     shutil.copytree(ROOT / "examples" / "cmake-extension", project,
@@ -423,7 +424,7 @@ def memo_case(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Any, Any, 
                                                                  HealthCheck.function_scoped_fixture])
 @given(st.data())
 def test_memo_load_is_a_miss_or_a_list(memo_case, data: st.DataObject):
-    from kbuild.hooks import memo
+    from kbuild.build import memo
 
     s, kernels, targets, path, valid = memo_case
     raw = data.draw(documents(valid))

@@ -1,4 +1,4 @@
-"""The floors of the house: which of kbuild's packages may import which (ARCHITECTURE.md, "Boundaries").
+"""The floors of the house: which of kbuild's packages may import which (each package's docstring says what it owns).
 
 Read from the source with :mod:`ast` (every ``import``, also those inside functions), so a lazy import
 that only runs on a GPU machine counts too. The source folders are found through pyproject's
@@ -124,6 +124,33 @@ def test_bench_and_tune_time_kernels_with_the_same_device_code() -> None:
     assert "kbuild.device.timing" in imports_of("kbuild.bench.runner", _file_of("kbuild.bench.runner"))
 
 
+def _outside(package: str) -> dict[str, Path]:
+    """Every module of kbuild (all of ``wheel.packages``) that is not ``package`` or below it."""
+    return {mod: path for top in _package_dirs() if not within(top, package)
+            for mod, path in modules_under(top).items() if not within(mod, package)}
+
+
+def test_nothing_below_the_build_adapters_imports_them() -> None:
+    """``kbuild.hooks`` (the PEP 517 backend, the setuptools plugin) adapts build systems to ``kbuild.build`` and
+    stands above every other module: none imports it, not even lazily inside a function."""
+    bad = sorted(f"{mod} imports {name}" for mod, path in _outside("kbuild.hooks").items()
+                 for name in imports_of(mod, path) if within(name, "kbuild.hooks"))
+    assert not bad, bad
+
+
+#: What may import the build core: the build-system adapters, the CLI's verbs and the distributed prewarm.
+BUILD_USERS = ("kbuild.hooks", "kbuild.commands", "kbuild.prewarm")
+
+
+def test_only_the_adapters_the_verbs_and_the_prewarm_import_the_build_core() -> None:
+    """``kbuild.build`` orchestrates the lower floors (settings, compile, key, store, tune, emit, the run time's
+    index); none of them imports it back."""
+    bad = sorted(f"{mod} imports {name}" for mod, path in _outside("kbuild.build").items()
+                 if not any(within(mod, user) for user in BUILD_USERS)
+                 for name in imports_of(mod, path) if within(name, "kbuild.build"))
+    assert not bad, bad
+
+
 def test_the_key_does_not_import_the_tuner() -> None:
     """The tuner version reaches the key as data; importing kbuild.key loads nothing of kbuild.tune."""
     direct = imports_of("kbuild.key", _file_of("kbuild.key"))
@@ -158,3 +185,6 @@ def test_the_walker_sees_what_it_must() -> None:
                                                            _file_of("kbuild.tune.measure.worker"),
                                                            top_level_only=True)
     assert "kbuild.config" in closure("kbuild.key") and _file_of("kbuild.cache.store") == ROOT / "cache" / "store.py"
+    backend = imports_of("kbuild.hooks.backend", _file_of("kbuild.hooks.backend"))
+    assert {"kbuild.hooks.setuptools_plugin", "kbuild.build.plan"} <= backend  # lazy, relative and absolute
+    assert "kbuild.hooks.backend" not in _outside("kbuild.hooks") and "kbuild.build.plan" in _outside("kbuild.hooks")

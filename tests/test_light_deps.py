@@ -118,7 +118,7 @@ def optional_imports_at_import_time(start: str) -> list[str]:
 
 def test_the_core_imports_no_optional_package_at_import_time() -> None:
     mods = core_modules()
-    assert {"kbuild.cli", "kbuild.runtime", "kbuild.hooks.backend", "kbuild.hooks.pipeline", "kbuild.cache",
+    assert {"kbuild.cli", "kbuild.runtime", "kbuild.hooks.backend", "kbuild.build.pipeline", "kbuild.cache",
             "kbuild.compile.triton_aot", "kbuild.emit", "kbuild.commands.emit", "kbuild.sass.cli"} <= set(mods)
     bad = sorted(chain for m in mods for chain in optional_imports_at_import_time(m))
     assert not bad, "\n".join(bad)
@@ -204,19 +204,20 @@ def test_tuning_verbs_without_the_extra_name_it(argv: list[str], without_tune_ex
 @pytest.mark.hostile(fault="missing optional dependency", outcome="degraded with warning")
 def test_auto_build_without_the_extra_ships_the_baseline_saying_why(without_tune_extra: None,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    from kbuild.hooks import pipeline
+    from kbuild.build import tunable
+    from kbuild.build.tuning import tune_build, tune_missing
 
-    monkeypatch.setattr(pipeline, "has_gpu", lambda cc: True)  # stands in for a GPU: only the tuner's import runs
+    monkeypatch.setattr(tunable, "has_gpu", lambda cc: True)  # stands in for a GPU: only the tuner's import runs
     b = SimpleNamespace(tuned=False, tuned_key=object(), spec=SimpleNamespace(name="k", bench="m:f"),
                         target=SimpleNamespace(cc=90, name="sm_90"), status="", space=[])
-    pipeline.tune_missing(SimpleNamespace(tune="auto"), [b], None, pipeline.gpu_tuner, None)
+    tune_missing(SimpleNamespace(tune="auto"), [b], None, tune_build, None)
     assert not b.tuned
     assert b.status.startswith("untuned: ") and "pip install 'kbuild[tune]'" in b.status, b.status
     with pytest.raises(MissingDependencyError, match=r"kbuild\[tune\]"):
-        pipeline.tune_missing(SimpleNamespace(tune="require"), [b], None, pipeline.gpu_tuner, None)
+        tune_missing(SimpleNamespace(tune="require"), [b], None, tune_build, None)
     b.space = [{}, {}]  # a configuration space: the two-level tuner, whose level-1 import is guarded the same way
     with pytest.raises(MissingDependencyError, match=r"kbuild\[tune\]"):
-        pipeline._two_level_tuner(SimpleNamespace(project_dir=Path(), python_path=[]), b, ())
+        tune_build(SimpleNamespace(project_dir=Path(), python_path=[]), b)
 
 
 # --- the fresh venv ---------------------------------------------------------------------------------------------
@@ -234,7 +235,7 @@ def scale(x_ptr, n, BLOCK: tl.constexpr):
 
 PROBE = """
 import importlib.util, json, sys
-import kbuild, kbuild.runtime, kbuild.hooks.backend, kbuild.hooks.setuptools_plugin, kbuild.hooks.pipeline
+import kbuild, kbuild.runtime, kbuild.hooks.backend, kbuild.hooks.setuptools_plugin, kbuild.build.pipeline
 import kbuild.cache, kbuild.emit, kbuild.cli
 kbuild.cli.build_parser()  # imports every verb's module
 heavy = sys.argv[1].split(",")
@@ -245,8 +246,8 @@ print(json.dumps({"file": kbuild.__file__, "loaded": sorted(m for m in sys.modul
 AUTO_BUILD = """
 import json, sys
 from kbuild.config import load_settings
-from kbuild.hooks import pipeline
-pipeline.has_gpu = lambda cc: True  # STAND-IN for an sm_90 GPU (this machine may have none): the tuner's import runs
+from kbuild.build import pipeline, tunable
+tunable.has_gpu = lambda cc: True  # STAND-IN for an sm_90 GPU (this machine may have none): the tuner's import runs
 builds = pipeline.run_pipeline(load_settings(sys.argv[1]), tune_on_miss=True)
 print(json.dumps([{"tuned": b.tuned, "status": b.status, "cubin": len(b.artefact.cubin)} for b in builds]))
 """

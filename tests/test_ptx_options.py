@@ -188,8 +188,8 @@ def _project(tmp_path: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def ptx_builds(tmp_path_factory: pytest.TempPathFactory):  # type: ignore[no-untyped-def]
+    from kbuild.build.resolve import resolve, select_targets
     from kbuild.compile import compile_kernel
-    from kbuild.hooks.pipeline import resolve, select_targets
 
     config = _project(tmp_path_factory.mktemp("ptx"))
     for name in [m for m in sys.modules if m == "ptxpkg" or m.startswith("ptxpkg.")]:
@@ -213,7 +213,7 @@ def test_a_ptx_option_changes_the_cubin_and_the_key(ptx_builds) -> None:  # type
 
 
 def test_the_pipeline_compiles_a_space_point_with_its_flags(ptx_builds) -> None:  # type: ignore[no-untyped-def]
-    from kbuild.hooks.pipeline import compile_config
+    from kbuild.build.baselines import compile_config
 
     s, builds, compiled = ptx_builds
     spaced = builds["spaced"]

@@ -107,12 +107,13 @@ def test_error_builds_a_project_without_a_race(tmp_path: Path, capsys, monkeypat
 def test_error_refuses_a_tuning_result_whose_configuration_has_a_race(tmp_path: Path, monkeypatch):
     """A tuner that picks another configuration ships that configuration's compile, race and all: under "error" the
     build stops before the result is stored (the GPU and the tuner faked at the edge, as in tests/hooks)."""
+    from kbuild.build import tunable
+    from kbuild.build.pipeline import run_pipeline
+    from kbuild.build.tuning import tuned_artefact
     from kbuild.cache import Artefact
-    from kbuild.hooks import pipeline
-    from kbuild.hooks.pipeline import run_pipeline, tuned_artefact
 
     monkeypatch.setenv("KBUILD_STORE", str(tmp_path / "store"))
-    monkeypatch.setattr(pipeline, "has_gpu", lambda cc: cc == 90)  # "an sm_90 GPU is here"
+    monkeypatch.setattr(tunable, "has_gpu", lambda cc: cc == 90)  # "an sm_90 GPU is here"
     race = "slot 7 (LDSM.16.M88.4 R164, [R230]) writes an in-flight A fragment: R164,R165,R166,R167"
     calls: list[str] = []
 

@@ -25,8 +25,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from kbuild.build.pipeline import run_pipeline, strict_store_error
+    from kbuild.build.resolve import select_kernels, select_targets
     from kbuild.cache import TierUnavailableError
-    from kbuild.hooks.pipeline import run_pipeline, select_kernels, select_targets, strict_store_error
 
     settings = apply_flags(settings_from_args(args), strict=args.strict)  # --strict beats KBUILD_STRICT / pyproject
     if args.out:
@@ -41,12 +42,12 @@ def run(args: argparse.Namespace) -> int:
         raise strict_store_error(settings, exc) from None
     if args.out:
         for b in builds:
-            write_atomic(Path(args.out) / f"{b.spec.name}.{b.target.name}.cubin", b.artefact.cubin)
+            write_atomic(Path(args.out) / f"{b.spec.name}.{b.target.name}.cubin", b.shipped.cubin)
     if args.json:
         emit_json([b.as_json() for b in builds])
     else:
         print_table(f"kbuild compile — store {settings.store_path}",
                     ["kernel", "target", "key", "cubin", "store", "status"],
-                    [(b.spec.name, b.target.name, b.key.hex[:12], f"{len(b.artefact.cubin):,} B",
+                    [(b.spec.name, b.target.name, b.key.hex[:12], f"{len(b.shipped.cubin):,} B",
                       "hit" if b.hit else "new", b.status) for b in builds])
     return 0

@@ -22,7 +22,7 @@ from kbuild.emit import cuda_include_dir, kernel_sources
 from kbuild.errors import UsageError
 
 if TYPE_CHECKING:
-    from kbuild.hooks.pipeline import BuildPlan
+    from kbuild.build.plan import BuildPlan
 
 #: Output file of the manifest, next to the C sources.
 MANIFEST_FILE = "kbuild.json"
@@ -52,10 +52,10 @@ def _add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run_builds(settings: Settings, args: argparse.Namespace) -> BuildPlan:
-    """The build's plan (:func:`kbuild.hooks.pipeline.plan`), or, with ``--from-manifest`` and not locked, the
+    """The build's plan (:func:`kbuild.build.plan.plan`), or, with ``--from-manifest`` and not locked, the
     plan that manifest holds."""
-    from kbuild.hooks.manifest import read_manifest
-    from kbuild.hooks.pipeline import plan, replay
+    from kbuild.build.manifest import read_manifest
+    from kbuild.build.plan import plan, replay
 
     if args.from_manifest and not (settings.locked or args.lock_file):
         # read (and checked) before the store is opened: a bad manifest changes nothing

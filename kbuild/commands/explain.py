@@ -22,7 +22,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from kbuild.hooks.pipeline import resolve, select_targets
+    from kbuild.build.resolve import resolve, select_targets
 
     settings = settings_from_args(args)
     targets = select_targets(settings, [args.target])

@@ -47,9 +47,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from kbuild.hooks.manifest import read_manifest, wheel_manifest
+    from kbuild.build.manifest import read_manifest, wheel_manifest
 
-    # Both readers check the manifest's size and shape first (hooks.manifest.check_manifest): every
+    # Both readers check the manifest's size and shape first (kbuild.build.manifest.check_manifest): every
     # field used below has its type. Its strings are still untrusted: the table shows them through
     # table_text (no terminal escapes, no rich markup); --json keeps them, JSON-escaped.
     package_data: list[dict[str, Any]] = []
@@ -148,7 +148,7 @@ def wheel_package_data(wheel: str | Path) -> tuple[bool, list[dict[str, Any]], l
     A :class:`~kbuild.errors.UsageError` names the wheel (and the member) when it is no zip, an index is over
     :data:`kbuild.jsonio.DEFAULT_MAX_BYTES` or is no kbuild runtime index (:func:`kbuild.runtime.index.parse_index`).
     """
-    from kbuild.hooks.manifest import MANIFEST_NAME, open_wheel
+    from kbuild.build.manifest import MANIFEST_NAME, open_wheel
 
     path = Path(wheel)
     with open_wheel(path) as zf:
@@ -165,10 +165,10 @@ def wheel_package_data(wheel: str | Path) -> tuple[bool, list[dict[str, Any]], l
 
 
 def _read_index(zf: zipfile.ZipFile, path: Path, name: str) -> dict[str, Any]:
+    from kbuild.build.package_data import render_init
     from kbuild.errors import UsageError
     from kbuild.jsonio import DEFAULT_MAX_BYTES, load_json
     from kbuild.runtime.index import INDEX_FILE, parse_index
-    from kbuild.runtime.package import render_init
 
     where = f"{path}!{name}"
     info = zf.getinfo(name)

@@ -25,8 +25,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from kbuild.build.pipeline import run_pipeline
     from kbuild.cache import update_lock
-    from kbuild.hooks.pipeline import run_pipeline
 
     settings = settings_from_args(args)
     path = Path(args.lock_file) if args.lock_file is not None else settings.project_dir / "kbuild.lock"

@@ -5,7 +5,7 @@ For projects that run their Triton kernels just in time (``ship = "package-data"
     kbuild package-data --config pyproject.toml --out build/lib/mypkg [--package mypkg]
 
 writes ``build/lib/mypkg/_kbuild/`` (``index.json``, ``<sha256>.cubin``, ``__init__.py``; see
-:mod:`kbuild.runtime.package`). Every kernel × target is written (the baseline where there is no tuning result)
+:mod:`kbuild.build.package_data`). Every kernel × target is written (the baseline where there is no tuning result)
 unless ``[tool.kbuild] package_data = "tuned"``; ``--include-untuned`` writes them all whatever it says.
 """
 
@@ -32,11 +32,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    from kbuild.build.package_data import write_package_data
+    from kbuild.build.pipeline import run_pipeline
     from kbuild.errors import UsageError
     from kbuild.fsutil import check_output_dir
-    from kbuild.hooks.pipeline import run_pipeline
     from kbuild.runtime.index import DATA_DIR
-    from kbuild.runtime.package import write_package_data
 
     settings = settings_from_args(args)
     out = check_output_dir(args.out, "--out")  # before any work

@@ -39,13 +39,13 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from kbuild.hooks.pipeline import select_kernels, select_targets
-    from kbuild.hooks.prewarm import prewarm, summary
+    from kbuild.build.prewarm import prewarm, summary
+    from kbuild.build.resolve import select_kernels, select_targets
 
     if args.ray_resources:
         import json
 
-        from kbuild.prewarm.ray_engine import node_resources
+        from kbuild.prewarm.node import node_resources
 
         print(json.dumps(node_resources()))
         return 0
@@ -90,7 +90,7 @@ def run_ray(args: argparse.Namespace, settings: Any) -> int:
     from kbuild.prewarm.ray_engine import counts_by_target, prewarm_ray
 
     kernels, targets = args.kernel, target_list(args)
-    from kbuild.hooks.pipeline import select_kernels, select_targets
+    from kbuild.build.resolve import select_kernels, select_targets
 
     per_target = {t.name: len(select_kernels(settings, kernels)) for t in select_targets(settings, targets)}
     with stdout_to_stderr(), target_bars(per_target, enabled=not args.json) as update:

@@ -146,7 +146,7 @@ def _jobs(args: argparse.Namespace, target: Any) -> list[tuple[str, bytes, str |
         return jobs
     if not args.kernel:
         raise UsageError("name a KERNEL of the project, or pass --suite")
-    from kbuild.hooks.pipeline import run_pipeline
+    from kbuild.build.pipeline import run_pipeline
 
     settings = settings_from_args(args)
     spec = settings.kernel(args.kernel)
@@ -158,7 +158,7 @@ def _jobs(args: argparse.Namespace, target: Any) -> list[tuple[str, bytes, str |
             raise UsageError(f"{settings.config_file}: [tool.kbuild.kernels][{idx}].bench: kernel {spec.name!r} has "
                              f"no bench spec; measuring it needs one")
         ref = KernelRef(spec=spec.bench, python_path=tuple(str(settings.project_dir / p) for p in settings.python_path))
-    return [(spec.name, build.artefact.cubin, build.artefact.meta.get("symbol"), ref)]
+    return [(spec.name, build.shipped.cubin, build.shipped.meta.get("symbol"), ref)]
 
 
 def _kinds(args: argparse.Namespace) -> tuple[str, ...]:
@@ -177,7 +177,7 @@ def _kinds(args: argparse.Namespace) -> tuple[str, ...]:
 
 
 def run(args: argparse.Namespace) -> int:
-    from kbuild.hooks.pipeline import select_targets
+    from kbuild.build.resolve import select_targets
     from kbuild.tune.api import learning_curve_png, tune
 
     settings = settings_from_args(args) if not args.suite else None
@@ -298,14 +298,14 @@ def _has_space(settings: Any, kernel: str | None) -> bool:
     """Whether the project kernel declares a configuration space (more than its one default point)."""
     if settings is None or not kernel:
         return False
-    from kbuild.hooks.pipeline import resolve
+    from kbuild.build.resolve import resolve
 
     (b,) = resolve(settings, [settings.kernel(kernel)], [next(iter(_targets_of(settings)))])
     return len(b.space) > 1
 
 
 def _targets_of(settings: Any) -> list[Any]:
-    from kbuild.hooks.pipeline import select_targets
+    from kbuild.build.resolve import select_targets
 
     return select_targets(settings, None)
 
@@ -332,7 +332,7 @@ def run_two_level(args: argparse.Namespace, target: Any, settings: Any, evals: i
             if target.cc in spec.archs:
                 jobs.append((name, spec, ()))
     else:
-        from kbuild.hooks.pipeline import resolve
+        from kbuild.build.resolve import resolve
 
         kspec = settings.kernel(args.kernel)
         if not kspec.bench:

@@ -20,9 +20,9 @@ import zlib
 from pathlib import Path
 from typing import Any
 
+from kbuild.build.manifest import open_wheel
 from kbuild.console import emit_json, info, print_table, printable, table_text
 from kbuild.errors import KBuildError, ToolError, UsageError
-from kbuild.hooks.manifest import open_wheel
 
 #: Exit status when the rebuilt wheel differs.
 DIFFERS = 6
@@ -97,7 +97,7 @@ def _file_sha256(path: Path) -> str:
 
 def check_manifest_if_any(wheel: Path) -> None:
     """A wheel that carries a kbuild manifest must carry a valid one (checked before the rebuild)."""
-    from kbuild.hooks.manifest import MANIFEST_NAME, wheel_manifest
+    from kbuild.build.manifest import MANIFEST_NAME, wheel_manifest
 
     with open_wheel(wheel) as zf:
         has = any(n.count("/") == 1 and n.endswith(f".dist-info/{MANIFEST_NAME}") for n in zf.namelist())

@@ -73,7 +73,9 @@ def kernel_index(settings: Settings, spec: KernelSettings) -> int:
 
 
 @contextlib.contextmanager
-def _project_on_path(settings: Settings) -> Iterator[None]:
+def project_on_path(settings: Settings) -> Iterator[None]:
+    """The project's ``python_path`` folders (those that exist and are not there yet) first on ``sys.path`` while
+    the block runs, removed afterwards: where the kernels' modules are imported, and found."""
     added = [str((settings.project_dir / p).resolve()) for p in settings.python_path]
     added = [p for p in added if Path(p).is_dir() and p not in sys.path]
     sys.path[:0] = added
@@ -160,7 +162,7 @@ def load_source(settings: Settings, spec: KernelSettings) -> Any:
         raise MissingDependencyError(f"Triton is not installed ({exc}); kbuild needs triton>=3.6,<3.7") from None
     where = settings.config_file
     key = f"[tool.kbuild.kernels][{kernel_index(settings, spec)}].source"
-    with _project_on_path(settings):  # anything the user's module raises, sys.exit too, is one error
+    with project_on_path(settings):  # anything the user's module raises, sys.exit too, is one error
         module = usercode.import_module(spec.module, error=lambda m: KernelSourceError(where, key, m),
                                         hint=f"; the project root and {settings.python_path} are on the path")
     fn = getattr(module, spec.function, None)
@@ -747,7 +749,7 @@ def _wgmma_hazards(settings: Settings, cubin: bytes, symbol: str, ptx: str | Non
     """:mod:`kbuild.sass.hazards` on a cubin (of an architecture with wgmma) with a register-operand wgmma, with a
     warning when it finds a race: Triton 3.6 pipelines such a wgmma over registers the next iteration overwrites
     (triton-lang/triton#9433), and the results then depend on timing. The cubin is what Triton produced: under
-    ``wgmma_hazards = "error"`` the pipeline refuses it (:func:`kbuild.hooks.pipeline.refuse_wgmma_hazards`), and a
+    ``wgmma_hazards = "error"`` the pipeline refuses it (:func:`kbuild.build.hazards.refuse_wgmma_hazards`), and a
     check that cannot run here is an error instead of a skip."""
     try:
         from kbuild.sass.hazards import WGMMA_RACE_ISSUE, recorded, register_wgmma_hazards

@@ -3,7 +3,7 @@
 Imported only where a GPU is used (torch is imported inside the functions).
 
 * :func:`require_gpu`: the device's compute capability, or :class:`GPUUnavailableError`;
-* :func:`with_cubin`: a Triton ``CompiledKernel`` that launches other machine code (design/SASS.md);
+* :func:`with_cubin`: a Triton ``CompiledKernel`` that launches other machine code (a rewritten schedule);
 * :class:`L2Flush`: overwrite a buffer larger than L2 between timed launches;
 * :func:`time_interleaved`: CUDA-event timing of several variants, interleaved launch by launch;
 * :func:`device_report`: GPU name, driver, clocks, versions for the record.

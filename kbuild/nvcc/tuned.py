@@ -24,7 +24,7 @@ kbuild-nvcc compiles the ``source`` of one, after each ``ptxas`` step of the pla
 
 Several declared kernels of one unit are applied in declaration order, each keyed on the cubin as the previous
 one left it. Each shipped kernel × target gets a record (:data:`RECORD_FORMAT`), in the launcher's log and, with
-``KBUILD_NVCC_RECORDS``, as a JSON file that :func:`kbuild.hooks.manifest.cuda_entries` turns into manifest entries.
+``KBUILD_NVCC_RECORDS``, as a JSON file that :func:`kbuild.build.manifest.cuda_entries` turns into manifest entries.
 """
 
 from __future__ import annotations

@@ -3,20 +3,20 @@
 **The driver** (:func:`prewarm_ray`, on the machine that runs ``kbuild prewarm``) first checks that a Ray cluster
 answers at the address within ``connect_timeout`` (:func:`check_cluster`, :mod:`kbuild.prewarm.address`:
 ``ray.init`` alone retried an address nobody answers at for minutes), then resolves every kernel and
-computes its keys exactly as a build does (:func:`kbuild.hooks.pipeline.specs_and_keys`), looks the tuned keys
+computes its keys exactly as a build does (:func:`kbuild.build.resolve.specs_and_keys`), looks the tuned keys
 up in the shared writable tier, and for each one missing:
 
-1. submits a compile task (:func:`_compile_task`; one CPU, any node): the baseline from the shared tier, or
+1. submits a compile task (:func:`kbuild.prewarm.tasks.compile_task`; one CPU, any node): the baseline from the shared tier, or
    compiled now and put there;
 2. once that baseline exists, hands the entry to a **tune worker** of its target (:mod:`kbuild.prewarm.workers`):
    a long-lived Ray actor holding **one GPU of the target's compute capability**, ``num_gpus=1`` plus one unit of
-   the custom resource ``kbuild_sm_<cc>`` (:func:`resource_name`), which each GPU node declares once per GPU,
+   the custom resource ``kbuild_sm_<cc>`` (:func:`kbuild.prewarm.node.resource_name`), which each GPU node declares once per GPU,
    e.g. ``ray start --address HEAD:6379 --num-gpus 8 --resources '{"kbuild_sm_90": 8}'``
    (``kbuild prewarm --ray-resources`` prints this machine's). The driver starts one worker per unit of the
    resource (at most one per entry) as the run starts, so they import what a tune needs while the baselines
-   compile, and each then tunes entry after entry (:func:`_tune_task`): it takes a lease on the tuned key in the
+   compile, and each then tunes entry after entry (:func:`kbuild.prewarm.tasks.tune_task`): it takes a lease on the tuned key in the
    shared tier (:mod:`kbuild.cache.lease`; renewed while it works), looks the key up again, tunes
-   (:func:`kbuild.hooks.pipeline.gpu_tuner`, or the CPU cost model with ``backend="model"``), puts the result
+   (:func:`kbuild.build.tuning.tune_build`, or the CPU cost model with ``backend="model"``), puts the result
    into the shared tier at once and gives the lease up. A target's workers are killed once it has no more work.
 
 **Kernels with a configuration space** (level 1, :mod:`kbuild.tune.level1`): the tune (on its worker) runs the racing
@@ -43,7 +43,7 @@ never ship. A kernel with a configuration space gets both levels on the model: l
 compiled cubins by the cost model (:class:`kbuild.tune.level1.ModelConfigMeasurer`, compiles in shards as
 above), level 2 searches the chosen configurations' schedules, and the result holds the chosen
 configuration's untouched cubin; the same seed gives the configuration the single-process search gives
-(:func:`model_tuner` called in one process).
+(:func:`kbuild.prewarm.tasks.model_tuner` called in one process).
 
 **What travels, what must be there:** when kbuild starts Ray itself (``kbuild prewarm --ray``, or
 :func:`prewarm_ray` with Ray not yet initialised), it ships the project and kbuild with Ray's own job-level
@@ -51,7 +51,7 @@ configuration's untouched cubin; the same seed gives the configuration the singl
 copy, which Ray puts first on their ``PYTHONPATH``; Ray leaves out what the project's ``.gitignore`` names, and
 kbuild adds :data:`SHIP_EXCLUDES`) and kbuild's own package as ``py_modules`` (a copy of the ``kbuild`` tree
 with the subpackages a checkout keeps beside it, :data:`MAPPED_SUBPACKAGES`, put back inside). On a node the
-tasks look for the kernels in that copy (:func:`on_node`), wherever Ray unpacked it; keys never hold a path
+tasks look for the kernels in that copy (:func:`kbuild.prewarm.node.on_node`), wherever Ray unpacked it; keys never hold a path
 (the key covers Triton's source hash, which is of the text, not of the file's place), so a node whose copy lives
 elsewhere computes the driver's keys. What does not travel: Triton, ptxas and kbuild's dependencies (installed
 on every node), and a kernel imported from an installed package rather than the project. A node whose toolchain
@@ -75,9 +75,7 @@ import dataclasses
 import logging
 import os
 import shutil
-import socket
 import tempfile
-import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -88,12 +86,11 @@ from typing import Any
 from kbuild.config import Settings, apply_flag, env_value, parse_bool
 from kbuild.errors import ClusterUnreachableError, KBuildError, MissingDependencyError, UsageError
 
+from .node import node_resources, ray_error, resource_name
+from .tasks import leases_of, model_key, shared_store
+
 log = logging.getLogger(__name__)
 
-#: The custom resource a GPU node declares once per GPU of compute capability ``cc``: ``kbuild_sm_<cc>``.
-RESOURCE_PREFIX = "kbuild_sm_"
-#: Label of the cost-model backend in keys and results.
-MODEL_MEASURE = "cost-model"
 #: Seconds between two looks at a lease another prewarm holds.
 LEASE_POLL_SECONDS = 5.0
 #: kbuild's subpackages that a checkout keeps beside the ``kbuild`` folder (pyproject.toml's ``wheel.packages``
@@ -102,56 +99,6 @@ MAPPED_SUBPACKAGES = ("hooks", "cache", "templates")
 #: Left out of what is shipped, besides what the project's ``.gitignore`` names (Ray reads it).
 SHIP_EXCLUDES = [".git", "__pycache__", "*.pyc", ".venv", ".venv-*", ".mypy_cache", ".pytest_cache", ".ruff_cache",
                  ".hypothesis", "*.egg-info"]
-
-
-def resource_name(cc: int) -> str:
-    """The Ray custom resource that stands for one GPU of compute capability ``cc`` (``kbuild_sm_90``)."""
-    return f"{RESOURCE_PREFIX}{cc}"
-
-
-def node_resources() -> dict[str, float]:
-    """The custom resources this machine's GPUs give (``{"kbuild_sm_90": 8.0}``), for ``ray start --resources``."""
-    from kbuild.device.probe import local_gpus
-
-    out: dict[str, float] = {}
-    for g in local_gpus():
-        out[resource_name(g.cc)] = out.get(resource_name(g.cc), 0.0) + 1.0
-    return out
-
-
-def model_key(key: Any) -> Any:
-    """The key a cost-model result is stored under: the tuned key with ``measure = "cost-model"`` in its tuner
-    component, so that no build (which looks up the plain tuned key) ever ships it."""
-    from kbuild.key import KernelKey
-
-    comps = dict(key.components)
-    comps["tuner"] = {**comps["tuner"], "measure": MODEL_MEASURE}
-    return KernelKey(comps)
-
-
-def shared_store(settings: Settings) -> Any:
-    """The writable remote tiers of ``settings`` as one store (no local tier), strict: a shared tier that is down
-    is an error, not a miss, since a distributed prewarm has nowhere else to put its results."""
-    from kbuild.cache import Tier, TieredStore, backend_for_url
-    from kbuild.cache.url import redact_url
-
-    tiers = []
-    for i, r in enumerate(settings.remotes):
-        if r.writable:
-            backend = backend_for_url(r.url, where=f"{settings.config_file}: remotes[{i}].url",
-                                      deadline=settings.remote_deadline)
-            tiers.append(Tier(backend, name=redact_url(r.url), writable=True, secret=settings.store_secret))
-    if not tiers:
-        raise UsageError(f"{settings.config_file}: remotes: kbuild prewarm --ray writes its results to a shared tier, "
-                         "and none is writable; pass --remote URL (http(s):// or redis://) or set writable = true "
-                         "on a remotes entry")
-    return TieredStore(tiers, strict=True, local=False)
-
-
-def _leases(store: Any) -> Any:
-    from kbuild.cache.lease import leases_for
-
-    return leases_for(store.tiers[0].backend)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -190,210 +137,8 @@ def ship_env(settings: Settings, staging: Path) -> dict[str, Any]:
             "excludes": list(SHIP_EXCLUDES)}
 
 
-def on_node(settings: Settings, shipped: bool) -> Settings:
-    """The driver's settings as a task on a node uses them: with the project shipped, its project folder is the
-    copy Ray unpacked, which is the task's working directory; otherwise unchanged (the same path everywhere)."""
-    if not shipped:
-        return settings
-    here = Path.cwd().resolve()
-    return settings if here == settings.project_dir else dataclasses.replace(settings, project_dir=here)
-
-
 # ---------------------------------------------------------------------------------------------
-# What the tasks do (plain functions: the Ray tasks wrap them, tests may call them directly).
-
-def _where() -> dict[str, Any]:
-    """This worker: host, Ray node id, pid, the GPUs it sees (``gpu``) and Ray's ids of those it was given
-    (``gpu_ids``, empty for a task that asked for none)."""
-    from kbuild.device.probe import local_gpus
-
-    node, gpu_ids = None, []
-    try:
-        import ray
-
-        if ray.is_initialized():
-            ctx = ray.get_runtime_context()
-            node = ctx.get_node_id()
-            gpu_ids = [str(i) for i in ctx.get_accelerator_ids().get("GPU", [])]
-    except Exception:
-        node = None
-    gpus = [f"{g.name} (sm_{g.cc})" for g in local_gpus()]
-    return {"host": socket.gethostname(), "node": node, "pid": os.getpid(), "gpu": ", ".join(gpus) or "none",
-            "gpu_ids": gpu_ids}
-
-
-def _build(settings: Settings, kernel: str, target: str, backend: str) -> Any:
-    from kbuild.hooks.pipeline import resolve, select_targets
-
-    (b,) = resolve(settings, [settings.kernel(kernel)], select_targets(settings, [target]))
-    if backend == "model" and b.tuned_key is not None:
-        b.tuned_key = model_key(b.tuned_key)
-    return b
-
-
-def compile_baseline(settings: Settings, kernel: str, target: str) -> Any:
-    """The baseline artefact of ``kernel`` × ``target``: from the shared tier, or compiled here and put there."""
-    return _compile(settings, kernel, target)[0]
-
-
-def _compile(settings: Settings, kernel: str, target: str) -> tuple[Any, bool]:
-    from kbuild.hooks.pipeline import compile_baselines
-
-    b = _build(settings, kernel, target, "gpu")
-    compiled = False
-    with shared_store(settings) as store:
-        for art in compile_baselines(settings, [b], store):
-            store.put(art)
-            compiled = True
-    return b.artefact, compiled
-
-
-def _compile_task(settings: Settings, kernel: str, target: str, *, shipped: bool = False) -> dict[str, Any]:
-    """The Ray compile task: the baseline (``artefact``) and what this task did (``task``: where, when, whether it
-    compiled or found the baseline)."""
-    where = _where()
-    started = time.time()
-    art, compiled = _compile(on_node(settings, shipped), kernel, target)
-    finished = time.time()
-    return {"artefact": art, "task": {**where, "state": "compiled" if compiled else "found", "started": started,
-                                      "finished": finished, "seconds": round(finished - started, 3)}}
-
-
-class _Renewer(threading.Thread):
-    """Renews a lease every third of its time to live until stopped."""
-
-    def __init__(self, leases: Any, lease: Any, seconds: float) -> None:
-        super().__init__(daemon=True, name="kbuild-lease")
-        self.leases, self.lease, self.seconds = leases, lease, seconds
-        self.stop_event = threading.Event()
-        self.lost = False
-
-    def run(self) -> None:
-        while not self.stop_event.wait(self.seconds / 3):
-            try:
-                renewed = self.leases.renew(self.lease, self.seconds)
-            except KBuildError as exc:
-                log.warning("renewing the lease on %s failed: %s", self.lease.key, exc)
-                continue
-            if renewed is None:
-                self.lost = True
-                log.warning("lost the lease on %s (expired and taken over)", self.lease.key)
-                return
-            self.lease = renewed
-
-    def stop(self) -> None:
-        self.stop_event.set()
-        self.join(timeout=5)
-
-
-def tune_entry(settings: Settings, kernel: str, target: str, baseline: Any, *, run_id: str, expected_key: str,
-               backend: str = "gpu", lease_seconds: float = 300.0, tuner: Callable[..., Any] | None = None,
-               on_start: Callable[[dict[str, Any]], None] | None = None, pool: Any = None) -> dict[str, Any]:
-    """Tune one kernel × target under a lease in the shared tier and store the result; a result record.
-
-    ``state``: ``found`` (already stored), ``tuned`` (stored now), ``leased`` (another run holds the lease;
-    ``holder`` and ``expires`` say whose and until when) or ``failed`` (``error``; nothing stored). ``pool``:
-    where level 1 compiles (a :data:`kbuild.tune.level1.compile.CompilerFactory`; None: a process pool here),
-    handed to the tuner as ``tuner(settings, build, pool=pool)``."""
-    where = _where()
-    if on_start is not None:
-        on_start(where)
-    started = time.time()
-    record: dict[str, Any] = {"kernel": kernel, "target": target, "key": expected_key, **where, "started": started}
-    out = _tune_entry(settings, kernel, target, baseline, record, run_id=run_id, expected_key=expected_key,
-                      backend=backend, lease_seconds=lease_seconds, tuner=tuner, pool=pool)
-    finished = time.time()
-    return {**out, "finished": finished, "seconds": round(finished - started, 3)}
-
-
-def _tune_entry(settings: Settings, kernel: str, target: str, baseline: Any, record: dict[str, Any], *, run_id: str,
-                expected_key: str, backend: str, lease_seconds: float,
-                tuner: Callable[..., Any] | None, pool: Any = None) -> dict[str, Any]:
-    where = {k: record.get(k) for k in ("host", "node", "pid", "gpu", "gpu_ids")}
-    b = _build(settings, kernel, target, backend)
-    if b.tuned_key is None or b.tuned_key.hex != expected_key:
-        got = b.tuned_key.hex if b.tuned_key is not None else None
-        return {**record, "state": "failed", "error": f"this node computes the key {got} for {kernel} {target}, the "
-                f"driver {expected_key}: its kbuild, Triton, ptxas or project differ from the driver's"}
-    b.artefact = baseline
-    with shared_store(settings) as store:
-        if store.get(expected_key) is not None:
-            return {**record, "state": "found"}
-        leases = _leases(store)
-        claim = leases.acquire(expected_key, run_id, lease_seconds, owner=where)
-        if not claim.ok:
-            held = claim.held
-            return {**record, "state": "leased", "holder": held.holder if held else None,
-                    "holder_owner": held.owner if held else None, "expires": held.expires if held else None}
-        assert claim.held is not None
-        renewer = _Renewer(leases, claim.held, lease_seconds)
-        renewer.start()
-        try:
-            if store.get(expected_key) is not None:  # stored between the look-up and the lease
-                return {**record, "state": "found"}
-            run = tuner or (model_tuner if backend == "model" else _gpu_tuner)
-            try:
-                art = run(settings, b, pool=pool)
-            except Exception as exc:
-                log.warning("tuning %s for %s failed on %s: %s", kernel, target, where["host"], exc)
-                return {**record, "state": "failed", "error": f"{type(exc).__name__}: {exc}"}
-            store.put(art)
-            return {**record, "state": "tuned", "tuned": bool(art.meta.get("tuned")), "speedup": art.meta.get("speedup"),
-                    "decision": art.meta.get("tune_decision"), "measure": art.meta.get("measure", "gpu"),
-                    "lease_lost": renewer.lost}
-        finally:
-            renewer.stop()
-            try:
-                leases.release(renewer.lease)
-            except KBuildError as exc:  # the lease expires by itself
-                log.warning("releasing the lease on %s failed: %s", expected_key, exc)
-
-
-def _gpu_tuner(settings: Settings, b: Any, *, pool: Any = None) -> Any:
-    from kbuild.device.probe import has_gpu, local_gpus
-    from kbuild.errors import GPUUnavailableError
-    from kbuild.hooks.pipeline import gpu_tuner
-
-    if not has_gpu(b.target.cc):
-        have = ", ".join(f"{g.name} (sm_{g.cc})" for g in local_gpus()) or "none"
-        raise GPUUnavailableError(f"this node offers {resource_name(b.target.cc)} but its GPUs are: {have}")
-    if not b.spec.bench:
-        raise UsageError(f"kernel {b.spec.name!r} has no bench spec ([tool.kbuild.kernels] bench); it cannot be "
-                         "measured")
-    return gpu_tuner(settings, b, pool=pool)
-
-
-def model_tuner(settings: Settings, b: Any, *, pool: Any = None) -> Any:
-    """The cost-model stand-in (CPU); its artefact is labelled ``"measure": "cost-model"``.
-
-    A kernel without a configuration space: the SASS search on the default configuration's baseline, judged by
-    the cost model (by the acceptance rule, the artefact holds the baseline). One with a space: both levels on
-    the cost model (:func:`kbuild.hooks.pipeline._two_level_tuner` with ``measure="model"``), level 1 compiling
-    in ``pool`` (a :data:`kbuild.tune.level1.compile.CompilerFactory`; None: a process pool here, as the
-    single-process prewarm does); the artefact holds the configuration the model ranked first."""
-    from kbuild.cache import Artefact
-    from kbuild.hooks.pipeline import _two_level_tuner, tuned_artefact
-    from kbuild.tune.api import tune
-    from kbuild.tune.measure.backend import MODEL_BACKEND
-
-    started = time.time()
-    base = b.artefact
-    if len(b.space) > 1:
-        python_path = tuple(str(settings.project_dir / p) for p in settings.python_path)
-        art = _two_level_tuner(settings, b, python_path, pool=pool, measure="model")
-        return Artefact.create(key=art.key, cubin=art.cubin, meta={**art.meta, "measure": MODEL_MEASURE,
-                                                                    "backend": MODEL_BACKEND})
-    result = tune(base.cubin, kernel=base.meta.get("symbol"), backend=None, algorithms=(settings.algorithm,),
-                  evaluations=settings.budget.evaluations, seconds=settings.budget.seconds, seed=settings.seed,
-                  kinds=tuple(settings.kinds), policy=None)
-    art = tuned_artefact(b, result.cubin, accepted=result.decision.accepted, speedup=result.decision.speedup,
-                         reason=result.decision.reason, report=result.report(), seconds=time.time() - started)
-    return Artefact.create(key=art.key, cubin=art.cubin, meta={**art.meta, "measure": MODEL_MEASURE,
-                                                                "backend": MODEL_BACKEND})
-
-
-# ---------------------------------------------------------------------------------------------
-# The driver.
+# The driver (what the tasks do on the nodes: kbuild.prewarm.tasks).
 
 @dataclass
 class Entry:
@@ -469,8 +214,8 @@ def prewarm_ray(settings: Settings, *, address: str | None = None, targets: Sequ
 
     ``address`` and ``lease_seconds`` are held to the settings model's rules (:func:`kbuild.config.apply_flag`),
     and, when this call starts Ray, the address to :func:`check_cluster`'s, before any kernel is imported."""
-    from kbuild.hooks.pipeline import select_kernels, select_targets, specs_and_keys
-    from kbuild.hooks.prewarm import with_remote
+    from kbuild.build.prewarm import with_remote
+    from kbuild.build.resolve import select_kernels, select_targets, specs_and_keys
 
     if backend not in ("gpu", "model"):
         raise UsageError(f"--backend: expected gpu or model, got {backend!r}")
@@ -563,7 +308,7 @@ def _probe_leases(store: Any, run_id: str) -> None:
     or one that is down stops the run before anything is submitted."""
     import hashlib
 
-    leases = _leases(store)
+    leases = leases_of(store)
     probe = hashlib.sha256(run_id.encode()).hexdigest()
     claim = leases.acquire(probe, run_id, 60.0, owner={"probe": True})
     if claim.ok and claim.held is not None:
@@ -674,10 +419,11 @@ def _run(ray: Any, settings: Settings, entries: list[Entry], *, run_id: str, bac
     (:mod:`kbuild.prewarm.workers`); the workers' records."""
     from collections import deque
 
+    from kbuild.prewarm.tasks import compile_task
     from kbuild.prewarm.workers import WorkerPool, wanted_per_cc
 
     exceptions = ray.exceptions
-    compile_remote = ray.remote(num_cpus=1, max_retries=max_retries)(_compile_task)
+    compile_remote = ray.remote(num_cpus=1, max_retries=max_retries)(compile_task)
     board = _board(ray)
     resources = ray.cluster_resources()
     pool = WorkerPool(ray, backend=backend, max_retries=max_retries,
@@ -738,17 +484,17 @@ def _run(ray: Any, settings: Settings, entries: list[Entry], *, run_id: str, bac
             out = ray.get(ref)
         except exceptions.RayActorError as exc:  # its node or process died: another worker takes the entry
             where = _board_snapshot(ray, board)["tune"].get(i, {})
-            pool.lost(w, _ray_error(exc))
+            pool.lost(w, ray_error(exc))
             lost[i] = lost.get(i, 0) + 1
             if lost[i] > max_retries:
-                fail(i, f"its tune worker died {lost[i]} times; the last: {_ray_error(exc)}", where)
+                fail(i, f"its tune worker died {lost[i]} times; the last: {ray_error(exc)}", where)
             else:
                 e.state = "queued"
                 queues.setdefault(e.cc, deque()).appendleft(i)
             return
         except Exception as exc:  # the task raised (its compile failed, or the tune itself outside the tuner)
             w.state = "idle"
-            fail(i, _ray_error(exc), _board_snapshot(ray, board)["tune"].get(i, {}))
+            fail(i, ray_error(exc), _board_snapshot(ray, board)["tune"].get(i, {}))
             return
         w.state = "idle"
         if out["state"] == "leased":
@@ -832,36 +578,6 @@ def _shard_order(sid: str) -> tuple[str, int]:
     return head, int(seq) if seq.isdigit() else 0
 
 
-def _tune_task(settings: Settings, kernel: str, target: str, compiled: dict[str, Any], *, run_id: str,
-               expected_key: str, backend: str, lease_seconds: float, tuner: Callable[..., Any] | None, board: Any,
-               index: int, shipped: bool = False, max_retries: int = 3) -> dict[str, Any]:
-    """One entry's tune on a tune worker (:meth:`kbuild.prewarm.workers.TuneWorker.tune`) around :func:`tune_entry`
-    (``compiled``: :func:`_compile_task`'s result): reports its start to the driver's board; level 1 (a kernel with
-    a configuration space) compiles its candidates in Ray CPU tasks (:class:`kbuild.prewarm.shards.ShardPool`),
-    while the racing stays here, on the worker's one GPU; its record
-    carries the compile task's as ``compile`` and the shards it read as ``shards``."""
-    from kbuild.prewarm.shards import ShardPool
-
-    pools: list[ShardPool] = []
-    prefix = f"e{index}-{uuid.uuid4().hex[:6]}"  # a retried task's shards are new ones
-
-    def started(where: dict[str, Any]) -> None:
-        if board is not None:
-            board.started.remote(index, where)
-
-    def pool(spec: Any, arch: int) -> ShardPool:
-        made = ShardPool(spec, arch, settings=settings, shipped=shipped, board=board, max_retries=max_retries,
-                         owner={"index": index, "kernel": kernel, "target": target},
-                         prefix=f"{prefix}.{len(pools)}" if pools else prefix)
-        pools.append(made)
-        return made
-
-    out = tune_entry(on_node(settings, shipped), kernel, target, compiled["artefact"], run_id=run_id,
-                     expected_key=expected_key, backend=backend, lease_seconds=lease_seconds, tuner=tuner,
-                     on_start=started, pool=pool)
-    return {**out, "compile": compiled["task"], "shards": [r for p in pools for r in p.records.values()]}
-
-
 class _Board:
     """A small actor on the driver's node: which entries' tunes have started, and where; what each level-1
     compile shard is doing (``shard``: its start, end, failure or cancellation; one attempt per start)."""
@@ -929,13 +645,3 @@ def _board_snapshot(ray: Any, board: Any) -> dict[str, Any]:
         return empty
 
 
-def _ray_error(exc: BaseException) -> str:
-    """Ray's error in one line: the task's own exception where Ray carries one (``RayTaskError.cause``), else the
-    last line of Ray's message (its first is the task's name, the rest a traceback)."""
-    from kbuild.console import printable
-
-    cause = getattr(exc, "cause", None)
-    if isinstance(cause, BaseException) and cause is not exc:
-        return f"{type(exc).__name__}: {_ray_error(cause)}"
-    lines = [printable(line).strip() for line in str(exc).splitlines() if line.strip()]
-    return f"{type(exc).__name__}: {lines[-1] if lines else ''}"

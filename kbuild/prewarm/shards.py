@@ -3,7 +3,7 @@ compiled by Ray CPU tasks on the cluster's nodes, a few per task, while its one 
 
 **What runs where.** For a kernel that declares a configuration space (``space`` or ``configs`` in
 ``[tool.kbuild.kernels]``, :mod:`kbuild.space`), the tune of a kernel × target (on a tune worker holding one GPU of the target, :mod:`kbuild.prewarm.workers`) runs the two-level search as a single machine does
-(:func:`kbuild.hooks.pipeline.gpu_tuner`; the cost model's :func:`~kbuild.prewarm.ray_engine.model_tuner`), with
+(:func:`kbuild.build.tuning.tune_build`; the cost model's :func:`~kbuild.prewarm.tasks.model_tuner`), with
 one change: level 1's measurer gets a :class:`ShardPool` instead of the local process pool
 (:class:`kbuild.tune.level1.compile.CompilePool`). When the racing search proposes a batch of configurations
 (``prefetch``), the pool cuts the new ones into shards and submits each as a Ray task asking for one CPU and
@@ -16,9 +16,9 @@ configuration with the same seed as the single-process prewarm (tests/prewarm_ra
 
 **Why only the compiles are spread, and the racing stays inside one GPU task.** Level 1 decides by comparing
 times, and those comparisons are only meaningful within one GPU run: on the H200 a compute-bound matmul's
-back-to-back ``do_bench`` medians spread by 44 %, drifting with clocks and power
-(``../shared/design/SASS.md``, "Timing on the H200"), while the interleaved A/A spread inside one batch was
-0.11–0.98 % (``benchmarks/results/h200/issue15/README.md``), and the level-1 gains being decided are 1.004× to
+back-to-back ``do_bench`` medians spread by 44 %, drifting with clocks and power (why
+:func:`kbuild.device.timing.time_interleaved` interleaves the variants it compares), while the interleaved A/A
+spread inside one batch was 0.11–0.98 % (``benchmarks/results/h200/issue15/README.md``), and the level-1 gains being decided are 1.004× to
 1.25× (same table). So every configuration's score is its time relative to a reference timed in the same batch
 (:mod:`kbuild.tune.level1.search`), and the final rung times the finalists and the autotune best side by side.
 Timings of shards measured on other GPUs, or in other processes on the same GPU, would be compared across runs:
@@ -67,6 +67,8 @@ from typing import TYPE_CHECKING, Any
 
 from kbuild.config import Settings
 
+from .node import on_node, ray_error, where
+
 if TYPE_CHECKING:  # kbuild.tune.level1 needs the [tune] extra: imported where a shard compiles
     from kbuild.bench.spec import BenchSpec, Config
     from kbuild.tune.level1.compile import CompiledConfig
@@ -86,18 +88,17 @@ def compile_shard(settings: Settings, shipped: bool, ref: str, small: bool, conf
     """The Ray task: compile ``configs`` (``Config.as_dict()`` each) of the bench spec ``ref`` for ``sm_<arch>`` on
     this node; ``{"compiled": [CompiledConfig, ...] in order, "task": what this task did}``. ``shard``: its id and
     owner (``index``, ``kernel``, ``target``); ``board``: the driver's board, told of the start and the end."""
-    from kbuild.prewarm.ray_engine import _where, on_node
     from kbuild.tune.level1.compile import compile_configs
 
-    where = _where()
+    here = where()
     started = time.time()
     if board is not None:
-        board.shard.remote(shard["id"], "start", {**shard, **where, "started": started})
+        board.shard.remote(shard["id"], "start", {**shard, **here, "started": started})
     node_settings = on_node(settings, shipped)
     python_path = tuple(str(node_settings.project_dir / p) for p in node_settings.python_path)
     compiled = compile_configs(ref, small, python_path, configs, arch, timeout=node_settings.compile_timeout)
     finished = time.time()
-    record = {**shard, **where, "started": started, "finished": finished, "seconds": round(finished - started, 3),
+    record = {**shard, **here, "started": started, "finished": finished, "seconds": round(finished - started, 3),
               "compiled": sum(c.payload is not None for c in compiled),
               "errors": sum(c.payload is None for c in compiled)}
     if board is not None:
@@ -169,14 +170,13 @@ class ShardPool:
         return self._done[label]
 
     def _collect(self, sid: str) -> None:
-        from kbuild.prewarm.ray_engine import _ray_error
         from kbuild.tune.level1.compile import CompiledConfig
 
         ref, labels = self._refs.pop(sid), self._members.pop(sid)
         try:
             out = self.ray.get(ref)
         except Exception as exc:  # its retries are used up (its workers or nodes kept dying), or Ray failed it
-            error = f"compile shard {sid} failed: {_ray_error(exc)}"
+            error = f"compile shard {sid} failed: {ray_error(exc)}"
             for label in labels:
                 self._done[label] = CompiledConfig(label, None, 0.0, error)
             self.records[sid].update(state="failed", error=error)

@@ -16,7 +16,7 @@ context outlives its entry: the actor itself only initialises the driver to list
 (:func:`kbuild.device.probe.local_gpus`), creates no context and holds no GPU memory.
 
 **Resources.** A worker asks for what a tune task asked for: one unit of the target's ``kbuild_sm_<cc>``
-(:func:`kbuild.prewarm.ray_engine.resource_name`) and, on the GPU backend, one GPU; it keeps them until the run
+(:func:`kbuild.prewarm.node.resource_name`) and, on the GPU backend, one GPU; it keeps them until the run
 has no more work for that target (:meth:`WorkerPool.retire`), then is killed, giving them back. It asks for no
 CPU (Ray's default for a running actor): a worker holding a CPU for the whole run would take it from the compile
 tasks and level-1 compile shards (:mod:`kbuild.prewarm.shards`) on its node (a tune task used to give its CPU back while it
@@ -38,39 +38,40 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from .node import on_node, ray_error, resource_name, where
+from .tasks import tune_task
+
 #: What a worker imports when it starts, before its first entry (the tune's pipeline, the SASS search and its
 #: measurement client, level 1's shard pool, Triton's compiler): what the first tune task paid for before it could start.
-WARM_MODULES = ("kbuild.hooks.pipeline", "kbuild.tune.api", "kbuild.tune.measure.client", "kbuild.tune.two_level",
+WARM_MODULES = ("kbuild.build.pipeline", "kbuild.tune.api", "kbuild.tune.measure.client", "kbuild.tune.two_level",
                 "kbuild.prewarm.shards", "triton.compiler")
 
 
 class TuneWorker:
     """The Ray actor (see the module docstring): warms up when created, then runs
-    :func:`kbuild.prewarm.ray_engine._tune_task` for one entry per call.
+    :func:`kbuild.prewarm.tasks.tune_task` for one entry per call.
 
     The warm-up imports ``modules``, then resolves the run's ``kernels`` of the project (``settings`` as the
-    driver has them, ``shipped``: see :func:`kbuild.prewarm.ray_engine.on_node`) as a tune's first step does:
+    driver has them, ``shipped``: see :func:`kbuild.prewarm.node.on_node`) as a tune's first step does:
     their modules imported (with what they import, torch for a bench spec), declarations checked, sources hashed,
     the toolchain's versions read. A kernel that fails to resolve is not the worker's failure: the warm-up
     records the error (``warm_error``) and the entry's own tune reports it."""
 
     def __init__(self, modules: Sequence[str] = WARM_MODULES, settings: Any = None, kernels: Sequence[str] = (),
                  shipped: bool = False) -> None:
-        from kbuild.prewarm.ray_engine import _where, on_node
-
         started = time.time()
         for name in modules:
             importlib.import_module(name)
         warm_error = None
         if settings is not None and kernels:
-            from kbuild.hooks.pipeline import resolve
+            from kbuild.build.resolve import resolve
 
             here = on_node(settings, shipped)
             try:
                 resolve(here, [here.kernel(k) for k in kernels], [])
             except Exception as exc:  # the entry's tune reports it, with the key it names
                 warm_error = f"{type(exc).__name__}: {exc}"
-        self.record = {**_where(), "started": started, "warm_seconds": round(time.time() - started, 3),
+        self.record = {**where(), "started": started, "warm_seconds": round(time.time() - started, 3),
                        "warm_error": warm_error}
 
     def ready(self) -> dict[str, Any]:
@@ -78,9 +79,7 @@ class TuneWorker:
         return self.record
 
     def tune(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
-        from kbuild.prewarm.ray_engine import _tune_task
-
-        return _tune_task(*args, **kwargs)
+        return tune_task(*args, **kwargs)
 
 
 @dataclass
@@ -110,8 +109,6 @@ class WorkerPool:
     def __init__(self, ray: Any, *, backend: str, max_retries: int, units: dict[int, int],
                  warm_modules: Sequence[str] = WARM_MODULES, settings: Any = None, kernels: Sequence[str] = (),
                  shipped: bool = False) -> None:
-        from kbuild.prewarm.ray_engine import resource_name
-
         self.ray, self.backend, self.max_retries = ray, backend, max_retries
         self.units = units
         self.warm_modules = tuple(warm_modules)
@@ -119,10 +116,9 @@ class WorkerPool:
         self.workers: list[Worker] = []
         self.replacements: dict[int, int] = {}
         self._actor = ray.remote(num_cpus=0, max_restarts=0)(TuneWorker)
-        self._resource = resource_name
 
     def _spawn(self, cc: int) -> Worker:
-        opts: dict[str, Any] = {"resources": {self._resource(cc): 1}}
+        opts: dict[str, Any] = {"resources": {resource_name(cc): 1}}
         if self.backend == "gpu":
             opts["num_gpus"] = 1
         handle = self._actor.options(**opts).remote(self.warm_modules, *self.warm_args)
@@ -146,13 +142,11 @@ class WorkerPool:
 
     def started(self, w: Worker) -> None:
         """``w``'s ready call returned: idle with its record, or dead with the error it failed to start with."""
-        from kbuild.prewarm.ray_engine import _ray_error
-
         try:
             w.record = self.ray.get(w.ready_ref)
             w.state = "idle"
         except Exception as exc:
-            w.state, w.error = "dead", _ray_error(exc)
+            w.state, w.error = "dead", ray_error(exc)
             self._replace(w.cc)
 
     def idle(self, cc: int) -> Worker | None:
@@ -177,7 +171,7 @@ class WorkerPool:
             return None
         dead = [w for w in self.workers if w.cc == cc and w.state == "dead"]
         last = dead[-1].error if dead else "no worker could be started"
-        return f"every tune worker for {self._resource(cc)} died or failed to start ({len(dead)}); the last: {last}"
+        return f"every tune worker for {resource_name(cc)} died or failed to start ({len(dead)}); the last: {last}"
 
     def retire(self, cc: int) -> None:
         """Kill ``cc``'s workers (its target has no more work), giving their GPUs back."""
@@ -204,7 +198,7 @@ class WorkerPool:
         for w in self.workers:
             rec = w.record
             ready = rec.get("started", 0.0) + rec.get("warm_seconds", 0.0) if rec else None
-            rows.append({"resource": self._resource(w.cc), "state": w.state, "error": w.error,
+            rows.append({"resource": resource_name(w.cc), "state": w.state, "error": w.error,
                          **{k: rec.get(k) for k in ("host", "node", "pid", "gpu", "gpu_ids", "warm_seconds",
                                                     "warm_error")},
                          "spawned": round(w.spawned, 3), "ready": round(ready, 3) if ready else None,

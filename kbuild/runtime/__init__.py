@@ -1,7 +1,7 @@
 """kbuild.runtime: tuned cubins for packages that run their Triton kernels just in time.
 
-Build side (:mod:`kbuild.runtime.package`): for ``ship = "package-data"`` projects,
-:func:`~kbuild.runtime.package.write_package_data` writes ``<package>/_kbuild/`` — the shipped
+Build side (:mod:`kbuild.build.package_data`, not part of this package): for ``ship = "package-data"`` projects,
+:func:`~kbuild.build.package_data.write_package_data` writes ``<package>/_kbuild/`` — the shipped
 cubins as ``<sha256>.cubin``, an ``index.json`` keyed by each kernel's baseline key
 (:mod:`kbuild.runtime.index`), and an ``__init__.py`` whose import calls :func:`enable`.
 

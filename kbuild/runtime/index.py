@@ -13,7 +13,7 @@ tuned configuration the caller cannot reach) and, where there is something to sa
 
 An ``@triton.autotune`` kernel whose tuned configuration is not the declared default has its entry keyed by
 that configuration's baseline key (what the call the answered autotuner launches recomputes), with the
-``autotune`` key that makes the autotuner choose it (:func:`kbuild.runtime.package.select_shipped`).
+``autotune`` key that makes the autotuner choose it (:func:`kbuild.build.package_data.select_shipped`).
 
 Version 2 (issue 16, zero-JIT loading: :mod:`kbuild.runtime.loader`) adds, per entry, what Triton
 needs to launch the shipped cubin without compiling anything:
@@ -33,13 +33,14 @@ Version 1 indexes are still read: their entries lack these fields, so their kern
 the post-compile substitution of :mod:`kbuild.runtime.hook` (Triton compiles, the cubin is swapped).
 
 The file is canonical: sorted keys, no timestamps, no paths, so that the same builds always give
-the same bytes.
+the same bytes. The build writes it (:mod:`kbuild.build.package_data` makes each entry from a build); this module
+owns its format and reads it.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -75,60 +76,6 @@ def entry_config(constexprs: Mapping[str, Any], options: Mapping[str, Any]) -> d
     if options.get("ptx_options"):
         out["ptx_options"] = str(options["ptx_options"])
     return out
-
-
-def index_entry(build: Any, *, autotune_key: Sequence[Any] | None = None, artefact: Any = None, key: Any = None,
-                tuned: bool | None = None, state: str | None = None, note: str | None = None) -> tuple[str, dict[str, Any]]:
-    """``(key, entry)`` for one :class:`kbuild.hooks.pipeline.KernelBuild` with an artefact.
-
-    ``triton_metadata`` comes from the artefact's ``meta["triton_metadata"]`` (recorded at compile time);
-    ``autotune_key`` (default: the build's ``autotune_key`` attribute or ``meta["autotune_key"]``) marks the
-    entry as the shipped answer of an ``@triton.autotune`` kernel for that key. :func:`kbuild.runtime.package.
-    select_shipped` may ship another ``artefact`` than the build's (the default's compile of a config-tuned
-    kernel) or file it under another ``key`` (the tuned configuration's baseline key, a
-    :class:`kbuild.key.KernelKey`), with its own ``tuned``/``state`` and a ``note`` saying why; by default the
-    build's artefact under its baseline key."""
-    art = artefact if artefact is not None else build.artefact
-    meta = art.meta
-    key = key if key is not None else build.baseline_key
-    comps = key.components
-    fn = build.fn
-    tuned = build.improved if tuned is None else tuned
-    speedup = meta.get("speedup") if tuned else None
-    checks = {"name": meta.get("symbol"), "shared": meta.get("shared"), "num_warps": meta.get("num_warps"),
-              "num_ctas": meta.get("num_ctas", 1), "global_scratch_size": meta.get("global_scratch_size", 0)}
-    entry = {
-        "kernel": build.spec.name,
-        "function": f"{fn.fn.__module__}:{fn.fn.__qualname__}" if hasattr(fn, "fn") else build.spec.source,
-        "source_hash": comps["kernel"]["source_hash"],
-        "signature": comps["kernel"]["signature"],
-        "constexprs": comps["kernel"]["constexprs"],
-        "options": comps["compiler"]["options"],
-        "target": {"name": build.target.name, **comps["target"]},
-        "triton_version": comps["compiler"]["triton"],
-        "ptxas_version": comps["compiler"]["ptxas"],
-        "symbol": meta.get("symbol"),
-        "checks": checks,
-        "tuned": tuned,
-        "state": build.state if state is None else state,
-        "speedup": float(speedup) if isinstance(speedup, (int, float)) and not isinstance(speedup, bool) else None,
-        "artefact_key": str(meta.get("key") or build.key.hex) if artefact is not None else build.key.hex,
-        "cubin": f"{art.cubin_sha256}.cubin",
-        "cubin_sha256": art.cubin_sha256,
-        "cubin_bytes": len(art.cubin),
-        "key_components": comps,
-        "config": entry_config(comps["kernel"]["constexprs"], comps["compiler"]["options"]),
-    }
-    triton_metadata = meta.get("triton_metadata")
-    if isinstance(triton_metadata, dict) and triton_metadata.get("name") == checks["name"]:
-        entry["triton_metadata"] = triton_metadata
-    if autotune_key is None:
-        autotune_key = getattr(build, "autotune_key", None) or meta.get("autotune_key")
-    if autotune_key is not None:
-        entry["autotune"] = {"key": list(autotune_key)}
-    if note:
-        entry["note"] = note
-    return key.hex, entry
 
 
 def build_index(entries: Iterable[tuple[str, Mapping[str, Any]]], *, package: str) -> dict[str, Any]:
@@ -269,5 +216,4 @@ def load_index(path: str | Path) -> Index:
 
 
 __all__ = ["CHECK_FIELDS", "DATA_DIR", "INDEX_FILE", "INDEX_FORMAT", "INDEX_VERSION", "READ_VERSIONS", "Index",
-           "IndexFormatError", "ShippedEntry", "build_index", "entry_config", "index_bytes", "index_entry", "load_index",
-           "parse_index"]
+           "IndexFormatError", "ShippedEntry", "build_index", "entry_config", "index_bytes", "load_index", "parse_index"]

@@ -1,6 +1,6 @@
 """The run-time side of the key: what Triton's JIT specialised a call to, in kbuild's declaration terms.
 
-At build time :mod:`kbuild.hooks.pipeline` keys a kernel from its ``[tool.kbuild.kernels]``
+At build time :mod:`kbuild.build.resolve` keys a kernel from its ``[tool.kbuild.kernels]``
 declaration (:func:`kbuild.key.kernel_key`). At run time Triton 3.6 describes the same facts in
 its own terms, as handed to ``knobs.runtime.jit_post_compile_hook``:
 
@@ -31,7 +31,6 @@ this process.
 
 from __future__ import annotations
 
-import functools
 import json
 import sys
 from collections.abc import Mapping
@@ -39,6 +38,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kbuild.config import KernelSettings
+from kbuild.distributions import installed_version
 from kbuild.key import KernelKey, compiler_component, kernel_key
 from kbuild.targets import Target
 
@@ -118,17 +118,6 @@ class CallSpecialization:
                           distribution=dict(distribution) if distribution is not None else None)
 
 
-@functools.lru_cache(maxsize=64)
-def _installed_version(name: str) -> str | None:
-    """The installed version of distribution ``name`` (None: not installed); looked up once per process."""
-    import importlib.metadata as md
-
-    try:
-        return str(md.version(name))
-    except md.PackageNotFoundError:
-        return None
-
-
 def installed_distribution(entry: Mapping[str, Any]) -> dict[str, str] | None:
     """The ``distribution`` key component of an index entry (``key_components.kernel.distribution``) when that
     distribution is installed at the version the entry was built from; None otherwise (no component: a kernel of
@@ -136,7 +125,7 @@ def installed_distribution(entry: Mapping[str, Any]) -> dict[str, str] | None:
     recorded = ((entry.get("key_components") or {}).get("kernel") or {}).get("distribution")
     if not isinstance(recorded, Mapping):
         return None
-    installed = _installed_version(str(recorded.get("name")))
+    installed = installed_version(str(recorded.get("name")))
     if installed is None or installed != recorded.get("version"):
         return None
     return {"name": str(recorded["name"]), "version": installed}

@@ -32,7 +32,7 @@ digests are easy to recompute). What is checked is that the index does not contr
 the compile of one specialisation, so entries with different keys that name the same cubin (a copy of an
 entry re-keyed to another constexpr value; an entry pointed at another's cubin with its digest updated) are
 all refused (:func:`pairing_conflicts`), and kbuild's own build never files one cubin under two keys
-(:func:`kbuild.runtime.package.write_package_data`). That a whole wheel is what its sources compile to is
+(:func:`kbuild.build.package_data.write_package_data`). That a whole wheel is what its sources compile to is
 what ``kbuild verify-wheel`` proves, by rebuilding it.
 
 This module imports neither torch nor triton.

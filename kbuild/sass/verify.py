@@ -14,7 +14,7 @@ DEPBAR-counted scoreboards, the remappable nv.info offsets, and the issue-distan
 their required cycles; and :func:`kbuild.sass.deps.mem_conflict`. A rule that is missing or wrong
 there (an implicit operand the table does not list, a latency the constraints under-estimate) is
 missing or wrong here too, and the verifier will accept the rewrite. Those gaps are found only by
-running rewrites on the GPU (``benchmarks/gpu_sass_fuzz.py``); see design/SASS.md.
+running rewrites on the GPU (``benchmarks/gpu_sass_fuzz.py``; its results: README, "Measured so far").
 
 It checks:
 

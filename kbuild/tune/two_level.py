@@ -204,7 +204,7 @@ def final_beats_reference(final: dict[str, Any]) -> tuple[bool, str]:
 
 def project_spec(spec: BenchSpec, points: Sequence[dict[str, Any]]) -> BenchSpec:
     """A project kernel's bench spec with its declared space (``[tool.kbuild.kernels]``, resolved by the
-    pipeline: :attr:`kbuild.hooks.pipeline.KernelBuild.space`, the default first) as the level-1 space. The
+    pipeline: :attr:`kbuild.build.kernel_build.KernelBuild.space`, the default first) as the level-1 space. The
     default is the whole autotune list: a project's gains are against what ships untuned."""
     import dataclasses
 

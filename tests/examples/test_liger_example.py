@@ -110,8 +110,8 @@ def _liger_calls(dtype_name: str) -> dict[str, tuple[Any, tuple[Any, ...], dict[
 
 @pytest.fixture(scope="module")
 def builds() -> list[Any]:
+    from kbuild.build.resolve import resolve, select_targets
     from kbuild.config import load_settings
-    from kbuild.hooks.pipeline import resolve, select_targets
 
     settings = load_settings(EXAMPLE / "pyproject.toml")
     return resolve(settings, settings.kernels, select_targets(settings, None))
@@ -171,8 +171,8 @@ def test_a_call_off_the_declared_shapes_misses() -> None:
     import torch
     from liger_kernel.ops import rms_norm
 
+    from kbuild.build.resolve import resolve, select_targets
     from kbuild.config import load_settings
-    from kbuild.hooks.pipeline import resolve, select_targets
     from kbuild.runtime.keys import installed_distribution, specialization_for_call
 
     settings = load_settings(EXAMPLE / "pyproject.toml")
@@ -191,7 +191,8 @@ _FILL_STORE = """
 import sys
 from kbuild.cache import open_store
 from kbuild.config import load_settings
-from kbuild.hooks.pipeline import run_pipeline, tuned_artefact
+from kbuild.build.pipeline import run_pipeline
+from kbuild.build.tuning import tuned_artefact
 settings = load_settings(sys.argv[1])
 n = 0
 with open_store(settings) as store:

@@ -4,7 +4,7 @@ puts ``kbx_jit/_kbuild/`` (index + cubins + enabling module) and ``.dist-info/kb
 point plugin gives the same wheel, and the project's source tree is left as it was.
 
 No GPU here, so nothing is tuned for real. **Stand-in tuning result:** the store is given, under the tuned keys
-of two kernel × target, the artefact :func:`kbuild.hooks.pipeline.tuned_artefact` makes (what the tuner stores),
+of two kernel × target, the artefact :func:`kbuild.build.tuning.tuned_artefact` makes (what the tuner stores),
 whose "tuned" cubin is the baseline cubin with :data:`MARKER` appended (a distinct digest; never loaded) and a
 made-up speedup of ×1.25. The build cannot tell it from a real tuning result, which is the point.
 """
@@ -39,7 +39,8 @@ _FILL_STORE = """
 import hashlib, json, sys
 from kbuild.cache import open_store
 from kbuild.config import load_settings
-from kbuild.hooks.pipeline import run_pipeline, tuned_artefact
+from kbuild.build.pipeline import run_pipeline
+from kbuild.build.tuning import tuned_artefact
 
 wanted = {tuple(x) for x in json.loads(sys.argv[2])}
 settings = load_settings(sys.argv[1])
@@ -97,7 +98,7 @@ def _record_hash(data: bytes) -> str:
 
 
 def test_the_wheel_ships_the_index_the_cubins_and_the_manifest(built: dict[str, Any]):
-    from kbuild.runtime.package import render_init
+    from kbuild.build.package_data import render_init
 
     zf = zipfile.ZipFile(built["wheel"])
     names = set(zf.namelist())

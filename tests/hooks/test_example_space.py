@@ -92,19 +92,20 @@ def test_the_bench_spec_launches_the_declared_default_with_the_declared_grid(mon
 
 class ShipPoint:
     """A stand-in tuner (no measuring): ships the untouched compile of ``POINT`` for the matmul (through
-    pipeline.compile_config, as the two-level tuner ships a configuration) and keeps the baseline of the others."""
+    compile_config, as the two-level tuner ships a configuration) and keeps the baseline of the others."""
 
     def __init__(self) -> None:
         self.calls: list[tuple[str, str]] = []
 
     def __call__(self, settings: Any, b: Any) -> Any:
-        from kbuild.hooks import pipeline
+        from kbuild.build.baselines import compile_config
+        from kbuild.build.tuning import tuned_artefact
 
         self.calls.append((b.spec.name, b.target.name))
         if b.spec.name != "matmul_leaky_relu":
-            return pipeline.tuned_artefact(b, b"", accepted=False, speedup=1.0, reason="baseline kept: stand-in")
-        art = pipeline.compile_config(settings, b, POINT)
-        return pipeline.tuned_artefact(b, art.cubin, accepted=True, speedup=1.2, reason="accepted: stand-in",
+            return tuned_artefact(b, b"", accepted=False, speedup=1.0, reason="baseline kept: stand-in")
+        art = compile_config(settings, b, POINT)
+        return tuned_artefact(b, art.cubin, accepted=True, speedup=1.2, reason="accepted: stand-in",
                                        base=art, gains={"level1": 1.2, "level2": 1.0})
 
 
@@ -132,17 +133,18 @@ int main(int argc, char **argv) {
 @pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
 def test_the_example_matmul_launcher_computes_the_grid_of_the_shipped_config(store: Path, tmp_path: Path,
                                                                              monkeypatch: pytest.MonkeyPatch):
+    from kbuild.build import plan as planning
+    from kbuild.build import tunable
+    from kbuild.build.manifest import check_manifest, manifest_bytes
     from kbuild.emit import cuda_include_dir, write_files
-    from kbuild.hooks import pipeline
-    from kbuild.hooks.manifest import check_manifest, manifest_bytes
 
     project = copy_project(CMAKE_EXAMPLE, tmp_path / "p")
     monkeypatch.setenv("KBUILD_STORE", str(store))
-    monkeypatch.setattr(pipeline, "has_gpu", lambda cc: cc == 90)  # "an sm_90 GPU is here" (the tuner is fake)
+    monkeypatch.setattr(tunable, "has_gpu", lambda cc: cc == 90)  # "an sm_90 GPU is here" (the tuner is fake)
     forget_example_modules()
     tuner = ShipPoint()
     try:
-        plan = pipeline.plan(load_settings(project / "pyproject.toml"), tuner=tuner)
+        plan = planning.plan(load_settings(project / "pyproject.toml"), tuner=tuner)
     finally:
         forget_example_modules()
     assert sorted(tuner.calls) == [(k, "sm_90") for k in ("layernorm", "matmul_leaky_relu", "softmax")]
@@ -244,7 +246,7 @@ def test_the_h200_check_compares_a_tuned_config_with_its_own_untouched_compile()
 def test_the_h200_check_dry_runs_on_a_manifest_and_the_script_parses(tmp_path: Path):
     pytest.importorskip("torch")
     subprocess.run(["bash", "-n", str(ROOT / "benchmarks" / "gpu_hooks_check.sh")], check=True)
-    from kbuild.hooks.manifest import MANIFEST_FORMAT
+    from kbuild.build.manifest import MANIFEST_FORMAT
 
     manifest = {"format": MANIFEST_FORMAT, "kbuild_version": "0", "tune": "auto", "kernels": [
         {"kernel": "matmul_leaky_relu", "target": "sm_90", "arch": "sm_90a", "key": "0" * 64,
@@ -318,7 +320,7 @@ def test_compare_wheels_checks_a_tuned_config_against_its_jit_compile_on_a_cpu_s
     import types
 
     import kbuild.device.timing as timing
-    from kbuild.hooks.manifest import MANIFEST_FORMAT
+    from kbuild.build.manifest import MANIFEST_FORMAT
 
     torch = pytest.importorskip("torch")
     g = _helper()

@@ -18,11 +18,16 @@ from typing import Any
 
 import pytest
 
+from kbuild.build import plan as planning
+from kbuild.build import tunable
+from kbuild.build.baselines import compile_config
+from kbuild.build.kernel_build import KernelBuild
+from kbuild.build.manifest import check_manifest, manifest_bytes
+from kbuild.build.resolve import resolve
+from kbuild.build.tuning import tuned_artefact
 from kbuild.cache import Artefact
 from kbuild.config import settings_from_table
 from kbuild.emit import EmitError, EmitKernel, cuda_include_dir, render_sources, write_files
-from kbuild.hooks import pipeline
-from kbuild.hooks.manifest import check_manifest, manifest_bytes
 from kbuild.targets import parse_target
 
 CSRC = Path(__file__).parent / "csrc"
@@ -78,7 +83,7 @@ def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
     (pkg / "k.py").write_text(textwrap.dedent(KERNEL))
-    monkeypatch.setattr(pipeline, "has_gpu", lambda cc: cc == 90)  # "an sm_90 GPU is here" (the tuner is fake)
+    monkeypatch.setattr(tunable, "has_gpu", lambda cc: cc == 90)  # "an sm_90 GPU is here" (the tuner is fake)
     yield tmp_path
     for name in [m for m in sys.modules if m == "gridpkg" or m.startswith("gridpkg.")]:
         del sys.modules[name]
@@ -91,20 +96,20 @@ class PickPoint:
         self.point = point
         self.calls = 0
 
-    def __call__(self, settings: Any, b: pipeline.KernelBuild) -> Any:
+    def __call__(self, settings: Any, b: KernelBuild) -> Any:
         self.calls += 1
-        art = pipeline.compile_config(settings, b, self.point)
-        return pipeline.tuned_artefact(b, art.cubin, accepted=True, speedup=1.25, reason="accepted: stand-in",
+        art = compile_config(settings, b, self.point)
+        return tuned_artefact(b, art.cubin, accepted=True, speedup=1.25, reason="accepted: stand-in",
                                        base=art, gains={"level1": 1.25, "level2": 1.0})
 
 
-def plan_for(project: Path, tbl: dict[str, Any], tuner: Any) -> pipeline.BuildPlan:
+def plan_for(project: Path, tbl: dict[str, Any], tuner: Any) -> planning.BuildPlan:
     from kbuild.cache import open_store
 
     s = settings_from_table(tbl, where=str(project / "pyproject.toml"), project_dir=project,
                             environ={"KBUILD_STORE": str(project / "store")})
     with open_store(s) as store:
-        return pipeline.plan(s, store, tuner=tuner)
+        return planning.plan(s, store, tuner=tuner)
 
 
 def test_the_shipped_config_drives_launcher_and_manifest(project: Path, tmp_path: Path):
@@ -120,7 +125,7 @@ def test_the_shipped_config_drives_launcher_and_manifest(project: Path, tmp_path
     assert b90.artefact.key == b90.tuned_key.hex and b90.improved
 
     # compile_config of the default point is the baseline, byte for byte and key for key (deterministic)
-    again = pipeline.compile_config(plan.settings, b80, b80.space[0])
+    again = compile_config(plan.settings, b80, b80.space[0])
     assert again.key == b80.baseline_key.hex and again.cubin == b80.artefact.cubin
 
     manifest = check_manifest(json.loads(manifest_bytes(plan.manifest)), "kbuild.json")
@@ -180,17 +185,17 @@ def test_an_autotuned_source_gives_its_configs(project: Path):
 
 
 def test_the_space_is_in_the_tuned_key_only(project: Path, monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.setattr(pipeline, "has_gpu", lambda cc: False)
+    monkeypatch.setattr(tunable, "has_gpu", lambda cc: False)
     s1 = settings_from_table(table(), project_dir=project, environ={})
     s2 = settings_from_table(table(space={"BLOCK": [64, 128]}), project_dir=project, environ={})
     s3 = settings_from_table(table(space={}), project_dir=project, environ={})
     targets = [parse_target("sm_90")]
-    (a,), (b,), (c,) = (pipeline.resolve(s, s.kernels, targets) for s in (s1, s2, s3))
+    (a,), (b,), (c,) = (resolve(s, s.kernels, targets) for s in (s1, s2, s3))
     assert a.baseline_key.hex == b.baseline_key.hex == c.baseline_key.hex
     assert len({a.tuned_key.hex, b.tuned_key.hex, c.tuned_key.hex}) == 3
     assert "space" not in c.tuned_key.components["tuner"]  # no space: the tuned key of before
     reordered = table(space={"num_warps": [8, 4], "BLOCK": [256, 64]})
-    (d,) = pipeline.resolve(settings_from_table(reordered, project_dir=project, environ={}), s1.kernels, targets)
+    (d,) = resolve(settings_from_table(reordered, project_dir=project, environ={}), s1.kernels, targets)
     assert d.tuned_key.hex == a.tuned_key.hex  # the order a grid is written in does not move the key
 
 

@@ -19,8 +19,8 @@ import pytest
 from hooks_helpers import CMAKE_EXAMPLE
 from hostile_helpers import assert_clean_error, tree_digest
 
+from kbuild.build.manifest import MANIFEST_FORMAT, MAX_MANIFEST_BYTES, check_manifest
 from kbuild.cli import main
-from kbuild.hooks.manifest import MANIFEST_FORMAT, MAX_MANIFEST_BYTES, check_manifest
 
 ENTRY = {"kernel": "softmax", "target": "sm_90", "arch": "sm_90a", "key": "a" * 64, "baseline_key": "c" * 64,
          "cubin_sha256": "b" * 64, "cubin_bytes": 6432, "symbol": "softmax", "source": "pkg.mod:softmax",

@@ -16,7 +16,7 @@ from hooks_helpers import CMAKE_EXAMPLE, build_env, copy_project
 PROBE = r"""
 import json, sys
 from kbuild.config import load_settings
-from kbuild.hooks.pipeline import run_pipeline
+from kbuild.build.pipeline import run_pipeline
 exec(sys.argv[3])  # a patch of the test, run before the pipeline
 s = load_settings(sys.argv[1])
 builds = run_pipeline(s, memo=sys.argv[2] == "memo")
@@ -218,9 +218,9 @@ def test_a_changed_triton_environment_knob_invalidates_the_memo(tmp_path: Path, 
 
 
 FAKE_TRITON = """
-import kbuild.hooks.memo as memo, kbuild.hooks.pipeline as pipeline
+import kbuild.build.memo as memo, kbuild.build.resolve as resolving
 memo._triton_version = lambda: "3.6.0+other"
-pipeline.triton_version = lambda: "3.6.0+other"
+resolving.triton_version = lambda: "3.6.0+other"
 """
 
 

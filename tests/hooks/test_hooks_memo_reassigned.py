@@ -157,7 +157,7 @@ def _proven(tmp_path: Path, defining_extra: str, other: str) -> tuple[bool, str]
     import importlib
     import sys
 
-    from kbuild.hooks.memo import _Provenance
+    from kbuild.build.provenance import Provenance
 
     (tmp_path / "sc_mod.py").write_text("SCALE = 2.0\n" + defining_extra)
     (tmp_path / "sc_other.py").write_text(other)
@@ -166,7 +166,7 @@ def _proven(tmp_path: Path, defining_extra: str, other: str) -> tuple[bool, str]
         for name in ("sc_mod", "sc_other"):
             sys.modules.pop(name, None)
         importlib.import_module("sc_mod")
-        proof = _Provenance([str(tmp_path / "sc_mod.py"), str(tmp_path / "sc_other.py")])
+        proof = Provenance([str(tmp_path / "sc_mod.py"), str(tmp_path / "sc_other.py")])
         return proof.proven("sc_mod", "SCALE"), proof.why
     finally:
         sys.path.remove(str(tmp_path))
@@ -188,16 +188,16 @@ def test_a_literal_nothing_rebinds_is_proven(tmp_path: Path, case: str):
 
 def test_the_code_that_computes_keys_is_derived_from_its_imports():
     """Issue 33: the hand-kept list missed kbuild/space.py and kbuild/compile/signature.py, so an edit of either
-    left a memo in use. The list is now the import closure of the pipeline's source (lazy imports included)."""
+    left a memo in use. The list is now the import closure of the source of the code that computes keys (lazy imports included)."""
+    import kbuild.build.resolve
     import kbuild.compile.signature
-    import kbuild.hooks.pipeline
     import kbuild.key
     import kbuild.space
-    from kbuild.hooks.memo import _kbuild_code
+    from kbuild.build.memo import _kbuild_code
 
     code = _kbuild_code()
     assert code is not None
-    for mod in (kbuild.space, kbuild.compile.signature, kbuild.key, kbuild.hooks.pipeline):
+    for mod in (kbuild.space, kbuild.compile.signature, kbuild.key, kbuild.build.resolve):
         assert str(Path(mod.__file__).resolve()) in {str(Path(f).resolve()) for f in code}, mod.__name__
     assert not [f for f in code if "/tests/" in f]
 
@@ -205,8 +205,8 @@ def test_the_code_that_computes_keys_is_derived_from_its_imports():
 def test_only_files_whose_module_ran_are_read_for_rebinding(tmp_path: Path):
     """A file of the kernels' package that nothing imported never ran: its ``setattr`` (Liger's monkey_patch.py)
     cannot have rebound a value, and must not cost the memo."""
-    import kbuild.hooks.memo as memo
-    from kbuild.hooks.memo import _loaded_files
+    import kbuild.build.memo as memo
+    from kbuild.build.memo import _loaded_files
 
     never = tmp_path / "never_imported.py"
     never.write_text("setattr(object, 'x', 1)\n")

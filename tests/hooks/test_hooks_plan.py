@@ -1,5 +1,5 @@
 """One build entry point: the PEP 517 backend, the setuptools plugin and ``kbuild emit`` all plan the build
-with :func:`kbuild.hooks.pipeline.plan` and ship the same result; the backend hands its plan to the setuptools
+with :func:`kbuild.build.plan.plan` and ship the same result; the backend hands its plan to the setuptools
 step it runs (no second plan, no module global); the sources of the settings chain as a build sees them
 (config settings under the environment, the one bool rule); a write error is a clean error."""
 
@@ -17,9 +17,11 @@ import pytest
 from hooks_helpers import SETUPTOOLS_EXAMPLE, build_env, copy_project, forget_example_modules
 from hostile_helpers import assert_clean_error
 
+from kbuild.build import plan as planning
+from kbuild.build.manifest import manifest_bytes
+from kbuild.build.pipeline import run_pipeline
 from kbuild.errors import ConfigError, UsageError
-from kbuild.hooks import backend, pipeline, setuptools_plugin
-from kbuild.hooks.manifest import manifest_bytes
+from kbuild.hooks import backend, setuptools_plugin
 
 pytestmark = pytest.mark.slow
 
@@ -38,21 +40,21 @@ def project(tmp_path: Path, store: Path, monkeypatch: pytest.MonkeyPatch) -> Pat
 
 
 @pytest.fixture
-def plans(monkeypatch: pytest.MonkeyPatch) -> list[pipeline.BuildPlan]:
-    """Every plan :func:`kbuild.hooks.pipeline.plan` returns during the test, in order."""
-    made: list[pipeline.BuildPlan] = []
-    real = pipeline.plan
+def plans(monkeypatch: pytest.MonkeyPatch) -> list[planning.BuildPlan]:
+    """Every plan :func:`kbuild.build.plan.plan` returns during the test, in order."""
+    made: list[planning.BuildPlan] = []
+    real = planning.plan
 
-    def spy(*args: Any, **kwargs: Any) -> pipeline.BuildPlan:
+    def spy(*args: Any, **kwargs: Any) -> planning.BuildPlan:
         result = real(*args, **kwargs)
         made.append(result)
         return result
 
-    monkeypatch.setattr(pipeline, "plan", spy)
+    monkeypatch.setattr(planning, "plan", spy)
     return made
 
 
-def test_the_three_build_paths_ship_the_one_plan(project: Path, plans: list[pipeline.BuildPlan], tmp_path: Path,
+def test_the_three_build_paths_ship_the_one_plan(project: Path, plans: list[planning.BuildPlan], tmp_path: Path,
                                                  capsys: pytest.CaptureFixture[str]):
     from kbuild.commands import emit
 
@@ -60,7 +62,7 @@ def test_the_three_build_paths_ship_the_one_plan(project: Path, plans: list[pipe
     assert manifest == tmp_path / "backend" / "kbuild.json"
     setuptools_plugin.emit_for_build(out_dir=tmp_path / "setuptools")
     assert emit.main(["--config", "pyproject.toml", "--out-dir", str(tmp_path / "emit")]) == 0
-    assert len(plans) == 3, "each path plans once, through pipeline.plan"
+    assert len(plans) == 3, "each path plans once, through planning.plan"
     first = plans[0]
     assert [b.as_json() for b in first.builds] and all(
         [b.as_json() for b in p.builds] == [b.as_json() for b in first.builds] for p in plans)
@@ -71,7 +73,7 @@ def test_the_three_build_paths_ship_the_one_plan(project: Path, plans: list[pipe
     assert capsys.readouterr().err.count("kbuild: add sm_90: untuned: no sm_90 GPU on this machine") == 3
 
 
-def test_a_replayed_manifest_gives_the_same_sources_without_planning(project: Path, plans: list[pipeline.BuildPlan],
+def test_a_replayed_manifest_gives_the_same_sources_without_planning(project: Path, plans: list[planning.BuildPlan],
                                                                       tmp_path: Path):
     manifest = backend.plan(None, tmp_path / "backend")
     assert manifest is not None and len(plans) == 1
@@ -89,13 +91,14 @@ def test_a_replayed_manifest_gives_the_same_sources_without_planning(project: Pa
 
 DRIVER = r"""
 import json, sys
-from kbuild.hooks import backend, pipeline
+from kbuild.build import plan as planning
+from kbuild.hooks import backend
 count = []
-real = pipeline.plan
+real = planning.plan
 def spy(*a, **k):
     count.append(1)
     return real(*a, **k)
-pipeline.plan = spy
+planning.plan = spy
 name = backend.build_wheel(sys.argv[1], json.loads(sys.argv[2]))
 print(json.dumps({"wheel": name, "plans": len(count)}))
 """
@@ -130,7 +133,7 @@ def test_the_environment_beats_config_settings(project: Path, tmp_path: Path, mo
 
 
 def test_a_target_list_in_config_settings_builds_part_of_a_locked_project(project: Path, tmp_path: Path,
-                                                                           plans: list[pipeline.BuildPlan]):
+                                                                           plans: list[planning.BuildPlan]):
     from kbuild.commands import lock
 
     assert lock.run(lock_args()) == 0
@@ -236,10 +239,10 @@ def test_a_memo_build_whose_entry_vanishes_is_imported_on_its_own(project: Path)
 
     settings = load_settings("pyproject.toml")
     with open_store(settings) as real:
-        first = pipeline.run_pipeline(settings, real, memo=True)  # a full resolve that writes the memo
+        first = run_pipeline(settings, real, memo=True)  # a full resolve that writes the memo
         forget_example_modules()
         store = VanishingStore(real, first[0].baseline_key.hex)
-        again = pipeline.run_pipeline(settings, store, memo=True)
+        again = run_pipeline(settings, store, memo=True)
     assert store.gets == 2 and store.puts == []  # looked up again after the import; nothing compiled
     assert [b.as_json() for b in again] == [b.as_json() for b in first]
     assert again[0].fn is not None and again[1].fn is None  # only the vanished one was imported

@@ -10,11 +10,11 @@ from typing import Any
 import pytest
 from hooks_helpers import CMAKE_EXAMPLE, copy_project, forget_example_modules
 
+from kbuild.build import tunable
+from kbuild.build.prewarm import action, prewarm, with_remote
+from kbuild.build.tuning import tuned_artefact
 from kbuild.cli import main
 from kbuild.config import load_settings
-from kbuild.hooks import pipeline
-from kbuild.hooks.pipeline import tuned_artefact
-from kbuild.hooks.prewarm import action, prewarm, with_remote
 
 
 @pytest.fixture
@@ -39,7 +39,7 @@ class Tuner:
 
 
 def test_prewarm_tunes_what_is_missing_then_does_nothing(project: Path, monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.setattr(pipeline, "has_gpu", lambda cc: cc == 90)
+    monkeypatch.setattr(tunable, "has_gpu", lambda cc: cc == 90)
     settings = load_settings(project / "pyproject.toml")
     tuner = Tuner()
     builds = prewarm(settings, tuner=tuner)
@@ -55,7 +55,7 @@ def test_prewarm_tunes_what_is_missing_then_does_nothing(project: Path, monkeypa
 
 
 def test_an_interrupted_prewarm_resumes_where_it_stopped(project: Path, monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.setattr(pipeline, "has_gpu", lambda cc: cc == 90)
+    monkeypatch.setattr(tunable, "has_gpu", lambda cc: cc == 90)
     settings = load_settings(project / "pyproject.toml")
     first = Tuner(interrupt_after=1)
     with pytest.raises(KeyboardInterrupt):

@@ -10,11 +10,14 @@ from typing import Any
 import pytest
 from hooks_helpers import CMAKE_EXAMPLE, copy_project, forget_example_modules
 
+from kbuild.build import tunable
+from kbuild.build.manifest import build_manifest
+from kbuild.build.pipeline import run_pipeline
+from kbuild.build.plan import kernels_from_builds
+from kbuild.build.tuning import tuned_artefact
 from kbuild.config import load_settings
-from kbuild.emit import kernels_from_builds, render_sources
-from kbuild.hooks import pipeline
-from kbuild.hooks.manifest import build_manifest
-from kbuild.hooks.pipeline import UntunedError, run_pipeline, tuned_artefact
+from kbuild.emit import render_sources
+from kbuild.errors import UntunedError
 
 
 @pytest.fixture
@@ -26,7 +29,7 @@ def project(tmp_path: Path, store: Path, monkeypatch: pytest.MonkeyPatch) -> Pat
     bench = 'bench = "kbx_demo.bench:matmul_leaky_relu"'
     assert bench in text
     p.write_text(text.replace(bench, "", 1))  # two kernels keep their bench spec, the matmul has none
-    monkeypatch.setattr(pipeline, "has_gpu", lambda cc: cc == 90)  # "an sm_90 GPU is here"
+    monkeypatch.setattr(tunable, "has_gpu", lambda cc: cc == 90)  # "an sm_90 GPU is here"
     forget_example_modules()
     yield project
     forget_example_modules()

@@ -1,4 +1,4 @@
-"""kbuild.hooks.manifest.write_wheel_manifest: the backend's post-build step that puts the CUDA C++ kernels into a
+"""kbuild.build.manifest.write_wheel_manifest: the backend's post-build step that puts the CUDA C++ kernels into a
 scikit-build-core wheel's ``.dist-info/kbuild.json``. Every other member keeps its name, order, date, mode,
 compression and bytes; ``RECORD`` carries the manifest's row with its real digest; the same input gives the same
 bytes (a reproducible wheel stays reproducible), and rewriting with the same manifest changes nothing."""
@@ -14,14 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from kbuild.errors import UsageError
-from kbuild.hooks.manifest import (
+from kbuild.build.manifest import (
     build_manifest,
     manifest_bytes,
     wheel_manifest,
     with_cuda,
     write_wheel_manifest,
 )
+from kbuild.errors import UsageError
 
 DATE = (2023, 11, 14, 22, 13, 20)
 ENTRY = {"kernel": "gelu", "target": "sm_90", "arch": "sm_90", "key": "a" * 64, "cubin_sha256": "b" * 64,

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from kbuild.hooks.manifest import wheel_manifest
+from kbuild.build.manifest import wheel_manifest
 from kbuild.toolchain import tool_path
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -19,10 +19,10 @@ from pathlib import Path
 import pytest
 from nvcc_helpers import KERNEL
 
+from kbuild.build.manifest import build_manifest, cuda_entries, manifest_bytes, read_manifest
 from kbuild.cache import Artefact, open_store
 from kbuild.config import settings_from_table
 from kbuild.errors import UsageError
-from kbuild.hooks.manifest import build_manifest, cuda_entries, manifest_bytes, read_manifest
 from kbuild.nvcc.tuned import KIND_TUNED, demangle, find_symbol, matches, point_label, ptxas_variant
 from kbuild.sass.elf import Cubin
 from kbuild.tune.measure.cubin import patch_text

@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 from nvcc_helpers import KERNEL
 
+from kbuild.build.manifest import wheel_manifest
 from kbuild.cache import open_store
 from kbuild.config import settings_from_table
-from kbuild.hooks.manifest import wheel_manifest
 from kbuild.hooks.setuptools_plugin import pytorch_nvcc
 
 cpp_extension = pytest.importorskip("torch.utils.cpp_extension")

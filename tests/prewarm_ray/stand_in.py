@@ -34,7 +34,7 @@ class RecordingModelTuner:
                                 "module": getattr(sys.modules.get(getattr(b.fn, "__module__", "")), "__file__", None)}) + "\n")
 
     def __call__(self, settings: Any, b: Any, *, pool: Any = None) -> Any:
-        from kbuild.prewarm.ray_engine import model_tuner
+        from kbuild.prewarm.tasks import model_tuner
 
         self._write("start", settings, b)
         if (b.spec.name, b.target.name) in self.faults:

@@ -21,7 +21,8 @@ import stand_in
 from kbuild.cache import backend_for_url
 from kbuild.cache.lease import leases_for
 from kbuild.cli import main
-from kbuild.prewarm.ray_engine import prewarm_ray, shared_store
+from kbuild.prewarm.ray_engine import prewarm_ray
+from kbuild.prewarm.tasks import shared_store
 
 pytestmark = [pytest.mark.nginx, pytest.mark.slow]
 ray = pytest.importorskip("ray", reason="kbuild[ray] is not installed")
@@ -138,7 +139,7 @@ def test_a_node_killed_mid_tune_and_a_gpu_fault_still_store_every_entry_once(set
 
 
 def _store(settings: Any, remote: str) -> Any:
-    from kbuild.hooks.prewarm import with_remote
+    from kbuild.build.prewarm import with_remote
 
     return shared_store(with_remote(settings, remote))
 
@@ -165,9 +166,9 @@ def test_cli_json_stdout_is_one_document_when_workers_die(settings, dav_server, 
                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     """Ray prints the raylet's reports on its own (``(raylet) A worker died or was killed...``), on stdout: with
     ``--json`` the output was then no JSON. While Ray runs, kbuild sends what Ray prints to stderr."""
-    from kbuild.prewarm import ray_engine
+    from kbuild.prewarm import tasks
 
-    monkeypatch.setattr(ray_engine, "_compile_task", stand_in.dying_compile_task)
+    monkeypatch.setattr(tasks, "compile_task", stand_in.dying_compile_task)
     remote = f"{dav_server.url}/t-{uuid.uuid4().hex[:8]}"
     code = main(["prewarm", "--config", str(settings.config_file), "--ray", ray_cluster.address, "--backend", "model",
                  "--remote", remote, "--kernel", "softmax", "--targets", "sm_90", "--json"])

@@ -20,7 +20,8 @@ import pytest
 
 import kbuild.extras
 from kbuild.cli import main
-from kbuild.prewarm.ray_engine import model_key, resource_name
+from kbuild.prewarm.node import resource_name
+from kbuild.prewarm.tasks import model_key
 
 
 def test_without_the_ray_extra_it_names_the_extra(example_project: Path, monkeypatch: pytest.MonkeyPatch,
@@ -68,7 +69,7 @@ def test_the_shipped_kbuild_is_laid_out_as_a_wheel(tmp_path: Path) -> None:
     for name in MAPPED_SUBPACKAGES:  # inside, not beside it, as a checkout keeps them
         assert (staged / name).is_dir() and not (staged / name).is_symlink()
     assert (staged / "cache" / "lease.py").read_bytes() == (Path(kbuild.cache.__file__).parent / "lease.py").read_bytes()
-    assert (staged / "hooks" / "pipeline.py").is_file()
+    assert (staged / "hooks" / "backend.py").is_file() and (staged / "build" / "pipeline.py").is_file()
     assert not list(staged.rglob("__pycache__")) and not list(staged.rglob("*.pyc"))
 
 

@@ -19,10 +19,11 @@ from typing import Any
 
 import pytest
 
+from kbuild.build.prewarm import with_remote
 from kbuild.config import load_settings
-from kbuild.hooks.prewarm import with_remote
-from kbuild.prewarm.ray_engine import prewarm_ray, shared_store
+from kbuild.prewarm.ray_engine import prewarm_ray
 from kbuild.prewarm.shards import MAX_SHARD_CONFIGS, shard_size
+from kbuild.prewarm.tasks import shared_store
 
 pytestmark = [pytest.mark.nginx, pytest.mark.slow]
 ray = pytest.importorskip("ray", reason="kbuild[ray] is not installed")
@@ -45,10 +46,10 @@ def settings(example_project: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: P
 def _single_process(settings: Any) -> Any:
     """The entry as one process tunes it: the baseline compiled here, level 1 compiling in the local process pool
     (:class:`kbuild.tune.level1.compile.CompilePool`), the cost model judging both levels."""
-    from kbuild.hooks.pipeline import compile_baselines
-    from kbuild.prewarm.ray_engine import _build, model_tuner
+    from kbuild.build.baselines import compile_baselines
+    from kbuild.prewarm.tasks import build_for, model_tuner
 
-    b = _build(settings, KERNEL, TARGET, "model")
+    b = build_for(settings, KERNEL, TARGET, "model")
     assert len(b.space) == 96
 
     class Empty:

@@ -22,10 +22,11 @@ from typing import Any
 import pytest
 import stand_in
 
+from kbuild.build.prewarm import with_remote
+from kbuild.build.resolve import select_kernels, select_targets, specs_and_keys
 from kbuild.config import load_settings
-from kbuild.hooks.pipeline import select_kernels, select_targets, specs_and_keys
-from kbuild.hooks.prewarm import with_remote
-from kbuild.prewarm.ray_engine import prewarm_ray, shared_store
+from kbuild.prewarm.ray_engine import prewarm_ray
+from kbuild.prewarm.tasks import shared_store
 
 pytestmark = [pytest.mark.nginx, pytest.mark.slow]
 ray = pytest.importorskip("ray", reason="kbuild[ray] is not installed")

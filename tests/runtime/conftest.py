@@ -68,7 +68,7 @@ def jit_settings(tmp_path_factory: pytest.TempPathFactory) -> Any:
 @pytest.fixture(scope="session")
 def baseline_builds(jit_settings: Any) -> list[Any]:
     """The example's softmax compiled ahead of time for sm_90 and sm_80 (baselines)."""
-    from kbuild.hooks.pipeline import run_pipeline
+    from kbuild.build.pipeline import run_pipeline
 
     return run_pipeline(jit_settings, kernels=["softmax"], targets=["sm_90", "sm_80"])
 
@@ -77,7 +77,7 @@ def baseline_builds(jit_settings: Any) -> list[Any]:
 def block_2048_build(jit_settings: Any) -> Any:
     """The same softmax declared with BLOCK=2048, compiled for sm_90 (a second specialisation, as a package
     shipping both sizes has)."""
-    from kbuild.hooks.pipeline import run_pipeline
+    from kbuild.build.pipeline import run_pipeline
 
     softmax = jit_settings.kernel("softmax")
     wide = dataclasses.replace(softmax, name="softmax_2048", constexprs={"BLOCK": 2048})

@@ -1,7 +1,7 @@
 """Issue 32, item 3: ``kbuild inspect`` checks a JIT package's wheel as the run time checks what it loads, and says
 so in its exit status (1 for a failed check, as a verifier; 2 for input it cannot read).
 
-The wheel holds the package data :func:`kbuild.runtime.package.write_package_data` writes for real Triton cubins
+The wheel holds the package data :func:`kbuild.build.package_data.write_package_data` writes for real Triton cubins
 (the example's softmax: sm_90 BLOCK=1024 and 2048, sm_80 BLOCK=1024), zipped as a wheel would hold it; each case
 edits it as the issue did.
 """
@@ -17,8 +17,8 @@ from typing import Any
 import pytest
 from test_runtime_trust import _copy_rekeyed, _point_at_2048, _point_at_sm80_alone, _shared_zero
 
+from kbuild.build.package_data import write_package_data
 from kbuild.cli import main
-from kbuild.runtime.package import write_package_data
 
 PREFIX = "kbx_jit/_kbuild/"
 

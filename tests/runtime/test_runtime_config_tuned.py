@@ -23,10 +23,12 @@ from runtime_helpers import MARKER
 from test_runtime_zero_jit import _tensors, no_compiler  # noqa: F401  (fixture)
 
 import kbuild.runtime
-from kbuild.hooks.pipeline import compile_config, run_pipeline, tuned_artefact
+from kbuild.build.baselines import compile_config
+from kbuild.build.package_data import config_key, write_package_data
+from kbuild.build.pipeline import run_pipeline
+from kbuild.build.tuning import tuned_artefact
 from kbuild.key import KernelKey, tuner_component
 from kbuild.runtime.autotune import autotune_key
-from kbuild.runtime.package import config_key, write_package_data
 from kbuild.tune import TUNER_VERSION
 
 

@@ -126,7 +126,7 @@ def test_a_shipped_call_is_launched_directly_without_triton_driver_or_compiler(
     import triton.compiler
 
     import kbuild.runtime
-    from kbuild.runtime.package import write_package_data
+    from kbuild.build.package_data import write_package_data
 
     shipped = write_package_data(jit_settings, tuned_builds, tmp_path / "kbx_jit")
     entry = next(e for e in shipped.index["entries"].values() if e["target"]["cc"] == 90 and e["kernel"] == "softmax")
@@ -153,7 +153,7 @@ def test_a_shipped_call_is_launched_directly_without_triton_driver_or_compiler(
 def test_a_call_without_a_shipped_kernel_goes_to_triton(jit_settings: Any, tuned_builds: list[Any], kernels: Any,
                                                         tmp_path: Any, direct_cpu: FakeCuda) -> None:
     import kbuild.runtime
-    from kbuild.runtime.package import write_package_data
+    from kbuild.build.package_data import write_package_data
 
     shipped = write_package_data(jit_settings, tuned_builds, tmp_path / "kbx_jit")
     assert kbuild.runtime.enable("kbx_jit", data_dir=shipped.data_dir)

@@ -38,9 +38,9 @@ def test_shipped_cubin_runs_in_a_plain_jit_launch(jit_settings: Any, baseline_bu
 
     monkeypatch.setenv("KBUILD_RUNTIME_LAUNCH", launch)
 
+    from kbuild.build.package_data import write_package_data
     from kbuild.cache import Artefact
     from kbuild.key import KernelKey, tuner_component
-    from kbuild.runtime.package import write_package_data
     from kbuild.tune import TUNER_VERSION
     from kbuild.tune.measure.cubin import without_reuse
 

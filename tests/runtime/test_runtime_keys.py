@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from kbuild.bench.kernels import SUITE
+from kbuild.build.resolve import resolve, select_targets
 from kbuild.config import settings_from_table
-from kbuild.hooks.pipeline import resolve, select_targets
 from kbuild.runtime.keys import specialization_for_call
 from kbuild.toolchain import ptxas_version
 

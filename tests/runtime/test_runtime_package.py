@@ -13,9 +13,9 @@ import pytest
 from runtime_helpers import JIT_EXAMPLE, make_tuned
 
 import kbuild.runtime
+from kbuild.build.package_data import write_package_data
 from kbuild.cli import main
 from kbuild.runtime.index import DATA_DIR, INDEX_FILE, load_index
-from kbuild.runtime.package import write_package_data
 
 
 def tree(root: Path) -> dict[str, bytes]:
@@ -130,7 +130,7 @@ def test_the_jit_example_bench_specs_compile_to_the_shipped_cubins(jit_settings:
     from triton import knobs
 
     from kbuild.bench.spec import compile_spec, load_spec, validate_inputs, validate_spec
-    from kbuild.hooks.pipeline import run_pipeline
+    from kbuild.build.pipeline import run_pipeline
 
     monkeypatch.syspath_prepend(str(JIT_EXAMPLE))
     shipped = {b.spec.name: b.artefact.cubin for b in run_pipeline(jit_settings, targets=["sm_90"])}
@@ -192,7 +192,7 @@ def test_a_damaged_index_is_a_clean_error_and_enable_degrades(jit_settings: Any,
 def test_a_failed_rewrite_keeps_the_old_index_and_every_cubin_it_names(jit_settings: Any, tuned_builds: list[Any],
                                                                        tmp_path: Path,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    import kbuild.runtime.package as package
+    import kbuild.build.package_data as package
 
     first = write_package_data(jit_settings, tuned_builds[:1], tmp_path / "kbx_jit")
     real = package.write_atomic

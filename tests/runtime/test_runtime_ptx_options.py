@@ -13,9 +13,9 @@ import pytest
 from runtime_helpers import MARKER, make_tuned
 
 import kbuild.runtime
+from kbuild.build.package_data import write_package_data
 from kbuild.runtime.index import entry_config, load_index
 from kbuild.runtime.lookup import config_matches, metadata_mismatch
-from kbuild.runtime.package import write_package_data
 
 
 class CompilerCalled(AssertionError):
@@ -25,7 +25,7 @@ class CompilerCalled(AssertionError):
 @pytest.fixture(scope="module")
 def ptx_builds(jit_settings: Any) -> list[Any]:
     """The example's softmax declared with ``ptx_options = "-O2"``, compiled for sm_90."""
-    from kbuild.hooks.pipeline import run_pipeline
+    from kbuild.build.pipeline import run_pipeline
 
     spec = dataclasses.replace(jit_settings.kernel("softmax"), ptx_options="-O2")
     settings = dataclasses.replace(jit_settings, kernels=[spec if k.name == "softmax" else k

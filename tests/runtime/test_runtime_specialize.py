@@ -201,7 +201,7 @@ def test_a_first_direct_call_in_a_fresh_process_does_not_import_gluon(jit_settin
                                                                        tmp_path: Path) -> None:
     """CPU stand-ins for libcuda and torch's CUDA queries (labelled). With Triton's specialiser the same call
     imports Gluon: the test would fail if the direct path went back to it, or if something else imported Gluon."""
-    from kbuild.runtime.package import write_package_data
+    from kbuild.build.package_data import write_package_data
 
     shipped = write_package_data(jit_settings, tuned_builds, tmp_path / "kbx_jit")
     fast = _probe(shipped.data_dir, "kbuild")

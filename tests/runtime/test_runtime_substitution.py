@@ -15,8 +15,8 @@ import pytest
 from runtime_helpers import MARKER
 
 import kbuild.runtime
+from kbuild.build.package_data import write_package_data
 from kbuild.key import digest
-from kbuild.runtime.package import write_package_data
 
 
 @pytest.fixture

@@ -22,8 +22,8 @@ import pytest
 from test_runtime_zero_jit import CompilerCalled, launch_softmax, no_compiler  # noqa: F401  (fixture)
 
 import kbuild.runtime
+from kbuild.build.package_data import write_package_data
 from kbuild.key import digest
-from kbuild.runtime.package import write_package_data
 
 
 @pytest.fixture

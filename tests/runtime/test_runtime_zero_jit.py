@@ -17,8 +17,8 @@ import pytest
 from runtime_helpers import MARKER
 
 import kbuild.runtime
+from kbuild.build.package_data import write_package_data
 from kbuild.runtime.index import IndexFormatError, load_index
-from kbuild.runtime.package import write_package_data
 
 
 class CompilerCalled(AssertionError):

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
+from kbuild.build.resolve import resolve, select_targets
 from kbuild.cli import main
 from kbuild.compile import compile_kernel
 from kbuild.config import load_settings
-from kbuild.hooks.pipeline import resolve, select_targets
 
 
 def test_json_report(capsys: pytest.CaptureFixture[str]) -> None:

@@ -107,7 +107,7 @@ TABLE: dict[str, OpInfo] = {
     "TXQ": _pin("texture"),
 }
 
-#: nv.info attributes (design/SASS.md). Seen on sm_80 and sm_90 cubins of Triton 3.6, or documented.
+#: nv.info attributes (:mod:`kbuild.sass.elf` reads them). Seen on sm_80 and sm_90 cubins of Triton 3.6, or documented.
 NVINFO = NvInfoAttrs(
     offset_lists=frozen_map({
         0x1C: "EXIT_INSTR_OFFSETS",

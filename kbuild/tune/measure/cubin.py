@@ -4,7 +4,7 @@ Everything is read through kbuild's one cubin reader (:mod:`kbuild.sass.elf`) an
 decoder (:mod:`kbuild.sass.control`); this module only adapts them to bytes in, bytes out. It lets the
 worker refuse a cubin for another architecture before loading it, lets the evaluation cache key
 candidates by their ``.text`` bytes, and lets tests and the fault-isolation demo patch scheduling
-control bits (bits 105-125 of each 16-byte instruction word, see ``design/SASS.md``).
+control bits (bits 105-125 of each 16-byte instruction word, see :mod:`kbuild.sass.control`).
 """
 
 from __future__ import annotations

@@ -122,7 +122,7 @@ Decoder = Callable[[bytes], Sequence[Instruction]]
 
 
 def decoder_from_control_bits(classify: Callable[[int, bytes], tuple[str, str]]) -> Decoder:
-    """A decoder that reads stall and scoreboards from each word's control bits (design/SASS.md) and
+    """A decoder that reads stall and scoreboards from each word's control bits (:mod:`kbuild.sass.control`) and
     asks ``classify(index, word) -> (opcode, latency_class)`` for the rest (e.g. from nvdisasm)."""
 
     def decode(cubin: bytes) -> list[Instr]:

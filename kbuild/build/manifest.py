@@ -35,12 +35,17 @@ import zipfile
 import zlib
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import Any, Literal, overload
+from typing import TYPE_CHECKING, Any, Literal, overload
 
 from kbuild import __version__
 from kbuild.errors import UsageError
 from kbuild.fsutil import open_regular, read_bounded
 from kbuild.jsonio import load_json, read_json_file
+
+if TYPE_CHECKING:  # the manifest's readers (kbuild inspect, verify-wheel) import no more than they need
+    from kbuild.emit import EmitKernel
+
+    from .kernel_build import KernelBuild
 
 MANIFEST_FORMAT = "kbuild-manifest/1"
 MANIFEST_NAME = "kbuild.json"
@@ -52,9 +57,9 @@ STATES = ("tuned", "baseline", "baseline-kept")
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 
 
-def manifest_entry(build: Any) -> dict[str, Any]:
-    """The entry of one :class:`kbuild.hooks.pipeline.KernelBuild`."""
-    art = build.artefact
+def manifest_entry(build: KernelBuild) -> dict[str, Any]:
+    """The entry of one :class:`~kbuild.build.kernel_build.KernelBuild` (which has its artefact)."""
+    art = build.shipped
     speedup = art.meta.get("speedup") if build.improved else None
     return {
         "kernel": build.spec.name,
@@ -84,7 +89,7 @@ def _gains(value: Any) -> dict[str, float] | None:
     return out if out and len(out) == len(value) else None
 
 
-def build_manifest(builds: Iterable[Any], *, tune: str, cuda: Iterable[dict[str, Any]] = ()) -> dict[str, Any]:
+def build_manifest(builds: Iterable[KernelBuild], *, tune: str, cuda: Iterable[dict[str, Any]] = ()) -> dict[str, Any]:
     """The manifest of ``builds`` (Triton kernels) and ``cuda`` (entries of CUDA C++ kernels, :func:`cuda_entries`:
     listed under ``cuda_kernels``, left out when there are none so that Triton-only manifests keep their bytes)."""
     entries = sorted((manifest_entry(b) for b in builds), key=lambda e: (e["kernel"], e["target"]))
@@ -439,7 +444,7 @@ def write_wheel_manifest(wheel: str | Path, manifest: dict[str, Any]) -> str:
     return member
 
 
-def manifest_kernels(manifest: dict[str, Any], store: Any, *, where: str) -> list[Any]:
+def manifest_kernels(manifest: dict[str, Any], store: Any, *, where: str) -> list[EmitKernel]:
     """The :class:`kbuild.emit.EmitKernel` list of exactly the artefacts a manifest names, from ``store``.
 
     One :class:`UsageError` lists every entry the store lacks or holds with another cubin.

@@ -6,7 +6,8 @@ into the writable tiers the moment it exists, so an interrupted prewarm loses at
 in progress and a re-run resumes; a re-run after a complete one finds everything and does nothing.
 
 The keys are the ones the project's builds look up, so CI machines without a GPU then ship the
-tuned code. This is the pipeline of :mod:`kbuild.hooks.pipeline` with tuning on a miss switched on.
+tuned code. This is the pipeline of :mod:`kbuild.build.pipeline` with tuning on a miss switched on; the
+distributed one (``kbuild prewarm --ray``) is :mod:`kbuild.prewarm`.
 """
 
 from __future__ import annotations
@@ -17,7 +18,9 @@ from typing import Any
 
 from kbuild.config import RemoteSettings, Settings
 from kbuild.errors import UsageError
-from kbuild.hooks.pipeline import KernelBuild, Tuner, run_pipeline
+
+from .kernel_build import KernelBuild, Tuner
+from .pipeline import run_pipeline
 
 
 def with_remote(settings: Settings, url: str | None) -> Settings:
@@ -31,6 +34,11 @@ def with_remote(settings: Settings, url: str | None) -> Settings:
 def prewarm(settings: Settings, *, targets: Sequence[str] | None = None, kernels: Sequence[str] | None = None,
             remote: str | None = None, strict: bool = False, tuner: Tuner | None = None,
             on_step: Callable[[KernelBuild], None] | None = None) -> list[KernelBuild]:
+    """Prewarm the settings' store (and ``remote``, written to as well) for ``kernels`` × ``targets`` (default: all):
+    the pipeline with tuning on a miss (:func:`kbuild.build.pipeline.run_pipeline`); the builds in order.
+    ``strict``: a remote tier that is down is an error, not a warning; ``tuner`` replaces
+    :func:`kbuild.build.tuning.tune_build`; ``on_step`` hears of each build. ``tune = "off"`` is a
+    :class:`UsageError` (builds would never look the results up)."""
     if settings.tune == "off":
         raise UsageError(f"{settings.config_file}: tune: \"off\" means builds never look up tuned results, so there "
                          f"is nothing to prewarm; set tune = \"auto\" (or KBUILD_TUNE=auto)")
@@ -50,6 +58,8 @@ def action(b: KernelBuild) -> str:
 
 
 def summary(b: KernelBuild) -> dict[str, Any]:
+    """One kernel × target of a prewarm for a table or ``--json``: :meth:`KernelBuild.as_json` with its
+    :func:`action` and, for a tuning result, the measured speedup."""
     doc = b.as_json()
     doc["action"] = action(b)
     doc["speedup"] = b.artefact.meta.get("speedup") if b.tuned and b.artefact is not None else None

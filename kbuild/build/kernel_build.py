@@ -1,0 +1,122 @@
+"""One kernel × target as the build sees it: :class:`KernelBuild`, and the :data:`Tuner` that tunes one.
+
+A :class:`KernelBuild` is made when a declaration is resolved (:func:`kbuild.build.resolve.resolve`, or from the
+memo: :func:`kbuild.build.resolve.resolve_memoized`) and filled in as the pipeline runs
+(:mod:`kbuild.build.pipeline`): the artefact it ships, whether the store had it, whether that is a tuning result,
+and the status line that says why. The manifest (:mod:`kbuild.build.manifest`), the C launchers
+(:mod:`kbuild.build.plan`), the package data (:mod:`kbuild.build.package_data`), the prewarm and the CLI read it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from kbuild.config import KernelSettings, Settings
+from kbuild.key import KernelKey
+from kbuild.targets import Target
+
+if TYPE_CHECKING:  # kbuild.cache is imported where a store is opened
+    from kbuild.cache import Artefact
+
+
+@dataclass
+class KernelBuild:
+    """One kernel × target through the pipeline."""
+
+    spec: KernelSettings
+    """The declaration, resolved against its function (defaults, autotuner configs, heuristics filled in)."""
+    target: Target
+    baseline_key: KernelKey
+    """The key of the untuned compile."""
+    tuned_key: KernelKey | None
+    """The key a tuning result is stored under (it also covers the tuner's settings); None under ``tune = "off"``."""
+    fn: Any = field(repr=False)
+    """The ``@triton.jit`` function (a ``JITFunction``); None for a build from the memo (nothing imported)."""
+    artefact: Artefact | None = None
+    """What the build ships, once found in the store or made (a baseline compile or a tuning result)."""
+    hit: bool = False
+    """Whether the shipped artefact came from the store (not compiled or tuned by this run)."""
+    tuned: bool = False
+    """Whether the shipped artefact is the one under the tuned key (a tuning result)."""
+    status: str = ""
+    """One line on what ships and why (:mod:`kbuild.build.tunable`)."""
+    space: list[dict[str, Any]] = field(default_factory=list)
+    """The kernel's configuration space, resolved (an ``@triton.autotune`` source's configs read), the default
+    first (:meth:`kbuild.config.KernelSettings.search_space`'s shape): what a tuner searches."""
+
+    @property
+    def shipped(self) -> Artefact:
+        """:attr:`artefact`, for code that runs once the pipeline gave every build one (an ``AssertionError``
+        before)."""
+        assert self.artefact is not None, f"{self.spec.name} / {self.target.name}: no artefact yet"
+        return self.artefact
+
+    @property
+    def default_config(self) -> dict[str, Any]:
+        """The configuration that ships untuned."""
+        return self.space[0] if self.space else self.spec.default_config()
+
+    @property
+    def config(self) -> dict[str, Any] | None:
+        """The configuration of the shipped artefact (``meta["config"]``; an artefact from before configuration
+        spaces is the default's compile); None before there is one."""
+        if self.artefact is None:
+            return None
+        stored = self.artefact.meta.get("config")
+        return stored if isinstance(stored, dict) else self.default_config
+
+    @property
+    def is_default_config(self) -> bool:
+        """Whether the shipped artefact is the default configuration's compile (tuned or not)."""
+        from kbuild.space import normalize_point, point_id
+
+        config = self.config
+        if config is None:
+            return True
+        try:
+            return point_id(normalize_point(config)) == point_id(normalize_point(self.default_config))
+        except ValueError:
+            return False
+
+    @property
+    def improved(self) -> bool:
+        """A tuning result whose cubin differs from the baseline (the acceptance rule took it)."""
+        return self.tuned and bool(self.artefact is not None and self.artefact.meta.get("tuned"))
+
+    @property
+    def state(self) -> str:
+        """``tuned`` (an accepted schedule ships), ``baseline-kept`` (tuned, nothing passed the acceptance
+        rule) or ``baseline`` (never tuned)."""
+        return "tuned" if self.improved else ("baseline-kept" if self.tuned else "baseline")
+
+    @property
+    def key(self) -> KernelKey:
+        """The key of the artefact this build ships."""
+        return self.tuned_key if (self.tuned and self.tuned_key is not None) else self.baseline_key
+
+    def as_json(self) -> dict[str, Any]:
+        """The build as ``kbuild compile --json`` and ``kbuild prewarm --json`` print it."""
+        art = self.artefact
+        return {
+            "kernel": self.spec.name,
+            "target": self.target.name,
+            "arch": self.target.arch,
+            "key": self.key.hex,
+            "baseline_key": self.baseline_key.hex,
+            "tuned_key": self.tuned_key.hex if self.tuned_key else None,
+            "cubin_sha256": art.cubin_sha256 if art is not None else None,
+            "cubin_bytes": len(art.cubin) if art is not None else None,
+            "symbol": art.meta.get("symbol") if art is not None else None,
+            "tuned": self.tuned,
+            "store_hit": self.hit,
+            "status": self.status,
+        }
+
+
+#: ``tuner(settings, build) -> Artefact`` (the result to store under ``build.tuned_key``).
+Tuner = Callable[[Settings, KernelBuild], "Artefact"]
+
+
+__all__ = ["KernelBuild", "Tuner"]
