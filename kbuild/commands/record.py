@@ -83,7 +83,9 @@ def _targets(raw: list[str] | None) -> list[int]:
             if cc not in ccs:
                 ccs.append(cc)
         return ccs
-    return _project_targets() or [90]
+    from kbuild.arch import DEFAULT_SM
+
+    return _project_targets() or [DEFAULT_SM]
 
 
 def _project_targets() -> list[int] | None:
@@ -92,7 +94,6 @@ def _project_targets() -> list[int] | None:
 
     from kbuild.config import load_settings
     from kbuild.fsutil import read_bounded
-    from kbuild.targets import parse_target
 
     path = Path("pyproject.toml")
     try:
@@ -101,8 +102,7 @@ def _project_targets() -> list[int] | None:
         return None
     if not isinstance(data.get("tool"), dict) or "kbuild" not in data["tool"]:
         return None
-    settings = load_settings(path)
-    return [parse_target(t).cc for t in settings.targets] or None
+    return [t.cc for t in load_settings(path).parsed_targets] or None
 
 
 def _mode(requested: str) -> str:

@@ -32,6 +32,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from kbuild.arch import DEFAULT_SM
 from kbuild.errors import UsageError
 from kbuild.record.format import Recording, from_json, merge
 
@@ -147,7 +148,7 @@ class Outcome:
 class Options:
     mode: str
     """``"gpu"`` or ``"cpu"``."""
-    targets: tuple[int, ...] = (90,)
+    targets: tuple[int, ...] = (DEFAULT_SM,)
     """``--mode cpu``: the compute capabilities each call is specialised for."""
     sm_count: int = 1
     """``--mode cpu``: the SM count the workload sees (samples carry it)."""
