@@ -3,6 +3,7 @@
 The calls of ``tests/examples/test_liger_example.py`` (the shapes ``examples/liger`` declares: hidden 4096,
 intermediate 11008, vocabulary 32000), in fp16 and bf16, with the RMSNorm forward and backward also at 2048 rows
 (the backward's ``rows_per_program`` follows the row count: ``ceil(n_rows / sm_count)``, one SM on a CPU).
+``python workload_liger.py [--cuda] [DTYPE...]``: ``--cuda`` puts the tensors on the GPU (a GPU machine).
 """
 
 import sys
@@ -13,14 +14,14 @@ from liger_kernel.ops import cross_entropy, dyt, geglu, layer_norm, rms_norm, sw
 ROWS, HIDDEN, INTER, VOCAB = 4096, 4096, 11008, 32000
 
 
-def main(dtypes):
+def main(dtypes, device="cpu"):
+    torch.set_default_device(device)
     for name in dtypes:
         dt = getattr(torch, name)
         w = torch.ones(HIDDEN, dtype=dt, requires_grad=True)
         for rows in (ROWS, ROWS // 2):
             x = torch.randn(rows, HIDDEN).to(dt)
-            _y, xv, _rstd, block, warps, mode = rms_norm.rms_norm_forward(x, w, 1e-6, 0.0, "llama", None)
-            rstd = torch.empty(rows, dtype=torch.float32)  # the kernel did not run; any values do
+            _y, xv, rstd, block, warps, mode = rms_norm.rms_norm_forward(x, w, 1e-6, 0.0, "llama", None)
             rms_norm.rms_norm_backward(torch.randn(rows, HIDDEN).to(dt), xv, w, rstd, 0.0, mode, block, warps, True,
                                        None, needs_dw=True)
         x = torch.randn(ROWS, HIDDEN).to(dt)
@@ -36,4 +37,5 @@ def main(dtypes):
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:] or ["float16", "bfloat16"])
+    names = [a for a in sys.argv[1:] if a != "--cuda"]
+    main(names or ["float16", "bfloat16"], "cuda" if "--cuda" in sys.argv[1:] else "cpu")
