@@ -438,13 +438,17 @@ def _checked(value: Any) -> Any:
 
 def distribution_of(jit: Any) -> dict[str, str] | None:
     """``{"name", "version"}`` of the installed distribution the kernel's module comes from (None: a module of the
-    project), exactly as the build puts it into the kernel's key."""
-    from kbuild.config import KernelSettings
-    from kbuild.hooks.pipeline import source_distribution
+    project), by the lookup the build keys a kernel with (:func:`kbuild.distributions.distribution_of` of the
+    module's file, as :func:`kbuild.build.resolve.source_distribution` asks it)."""
+    import sys
+
+    from kbuild.distributions import distribution_of as lookup
 
     module = str(jit.fn.__module__)
-    spec = KernelSettings(name=str(jit.fn.__name__), source=f"{module}:{jit.fn.__name__}")
-    return source_distribution(spec, jit.fn)
+    path = getattr(sys.modules.get(module), "__file__", None)
+    if not isinstance(path, str):
+        return None
+    return lookup(path, module.partition(".")[0])
 
 
 def flush_in_multiprocessing_child(recorder: Recorder) -> None:

@@ -53,8 +53,8 @@ def record(tmp_path: Path, out: Path, *workload: str, args: tuple[str, ...] = ()
 
 
 def _declared(example: Path) -> list[Any]:
+    from kbuild.build.resolve import resolve, select_targets
     from kbuild.config import load_settings
-    from kbuild.hooks.pipeline import resolve, select_targets
 
     settings = load_settings(example / "pyproject.toml")
     return resolve(settings, settings.kernels, select_targets(settings, None))
