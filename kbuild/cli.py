@@ -3,7 +3,8 @@
 Verbs and their modules: ``compile`` → :mod:`kbuild.commands.compile`; ``explain`` →
 :mod:`kbuild.commands.explain`; ``emit``, ``inspect``, ``verify-wheel``, ``lock`` →
 :mod:`kbuild.commands.emit` etc. (build hooks); ``package-data`` →
-:mod:`kbuild.commands.package_data` (Triton-JIT packages, :mod:`kbuild.runtime`);
+:mod:`kbuild.commands.package_data` (Triton-JIT packages, :mod:`kbuild.runtime`); ``record`` →
+:mod:`kbuild.commands.record` (:mod:`kbuild.record`);
 ``nvcc`` → :mod:`kbuild.nvcc.cli` (CUDA C++ launcher); ``cache`` → :mod:`kbuild.cache.cli`; ``sass`` → :mod:`kbuild.sass.cli`; ``bench`` →
 :mod:`kbuild.bench.cli`. Each module exposes ``add_parser(subparsers)`` and sets
 ``func=handler`` where ``handler(args) -> int``. Building the parser imports no optional
@@ -45,6 +46,7 @@ COMMAND_MODULES = [
     "kbuild.commands.verify_wheel",
     "kbuild.commands.lock",
     "kbuild.commands.package_data",
+    "kbuild.commands.record",
     "kbuild.commands.tile",
     "kbuild.nvcc.cli",
     "kbuild.cache.cli",
