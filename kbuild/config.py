@@ -30,7 +30,6 @@ import difflib
 import functools
 import inspect
 import itertools
-import json
 import math
 import os
 import re
@@ -44,7 +43,8 @@ from pathlib import Path
 from typing import Any, Literal, Union, get_args, get_origin
 
 from kbuild.arch import DEFAULT_TARGETS
-from kbuild.errors import COMMAND_LINE, ENVIRONMENT, ConfigError
+from kbuild.declarations.kernel import KernelSettings, expand_entries
+from kbuild.errors import COMMAND_LINE, ENVIRONMENT, ConfigError, dotted_key
 from kbuild.targets import Target, parse_target
 
 if sys.version_info >= (3, 11):
@@ -61,10 +61,6 @@ PrewarmEngine = Literal["local", "ray"]
 RuntimeLaunch = Literal["direct", "triton"]
 WgmmaHazardMode = Literal["warn", "error"]
 
-#: Scalars allowed as constexpr values.
-Constexpr = bool | int | float | str
-#: A declared constexpr value: a scalar, or a dtype as ``{ dtype = "fp16" }`` (:func:`kbuild.compile.signature.dtype_constexpr`).
-ConstexprValue = bool | int | float | str | dict[str, str]
 
 def _setting(default: Any = dataclasses.MISSING, *, env: str | None = None, key: bool = False,
              default_factory: Any = dataclasses.MISSING, check: Callable[[Any, _Converter, str], None] | None = None,
@@ -121,123 +117,6 @@ def default_store_path() -> Path:
     xdg = env_value("XDG_CACHE_HOME")
     base = Path(xdg) if xdg and Path(xdg).is_absolute() else Path.home() / ".cache"
     return base / "kbuild"
-
-
-@dataclass(frozen=True)
-class KernelSettings:
-    """One Triton kernel to compile ahead of time (an entry of ``[[tool.kbuild.kernels]]``)."""
-
-    name: str
-    """Name of the kernel in this project; used by the CLI (``kbuild explain NAME``) and emitted symbols."""
-
-    source: str
-    """The ``@triton.jit`` function, as ``"package.module:function"``, importable from the project root."""
-
-    signature: dict[str, str] = _setting(key=True, default_factory=dict)
-    """Type of each non-constexpr parameter, by name, in Triton's AOT notation: ``"*fp16"`` is a pointer,
-    ``"i32"`` an integer; ``":16"`` declares the value (pointer address or integer) divisible by 16, ``":1"`` the
-    constant 1; ``"none"``: the argument is passed None (compiled as the constant None, as Triton does). A
-    parameter with a default in the Python signature may be left out: it is specialised as Triton specialises
-    the default (1 and None become constants)."""
-
-    constexprs: dict[str, ConstexprValue] = _setting(key=True, default_factory=dict)
-    """Value of each ``tl.constexpr`` parameter, by name; a dtype as ``{ dtype = "fp16" }``. A parameter with a
-    default in the Python signature, or set by an ``@triton.heuristics`` of the source, may be left out."""
-
-    variants: dict[str, list[ConstexprValue]] = field(default_factory=dict)
-    """A matrix of values, each combination one entry (:mod:`kbuild.variants`): ``{ BLOCK = [1024, 4096], dtype =
-    ["fp16", "bf16"] }``. A key written as ``{key}`` in a signature type or a constexpr string (``"*{dtype}:16"``,
-    ``{ dtype = "{dtype}" }``) is filled in there; any other key is a constexpr. Entries are named
-    ``name_BLOCK_1024_dtype_bf16`` (label ``name[BLOCK=1024,dtype=bf16]``)."""
-
-    num_warps: int = _setting(4, key=True)
-    """Warps per program (Triton's ``num_warps``)."""
-
-    num_stages: int = _setting(3, key=True)
-    """Software-pipelining stages (Triton's ``num_stages``)."""
-
-    maxnreg: int | None = None
-    """Most registers per thread (Triton's ``maxnreg``, ptxas's ``.maxnreg``); unset or 0: ptxas decides. It
-    reaches the key through Triton's compiler options, so a kernel that leaves it unset keeps its key."""
-
-    num_ctas: int = 1
-    """Thread blocks per cluster (Triton's ``num_ctas``, sm_90 and later; the C launchers support 1 only).
-    Reaches the key through Triton's compiler options."""
-
-    ptx_options: str = ""
-    """Extra ptxas flags (Triton's ``ptx_options``), e.g. ``"-O2"`` or ``"--allow-expensive-optimizations=true"``;
-    ``""``: none. Only flags that change how ptxas optimises are allowed (:func:`kbuild.space.check_ptx_options`):
-    the target, the output, debug code, ``--maxrregcount`` (use ``maxnreg``) and ``--fmad`` (changes results) are
-    refused. Reaches the key through Triton's compiler options, only when set."""
-
-    space: dict[str, list[Constexpr]] = field(default_factory=dict)
-    """A grid of configurations to tune over, e.g. ``{ BLOCK_M = [64, 128], num_warps = [4, 8], maxnreg = [0,
-    232] }``: the product of the lists. Keys: constexprs (with a default under ``constexprs``), ``num_warps``,
-    ``num_stages``, ``maxnreg`` (0: ptxas decides), ``num_ctas`` and ``ptx_options`` (``["", "-O2"]``); each list
-    must hold the default's value.
-    The declared point ships untuned; the tuned key includes the space."""
-
-    configs: list[dict[str, Constexpr]] = field(default_factory=list)
-    """A list of configurations to tune over (as ``@triton.autotune`` takes): each a table of constexprs and
-    options; a key left out has the default's value, and the default is added in front when no entry is it.
-    Not with ``space``."""
-
-    autotune: bool = False
-    """Take the configurations from the ``@triton.autotune`` object ``source`` points at (its ``configs``),
-    without restating them. Also implied when ``source`` is such an object."""
-
-    grid: list[str] = field(default_factory=list)
-    """The launch grid, 1 to 3 expressions (x, y, z; missing ones are 1) over the integer runtime arguments and
-    integer constexprs: integers, names, ``+ - * // %``, parentheses, ``cdiv``, ``min``, ``max``. With it, the C
-    launcher takes no grid arguments and computes the grid from the configuration that ships for the GPU."""
-
-    bench: str | None = None
-    """Optional bench spec, ``"package.module:callable"``, that makes inputs and the grid for measuring."""
-
-    # Resolved context, not read from TOML.
-    entry: int | None = field(default=None, metadata={"internal": True})
-    """Index of the ``[[tool.kbuild.kernels]]`` table this entry comes from (variants share one)."""
-    variant: dict[str, Any] = field(default_factory=dict, metadata={"internal": True})
-    """The variant's values (empty: not a variant)."""
-    variant_of: str | None = field(default=None, metadata={"internal": True})
-    """The declared name a variant was expanded from."""
-
-    @property
-    def label(self) -> str:
-        """The readable name: ``name[BLOCK=1024,dtype=bf16]`` for a variant, else the name."""
-        from kbuild.variants import label
-
-        return label(self.variant_of, self.variant) if self.variant_of is not None else self.name
-
-    def default_config(self) -> dict[str, Any]:
-        """The declared point, the configuration that ships untuned (:func:`kbuild.space.make_point`'s shape)."""
-        from kbuild.space import make_point
-
-        return make_point(self.constexprs, self.num_warps, self.num_stages, self.maxnreg, self.num_ctas,
-                          self.ptx_options or None)
-
-    def search_space(self) -> list[dict[str, Any]]:
-        """Every configuration of the declared space, the default first, each once, in the shape of
-        :meth:`kbuild.bench.spec.Config.as_dict` with all five keys (``constexprs`` with every constexpr,
-        ``num_warps``, ``num_stages``, ``maxnreg`` (None: ptxas decides), ``num_ctas``, and ``ptx_options`` when
-        set); see :mod:`kbuild.space`.
-        A kernel without a space has one point. ``autotune`` needs the imported kernel: the pipeline resolves
-        it into ``configs`` (:attr:`kbuild.build.kernel_build.KernelBuild.space` is the resolved list); here it is
-        a :class:`ValueError`."""
-        from kbuild.space import expand
-
-        if self.autotune:
-            raise ValueError(f"kernel {self.name!r}: autotune = true; the configurations come from the imported "
-                             "@triton.autotune object (kbuild.build.resolve resolves them)")
-        return expand(self.default_config(), space=self.space, configs=self.configs, runtime=self.signature)
-
-    @property
-    def module(self) -> str:
-        return self.source.partition(":")[0]
-
-    @property
-    def function(self) -> str:
-        return self.source.partition(":")[2]
 
 
 @dataclass(frozen=True)
@@ -647,7 +526,7 @@ class _Converter:
             _, val_tp = get_args(tp)
             if not isinstance(value, dict):
                 raise self.error(path, f"expected a table, got {_value_name(value)}")
-            return {str(k): self.convert(v, val_tp, _key_path(path, k)) for k, v in value.items()}
+            return {str(k): self.convert(v, val_tp, dotted_key(path, k)) for k, v in value.items()}
         if dataclasses.is_dataclass(tp):
             if not isinstance(value, dict):
                 raise self.error(path, f"expected a table, got {_value_name(value)}")
@@ -689,7 +568,7 @@ class _Converter:
         kwargs: dict[str, Any] = {}
         for raw_key, value in table.items():
             name = str(raw_key).replace("-", "_")
-            sub = _key_path(path, raw_key)
+            sub = dotted_key(path, raw_key)
             if name in fields and fields[name].metadata.get("env_only"):
                 raise self.error(sub, f"set {fields[name].metadata['env']} in the environment; "
                                       f"{fields[name].metadata['env_only']}")
@@ -705,17 +584,6 @@ class _Converter:
             if f.name not in kwargs and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
                 raise self.error(f"{path}.{f.name}" if path else f.name, "required key is missing")
         return cls(**kwargs)
-
-
-def _key_path(path: str, key: Any) -> str:
-    """``path.key`` for messages; a key that is not a bare TOML key is quoted as TOML does (``a."x y"``),
-    with every non-printable character escaped, so that a message stays one line whatever the file holds."""
-    text = str(key)
-    if not re.fullmatch(r"[A-Za-z0-9_-]+", text):
-        quoted = json.dumps(text, ensure_ascii=False)
-        text = "".join(c if c.isprintable() else f"\\u{ord(c):04x}" if ord(c) <= 0xFFFF else f"\\U{ord(c):08x}"
-                       for c in quoted)
-    return f"{path}.{text}" if path else text
 
 
 _HINTS: dict[Any, dict[str, Any]] = {}
@@ -819,7 +687,7 @@ def settings_from_table(table: Mapping[str, Any], *, where: str = "<table>", pro
             kpath = f"[tool.kbuild.kernels][{i}]"
             if not isinstance(k, dict):
                 raise conv.error(kpath, f"expected a table, got {_value_name(k)}")
-            parsed.extend(_expand_kernel(conv.dataclass(KernelSettings, k, kpath), i, conv, kpath))
+            parsed.extend(expand_entries(conv.dataclass(KernelSettings, k, kpath), i, kpath, conv.error))
     names = [k.name for k in parsed]
     for j, (k, n) in enumerate(zip(parsed, names)):
         if n in names[:j]:
@@ -868,123 +736,9 @@ def _check_types_on_targets(s: Settings, conv: _Converter) -> None:
             for t in s.parsed_targets:
                 problem = t.type_problem(ty.strip())
                 if problem:
-                    raise conv.error(_key_path(f"[tool.kbuild.kernels][{i if k.entry is None else k.entry}].signature",
+                    raise conv.error(dotted_key(f"[tool.kbuild.kernels][{i if k.entry is None else k.entry}].signature",
                                                pname),
                                      f"{problem} (targets: {', '.join(s.targets)})")
-
-
-class _VariantConverter(_Converter):
-    """Errors of one variant's entry name the variant too."""
-
-    def __init__(self, where: str, label: str) -> None:
-        super().__init__(where)
-        self.label = label
-
-    def error(self, path: str, message: str) -> ConfigError:
-        return ConfigError(self.where, path, f"{message} (variant {self.label})")
-
-
-def _expand_kernel(k: KernelSettings, index: int, conv: _Converter, path: str) -> list[KernelSettings]:
-    """The entries of one table (its variants expanded, :mod:`kbuild.variants`), each validated."""
-    from kbuild.variants import VariantError, expand
-
-    try:
-        entries = expand(dataclasses.replace(k, entry=index))
-    except VariantError as exc:
-        raise conv.error(f"{path}.{exc.key}", exc.detail) from None
-    return [_validate_kernel(e, _VariantConverter(conv.where, e.label) if e.variant_of is not None else conv, path)
-            for e in entries]
-
-
-def _validate_kernel(k: KernelSettings, conv: _Converter, path: str) -> KernelSettings:
-    # The one declaration grammar; imported here because kbuild.compile imports this module.
-    from kbuild.compile.signature import SignatureError, check_constexpr_value, parse_type
-
-    if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", k.name):
-        raise conv.error(f"{path}.name", f"{k.name!r} is not an identifier (letters, digits and _)")
-    for key, spec in (("source", k.source), ("bench", k.bench)):
-        if spec is None:
-            continue
-        mod, sep, fn = spec.partition(":")
-        if not sep or not mod or not fn or not all(p.isidentifier() for p in mod.split(".")) or not fn.isidentifier():
-            raise conv.error(f"{path}.{key}", f"expected \"package.module:function\", got {spec!r}")
-    for pname, ty in k.signature.items():
-        if not pname.isidentifier():
-            raise conv.error(_key_path(f"{path}.signature", pname), "parameter names must be identifiers")
-        try:
-            parse_type(ty)
-        except SignatureError as exc:
-            raise conv.error(f"{path}.signature.{pname}", str(exc)) from None
-    for cname, value in k.constexprs.items():
-        if not cname.isidentifier():
-            raise conv.error(_key_path(f"{path}.constexprs", cname), "parameter names must be identifiers")
-        try:
-            check_constexpr_value(value)
-        except SignatureError as exc:
-            raise conv.error(f"{path}.constexprs.{cname}", str(exc)) from None
-    both = sorted(set(k.signature) & set(k.constexprs))
-    if both:
-        raise conv.error(f"{path}.constexprs.{both[0]}", "declared both in signature and constexprs")
-    if not 1 <= k.num_warps <= 32 or k.num_warps & (k.num_warps - 1):
-        raise conv.error(f"{path}.num_warps", f"expected a power of two from 1 to 32, got {k.num_warps}")
-    if not 1 <= k.num_stages <= 8:
-        raise conv.error(f"{path}.num_stages", f"expected 1 to 8, got {k.num_stages}")
-    return _validate_space(k, conv, path)
-
-
-def _validate_space(k: KernelSettings, conv: _Converter, path: str) -> KernelSettings:
-    """The configuration space and the grid (:mod:`kbuild.space`, :mod:`kbuild.grid`), errors naming their key."""
-    from kbuild import grid as gridmod
-    from kbuild.space import SpaceError, check_option, check_ptx_options
-
-    try:
-        maxnreg = check_option("maxnreg", k.maxnreg, "maxnreg") if k.maxnreg is not None else None
-        check_option("num_ctas", k.num_ctas, "num_ctas")
-        ptx_options = check_ptx_options(k.ptx_options, "ptx_options") or ""
-        if ptx_options != k.ptx_options:
-            k = dataclasses.replace(k, ptx_options=ptx_options)
-        if k.autotune and (k.space or k.configs):
-            raise SpaceError("autotune", "autotune = true takes the configurations from the @triton.autotune "
-                                         "object; leave out space and configs")
-        if maxnreg != k.maxnreg:
-            k = dataclasses.replace(k, maxnreg=maxnreg)
-        points = [k.default_config()] if k.autotune else k.search_space()
-    except SpaceError as exc:
-        raise conv.error(f"{path}.{exc.key}", exc.detail) from None
-    if k.grid:
-        grid = gridmod.parse_grid(k.grid, on_error=lambda i, m: conv.error(
-            f"{path}.grid" if i is None else f"{path}.grid[{i}]", m))
-        check_grid_names(k, grid, points, lambda i, m: conv.error(f"{path}.grid[{i}]", m), partial=k.autotune)
-    return k
-
-
-def check_grid_names(k: KernelSettings, grid: Any, points: list[dict[str, Any]],
-                     on_error: Callable[[int, str], Exception], *, partial: bool = False) -> None:
-    """Every name of ``grid`` is an integer runtime argument of ``k`` or a constexpr that is an integer in every
-    point. ``partial`` (an autotuned kernel before its configs are read): names not declared yet pass."""
-    from kbuild.compile.signature import INTEGER_TYPES, parse_type
-    from kbuild.grid import check_names
-
-    integers: set[str] = set()
-    others: dict[str, str] = {}
-    for pname, ty in k.signature.items():
-        t = parse_type(ty)
-        if not t.pointer and t.element in INTEGER_TYPES:
-            integers.add(pname)
-        else:
-            kind = "pointer" if t.pointer else "None" if t.is_none else "floating-point or boolean"
-            others[pname] = f"a {kind} argument ({ty.strip()})"
-    names = {n for p in points for n in p["constexprs"]}
-    for n in names:
-        values = [p["constexprs"].get(n) for p in points]
-        bad = next((v for v in values if isinstance(v, bool) or not isinstance(v, int)), None)
-        if bad is None:
-            integers.add(n)
-        else:
-            others[n] = f"a constexpr that is not always an integer ({bad!r})"
-    if partial:
-        integers |= set(grid.names()) - set(others)
-    check_names(grid, integers=integers, others=others, on_error=on_error)
 
 
 def _apply_environment(s: Settings, environ: Mapping[str, str] | None) -> Settings:

@@ -26,7 +26,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from kbuild.canonical import canonical_json
-from kbuild.config import BudgetSettings, KernelSettings, Settings, key_fields
+from kbuild.config import BudgetSettings, Settings, key_fields
+from kbuild.declarations.kernel import KernelSettings
 from kbuild.targets import Target
 
 #: Bumped when the layout of the components changes.

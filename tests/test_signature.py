@@ -1,4 +1,4 @@
-"""The one kernel-declaration grammar (kbuild.compile.signature), checked against Triton's own code.
+"""The one kernel-declaration grammar (kbuild.declarations.signature), checked against Triton's own code.
 
 Before it, ``[tool.kbuild.kernels].signature`` (kbuild.config + kbuild.compile.triton_aot) and bench specs
 (kbuild.bench.spec) each had a grammar and an ``ASTSource`` builder; they disagreed on fp8, u1 and the
@@ -22,7 +22,8 @@ from hypothesis import strategies as st
 
 from kbuild.bench.spec import BenchSpec, BenchSpecError, Config, ast_source, compile_spec, validate_spec
 from kbuild.compile import triton_aot
-from kbuild.compile.signature import (
+from kbuild.config import load_settings, settings_from_table
+from kbuild.declarations.signature import (
     BOOLEAN_TYPES,
     ELEMENT_TYPES,
     FLOAT_TYPES,
@@ -35,7 +36,6 @@ from kbuild.compile.signature import (
     is_type,
     parse_type,
 )
-from kbuild.config import load_settings, settings_from_table
 from kbuild.emit import C_TYPES
 from kbuild.errors import ConfigError, KernelSourceError
 from kbuild.targets import parse_target

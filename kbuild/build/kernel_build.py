@@ -13,7 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from kbuild.config import KernelSettings, Settings
+from kbuild.config import Settings
+from kbuild.declarations.kernel import KernelSettings
 from kbuild.key import KernelKey
 from kbuild.targets import Target
 
@@ -70,7 +71,7 @@ class KernelBuild:
     @property
     def is_default_config(self) -> bool:
         """Whether the shipped artefact is the default configuration's compile (tuned or not)."""
-        from kbuild.space import normalize_point, point_id
+        from kbuild.declarations.space import normalize_point, point_id
 
         config = self.config
         if config is None:

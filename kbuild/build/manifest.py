@@ -14,7 +14,7 @@ that depends on the machine or the time of the build (no paths, no host, no reas
                   "num_stages": 3, "maxnreg": null, "num_ctas": 1}, "default_config": true,
                   "gains": null, "grid": ["n_rows"]}, …]}
 
-``config`` is the configuration the shipped cubin was compiled with (:mod:`kbuild.space`; per target, since
+``config`` is the configuration the shipped cubin was compiled with (:mod:`kbuild.declarations.space`; per target, since
 a tuned target may ship another than the default), ``default_config`` whether it is the declared default,
 ``gains`` the tuner's ``{"level1": ×, "level2": ×}`` (configuration over the default, SASS schedule over the
 configuration) for a tuned entry that recorded them, and ``grid`` the kernel's grid expressions (empty: the
@@ -238,9 +238,9 @@ def _check_entry(e: Any, at: str, bad: Any) -> None:
 
 def _check_config_fields(e: dict[str, Any], at: str, bad: Any) -> None:
     """``config``, ``default_config``, ``gains`` and ``grid``: each optional, each of its shape when present."""
-    from kbuild.compile.signature import SignatureError, dtype_constexpr
-    from kbuild.grid import GridExprError, parse_grid
-    from kbuild.space import SpaceError, normalize_point
+    from kbuild.declarations.grid import GridExprError, parse_grid
+    from kbuild.declarations.signature import SignatureError, dtype_constexpr
+    from kbuild.declarations.space import SpaceError, normalize_point
 
     if e.get("config") is not None:
         try:

@@ -75,7 +75,8 @@ from kbuild.jsonio import read_json_file
 from .provenance import Provenance
 
 if TYPE_CHECKING:
-    from kbuild.config import KernelSettings, Settings
+    from kbuild.config import Settings
+    from kbuild.declarations.kernel import KernelSettings
     from kbuild.targets import Target
 
     from .kernel_build import KernelBuild

@@ -158,8 +158,8 @@ def config_key(b: KernelBuild, config: dict[str, Any]) -> KernelKey:
     """The baseline key a declaration of ``b``'s kernel at ``config`` has (what a call launched with that
     configuration recomputes at run time), from ``b``'s baseline key components (same source, toolchain, target)."""
     from kbuild.compile import compiler_options, portable_options
+    from kbuild.declarations.space import normalize_point
     from kbuild.key import compiler_component, kernel_key
-    from kbuild.space import normalize_point
 
     from .baselines import config_spec
 

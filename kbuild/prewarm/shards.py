@@ -2,7 +2,7 @@
 compiled by Ray CPU tasks on the cluster's nodes, a few per task, while its one GPU task measures.
 
 **What runs where.** For a kernel that declares a configuration space (``space`` or ``configs`` in
-``[tool.kbuild.kernels]``, :mod:`kbuild.space`), the tune of a kernel × target (on a tune worker holding one GPU of the target, :mod:`kbuild.prewarm.workers`) runs the two-level search as a single machine does
+``[tool.kbuild.kernels]``, :mod:`kbuild.declarations.space`), the tune of a kernel × target (on a tune worker holding one GPU of the target, :mod:`kbuild.prewarm.workers`) runs the two-level search as a single machine does
 (:func:`kbuild.build.tuning.tune_build`; the cost model's :func:`~kbuild.prewarm.tasks.model_tuner`), with
 one change: level 1's measurer gets a :class:`ShardPool` instead of the local process pool
 (:class:`kbuild.tune.level1.compile.CompilePool`). When the racing search proposes a batch of configurations

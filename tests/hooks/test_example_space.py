@@ -60,7 +60,7 @@ def test_the_example_declares_a_space_around_its_default_and_a_grid_expression()
 
 def test_the_bench_spec_launches_the_declared_default_with_the_declared_grid(monkeypatch: pytest.MonkeyPatch):
     from kbuild.bench.spec import Config, load_spec, validate_inputs, validate_spec
-    from kbuild.grid import parse_grid
+    from kbuild.declarations.grid import parse_grid
     from kbuild.tune.two_level import project_spec
 
     monkeypatch.syspath_prepend(str(CMAKE_EXAMPLE))
