@@ -82,9 +82,9 @@ def main(argv: list[str] | None = None) -> int:
 
     from kbuild.bench.cuda import load_cuda_spec
     from kbuild.bench.spec import validate_inputs
-    from kbuild.config import settings_from_table
     from kbuild.nvcc.toolkit import find_nvcc
     from kbuild.nvcc.tuned import find_symbol, tune_kernel
+    from kbuild.settings.sources import settings_from_table
     from kbuild.tune.measure.backend import KernelRef
 
     nvcc = args.nvcc or (str(find_nvcc()) if find_nvcc() else None)

@@ -51,7 +51,7 @@ C_TYPES: dict[str, str] = {
 _HEADER_TYPES = frozenset({"CUstream", "CUdeviceptr", "CUresult", *C_TYPES.values()})
 
 if TYPE_CHECKING:
-    from kbuild.config import Settings
+    from kbuild.settings.model import Settings
 
 _IDENT = re.compile(r"\A[A-Za-z_][A-Za-z0-9_]*\Z")  # \Z: "$" also matches before a final newline
 

@@ -4,7 +4,7 @@ another exception — and ``kbuild compile --config`` on such a file exits 0 or 
 
 The tables are TOML-like data: nested tables and arrays of strings (any Unicode), integers, floats (nan and
 inf included), booleans and dates, with the model's own keys mixed with arbitrary ones, so that each check
-in :mod:`kbuild.config` is reached and so is the code past it.
+in :mod:`kbuild.settings` is reached and so is the code past it.
 """
 
 from __future__ import annotations
@@ -22,15 +22,10 @@ from hypothesis import strategies as st
 from property_helpers import mutated, same, toml_document
 
 from kbuild.cli import main
-from kbuild.config import (
-    BudgetSettings,
-    KernelSettings,
-    RemoteSettings,
-    Settings,
-    load_settings,
-    settings_from_table,
-)
+from kbuild.declarations.kernel import KernelSettings
 from kbuild.errors import ConfigError
+from kbuild.settings.model import BudgetSettings, RemoteSettings, Settings
+from kbuild.settings.sources import load_settings, settings_from_table
 
 WHERE = "pp/pyproject.toml"
 SETTINGS_KEYS = [f.name for f in dataclasses.fields(Settings) if not f.metadata.get("internal")]

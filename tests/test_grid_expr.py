@@ -12,10 +12,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kbuild.config import settings_from_table
 from kbuild.declarations import grid as g
 from kbuild.emit import cuda_include_dir
 from kbuild.errors import ConfigError
+from kbuild.settings.sources import settings_from_table
 
 
 def test_cdiv_min_max_and_floor_semantics():

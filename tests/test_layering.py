@@ -184,7 +184,7 @@ def test_the_walker_sees_what_it_must() -> None:
     assert "kbuild.tune.measure.session" not in imports_of("kbuild.tune.measure.worker",
                                                            _file_of("kbuild.tune.measure.worker"),
                                                            top_level_only=True)
-    assert "kbuild.config" in closure("kbuild.key") and _file_of("kbuild.cache.store") == ROOT / "cache" / "store.py"
+    assert "kbuild.settings.model" in closure("kbuild.key") and _file_of("kbuild.cache.store") == ROOT / "cache" / "store.py"
     backend = imports_of("kbuild.hooks.backend", _file_of("kbuild.hooks.backend"))
     assert {"kbuild.hooks.setuptools_plugin", "kbuild.build.plan"} <= backend  # lazy, relative and absolute
     assert "kbuild.hooks.backend" not in _outside("kbuild.hooks") and "kbuild.build.plan" in _outside("kbuild.hooks")

@@ -245,7 +245,7 @@ print(json.dumps({"file": kbuild.__file__, "loaded": sorted(m for m in sys.modul
 
 AUTO_BUILD = """
 import json, sys
-from kbuild.config import load_settings
+from kbuild.settings.sources import load_settings
 from kbuild.build import pipeline, tunable
 tunable.has_gpu = lambda cc: True  # STAND-IN for an sm_90 GPU (this machine may have none): the tuner's import runs
 builds = pipeline.run_pipeline(load_settings(sys.argv[1]), tune_on_miss=True)

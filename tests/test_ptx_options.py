@@ -21,7 +21,6 @@ from hypothesis import strategies as st
 from kbuild.bench.space import grid_space
 from kbuild.bench.spec import Config, compile_spec, load_spec
 from kbuild.commands.inspect import config_cell
-from kbuild.config import load_settings, settings_from_table
 from kbuild.declarations.space import (
     SpaceError,
     check_ptx_options,
@@ -32,6 +31,7 @@ from kbuild.declarations.space import (
 )
 from kbuild.errors import ConfigError, UsageError
 from kbuild.key import space_component
+from kbuild.settings.sources import load_settings, settings_from_table
 from kbuild.tune.level1.compile import CompilePool
 from kbuild.tune.level1.space import Space
 

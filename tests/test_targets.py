@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from kbuild.cli import main
-from kbuild.config import load_settings
 from kbuild.errors import ConfigError
+from kbuild.settings.sources import load_settings
 from kbuild.targets import Target, parse_target
 
 #: Strings that Python's int() (and a Unicode-aware ``\d``) read as a supported compute capability.

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from kbuild.cli import main
-from kbuild.config import load_settings
 from kbuild.errors import ConfigError
+from kbuild.settings.sources import load_settings
 
 # The suite's rmsnorm_swiglu, declared from the installed kbuild as a user's project would (as in test_compile's
 # test_a_wgmma_register_race_is_recorded_and_warned); softmax_rows beside it has no wgmma at all.

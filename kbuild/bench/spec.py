@@ -36,7 +36,7 @@ from kbuild.errors import CompileError, MissingDependencyError, UsageError
 
 log = logging.getLogger(__name__)
 
-#: Scalars allowed as constexpr values (the same as :data:`kbuild.config.Constexpr`).
+#: Scalars allowed as constexpr values (the same as :data:`kbuild.declarations.kernel.Constexpr`).
 Constexpr = bool | int | float | str
 
 

@@ -17,9 +17,9 @@ from typing import TYPE_CHECKING, Any
 from kbuild import __version__
 from kbuild.compile import compile_kernel, load_jit_function, source_hash
 from kbuild.compile.triton_aot import ast_source_args
-from kbuild.config import Settings
 from kbuild.declarations.kernel import KernelSettings
 from kbuild.errors import UsageError
+from kbuild.settings.model import Settings
 
 from .kernel_build import KernelBuild
 from .resolve import kernel_keys, resolve, source_distribution, toolchain_versions

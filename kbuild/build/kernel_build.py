@@ -13,9 +13,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from kbuild.config import Settings
 from kbuild.declarations.kernel import KernelSettings
 from kbuild.key import KernelKey
+from kbuild.settings.model import Settings
 from kbuild.targets import Target
 
 if TYPE_CHECKING:  # kbuild.cache is imported where a store is opened
@@ -45,7 +45,7 @@ class KernelBuild:
     """One line on what ships and why (:mod:`kbuild.build.tunable`)."""
     space: list[dict[str, Any]] = field(default_factory=list)
     """The kernel's configuration space, resolved (an ``@triton.autotune`` source's configs read), the default
-    first (:meth:`kbuild.config.KernelSettings.search_space`'s shape): what a tuner searches."""
+    first (:meth:`kbuild.declarations.kernel.KernelSettings.search_space`'s shape): what a tuner searches."""
 
     @property
     def shipped(self) -> Artefact:

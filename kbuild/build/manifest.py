@@ -155,7 +155,7 @@ def nvcc_records(directory: Path) -> Iterator[Path]:
     land in: one the user set (``KBUILD_NVCC_RECORDS``) wins over ``directory``. The launcher replaces a kernel's
     records whenever it compiles the kernel's unit, so ``directory`` may live in a build directory that later builds
     reuse (a unit ninja finds up to date keeps its records from the build that compiled it)."""
-    from kbuild.config import env_setting, env_var
+    from kbuild.settings.variables import env_setting, env_var
 
     mine = env_setting("nvcc_records")
     if mine is not None:

@@ -38,11 +38,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kbuild.config import Settings
 from kbuild.errors import KBuildError, UsageError
 from kbuild.fsutil import write_atomic
 from kbuild.key import KernelKey
 from kbuild.runtime.index import DATA_DIR, INDEX_FILE, build_index, entry_config, index_bytes
+from kbuild.settings.model import Settings
 
 from .kernel_build import KernelBuild
 

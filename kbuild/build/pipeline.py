@@ -38,8 +38,8 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from kbuild.config import Settings
 from kbuild.errors import StoreError, UsageError
+from kbuild.settings.model import Settings
 
 from .baselines import compile_baselines
 from .hazards import refuse_wgmma_hazards

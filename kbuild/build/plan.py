@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kbuild.config import Settings
+from kbuild.settings.model import Settings
 
 from .kernel_build import KernelBuild, Tuner
 from .pipeline import run_pipeline, strict_store_error

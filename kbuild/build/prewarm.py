@@ -16,8 +16,8 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from kbuild.config import RemoteSettings, Settings
 from kbuild.errors import UsageError
+from kbuild.settings.model import RemoteSettings, Settings
 
 from .kernel_build import KernelBuild, Tuner
 from .pipeline import run_pipeline

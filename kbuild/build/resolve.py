@@ -16,10 +16,10 @@ from typing import Any
 
 from kbuild.compile import compiler_options, portable_options, source_hash
 from kbuild.compile.triton_aot import ast_source_args, kernel_index, load_source
-from kbuild.config import Settings
 from kbuild.declarations.kernel import KernelSettings, check_grid_names
 from kbuild.errors import ConfigError, KernelSourceError, UsageError
 from kbuild.key import KernelKey, compiler_component, kernel_key, tuner_component
+from kbuild.settings.model import Settings
 from kbuild.targets import Target, parse_target
 from kbuild.toolchain import ptxas_version, triton_version
 from kbuild.tune import TUNER_VERSION
@@ -29,7 +29,7 @@ from .kernel_build import KernelBuild
 
 def select_targets(settings: Settings, targets: Sequence[str] | None) -> list[Target]:
     """The targets to build: ``targets`` (``--targets``, parsed here; a bad name is a :class:`UsageError` naming the
-    option), else the project's (:attr:`kbuild.config.Settings.parsed_targets`); each once, in order."""
+    option), else the project's (:attr:`kbuild.settings.model.Settings.parsed_targets`); each once, in order."""
     if not targets:
         return list(settings.parsed_targets)
     out: list[Target] = []

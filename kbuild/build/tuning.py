@@ -20,8 +20,8 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from kbuild import __version__
-from kbuild.config import Settings
 from kbuild.errors import KBuildError, UntunedError
+from kbuild.settings.model import Settings
 
 from .baselines import compile_config
 from .hazards import wgmma_hazard_error

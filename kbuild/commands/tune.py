@@ -17,11 +17,11 @@ from typing import Any
 
 from kbuild.arch import DEFAULT_SM, architecture
 from kbuild.commands.common import add_config_args, settings_from_args
-from kbuild.config import flag_setting, settings_from_table
 from kbuild.console import emit_json, print_table, progress
 from kbuild.errors import GPUUnavailableError, UsageError
 from kbuild.fsutil import check_output_dir, write_atomic
 from kbuild.jsonio import read_json_file
+from kbuild.settings.sources import flag_setting, settings_from_table
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

@@ -41,10 +41,11 @@ from typing import Any
 
 from kbuild import usercode
 from kbuild.compile.workers import CompileProcess, Deadline, WorkerDied
-from kbuild.config import Settings, env_value
 from kbuild.declarations import signature
 from kbuild.declarations.kernel import KernelSettings
 from kbuild.errors import CompileError, KBuildError, KernelSourceError, MissingDependencyError
+from kbuild.settings.environ import env_value
+from kbuild.settings.model import Settings
 from kbuild.targets import Target
 from kbuild.toolchain import ptxas_version, triton_version
 

@@ -1,6 +1,6 @@
 """Tuned SASS in nvcc's objects: the cubin of a declared ``__global__`` function replaced before ``fatbinary``.
 
-A project declares kernels in ``[[tool.kbuild.cuda.kernels]]`` (:class:`kbuild.config.CudaKernelSettings`). When
+A project declares kernels in ``[[tool.kbuild.cuda.kernels]]`` (:class:`kbuild.settings.model.CudaKernelSettings`). When
 kbuild-nvcc compiles the ``source`` of one, after each ``ptxas`` step of the plan (run or answered from the store)
 :meth:`CudaTuning.after_ptxas`:
 
@@ -343,7 +343,8 @@ class CudaTuning:
     @classmethod
     def for_invocation(cls, args: Sequence[str], cwd: Path, *, store: Any, emit: Any) -> CudaTuning | None:
         """The declarations that apply to this compile (None: none do, or there is no project)."""
-        from kbuild.config import env_setting, load_settings
+        from kbuild.settings.sources import load_settings
+        from kbuild.settings.variables import env_setting
 
         sources = compiled_sources(args, cwd)
         if not sources:

@@ -83,8 +83,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kbuild.config import Settings, apply_flag, env_value, parse_bool
 from kbuild.errors import ClusterUnreachableError, KBuildError, MissingDependencyError, UsageError
+from kbuild.settings.environ import env_value, parse_bool
+from kbuild.settings.model import Settings
+from kbuild.settings.sources import apply_flag
 
 from .node import node_resources, ray_error, resource_name
 from .tasks import leases_of, model_key, shared_store
@@ -212,7 +214,7 @@ def prewarm_ray(settings: Settings, *, address: str | None = None, targets: Sequ
     ``on_update`` hears the entries whenever one changes state; ``ship`` (when this call starts Ray) sends the
     project and kbuild to the nodes through Ray's ``runtime_env`` (:func:`ship_env`).
 
-    ``address`` and ``lease_seconds`` are held to the settings model's rules (:func:`kbuild.config.apply_flag`),
+    ``address`` and ``lease_seconds`` are held to the settings model's rules (:func:`kbuild.settings.sources.apply_flag`),
     and, when this call starts Ray, the address to :func:`check_cluster`'s, before any kernel is imported."""
     from kbuild.build.prewarm import with_remote
     from kbuild.build.resolve import select_kernels, select_targets, specs_and_keys
@@ -327,7 +329,8 @@ def check_cluster(settings: Settings, *, given: bool = True) -> str | None:
     ``--ray`` when ``given``). Unset or ``auto``: the address Ray would find (``RAY_ADDRESS``, or a cluster ``ray
     start`` made here), checked the same way, or None when it finds none (a new local cluster then). Returns the
     address to hand to ``ray.init`` (``local``: start one here)."""
-    from kbuild.prewarm.address import check_reachable, parse
+    from kbuild.prewarm.address import check_reachable
+    from kbuild.settings.ray_address import parse
 
     text = settings.prewarm.address or "auto"
     where = _where_address(settings, given and settings.prewarm.address is not None)

@@ -65,7 +65,7 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from kbuild.config import Settings
+from kbuild.settings.model import Settings
 
 from .node import on_node, ray_error, where
 

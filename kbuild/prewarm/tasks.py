@@ -22,8 +22,8 @@ import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from kbuild.config import Settings
 from kbuild.errors import KBuildError, UsageError
+from kbuild.settings.model import Settings
 
 from .node import on_node, resource_name, where
 

@@ -19,7 +19,8 @@ from hostile_helpers import assert_clean_error
 from store_helpers import drip_server, make_artefact, make_key
 
 from kbuild.cache import TierUnavailableError, open_store
-from kbuild.config import RemoteSettings, settings_from_table
+from kbuild.settings.model import RemoteSettings
+from kbuild.settings.sources import settings_from_table
 
 hostile = pytest.mark.hostile
 

@@ -29,7 +29,7 @@ import pytest
 from hooks_helpers import CMAKE_EXAMPLE, ROOT, copy_project, forget_example_modules
 from script_helpers import load_benchmark
 
-from kbuild.config import load_settings
+from kbuild.settings.sources import load_settings
 
 CSRC = Path(__file__).parent / "csrc"
 SPACE = {"BLOCK_M": [64, 128], "BLOCK_N": [64, 128, 256], "BLOCK_K": [32, 64], "num_warps": [4, 8],

@@ -235,7 +235,7 @@ class VanishingStore:
 
 def test_a_memo_build_whose_entry_vanishes_is_imported_on_its_own(project: Path):
     from kbuild.cache import open_store
-    from kbuild.config import load_settings
+    from kbuild.settings.sources import load_settings
 
     settings = load_settings("pyproject.toml")
     with open_store(settings) as real:

@@ -14,7 +14,7 @@ from kbuild.build import tunable
 from kbuild.build.prewarm import action, prewarm, with_remote
 from kbuild.build.tuning import tuned_artefact
 from kbuild.cli import main
-from kbuild.config import load_settings
+from kbuild.settings.sources import load_settings
 
 
 @pytest.fixture

@@ -15,9 +15,9 @@ from kbuild.build.manifest import build_manifest
 from kbuild.build.pipeline import run_pipeline
 from kbuild.build.plan import kernels_from_builds
 from kbuild.build.tuning import tuned_artefact
-from kbuild.config import load_settings
 from kbuild.emit import render_sources
 from kbuild.errors import UntunedError
+from kbuild.settings.sources import load_settings
 
 
 @pytest.fixture

@@ -95,7 +95,7 @@ def entry_settings(example_project: Path, monkeypatch: pytest.MonkeyPatch, tmp_p
     ray = pytest.importorskip("ray", reason="kbuild[ray] is not installed")
     import stand_in
 
-    from kbuild.config import load_settings
+    from kbuild.settings.sources import load_settings
 
     monkeypatch.setenv("KBUILD_BUDGET_EVALUATIONS", "100")
     monkeypatch.setenv("KBUILD_STORE", str(tmp_path / "local-store"))

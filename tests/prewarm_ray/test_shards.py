@@ -20,10 +20,10 @@ from typing import Any
 import pytest
 
 from kbuild.build.prewarm import with_remote
-from kbuild.config import load_settings
 from kbuild.prewarm.ray_engine import prewarm_ray
 from kbuild.prewarm.shards import MAX_SHARD_CONFIGS, shard_size
 from kbuild.prewarm.tasks import shared_store
+from kbuild.settings.sources import load_settings
 
 pytestmark = [pytest.mark.nginx, pytest.mark.slow]
 ray = pytest.importorskip("ray", reason="kbuild[ray] is not installed")

@@ -59,7 +59,7 @@ def _session_triton_cache(factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def jit_settings(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    from kbuild.config import load_settings
+    from kbuild.settings.sources import load_settings
 
     settings = load_settings(JIT_EXAMPLE / "pyproject.toml")
     return dataclasses.replace(settings, store=tmp_path_factory.mktemp("store"), tune="off")

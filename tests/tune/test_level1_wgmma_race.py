@@ -183,7 +183,7 @@ class FastBackend:
 
 
 def _settings():
-    from kbuild.config import settings_from_table
+    from kbuild.settings.sources import settings_from_table
 
     return settings_from_table({"budget": {"evaluations": 4, "seconds": 60}}, where="test")
 

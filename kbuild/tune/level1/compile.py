@@ -31,8 +31,8 @@ from typing import Any, Protocol
 
 from kbuild.bench.spec import BenchSpec, Config, compile_spec, load_spec
 from kbuild.compile.workers import CompileProcess, Deadline, DeadlinePool, WorkerDied
-from kbuild.config import Settings
 from kbuild.errors import KBuildError
+from kbuild.settings.model import Settings
 from kbuild.tune.measure.handover import KernelPayload, kernel_payload
 
 log = logging.getLogger(__name__)
