@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import shlex
 import shutil
 import sys
@@ -193,7 +192,8 @@ def pytorch_nvcc(extensions: Sequence[Any], *, config: str | Path = "pyproject.t
     """While torch's ``BuildExtension`` runs: ``PYTORCH_NVCC="kbuild-nvcc <nvcc>"`` (torch's ninja file then names
     it as ``$nvcc``) and ``KBUILD_NVCC_PROJECT`` (the launcher's ``[tool.kbuild.cuda]``), for extensions with
     ``.cu`` sources; both restored afterwards. A ``PYTORCH_NVCC`` the user set is left alone (say once)."""
-    from kbuild.settings.environ import env_value
+    from kbuild.settings.environ import env_value, scoped
+    from kbuild.settings.variables import env_var
 
     has_cuda = any(str(src).endswith(".cu") for e in extensions for src in getattr(e, "sources", []))
     if not has_cuda:
@@ -209,17 +209,9 @@ def pytorch_nvcc(extensions: Sequence[Any], *, config: str | Path = "pyproject.t
         yield
         return
     new = {"PYTORCH_NVCC": f"{shlex.quote(_kbuild_nvcc())} {shlex.quote(nvcc)}",
-           "KBUILD_NVCC_PROJECT": str(Path(config).resolve())}  # written for the children; read by kbuild.settings
-    saved = {k: os.environ.get(k) for k in new}
-    os.environ.update(new)
-    try:
+           env_var("nvcc_project"): str(Path(config).resolve())}  # written for the children; read by kbuild.settings
+    with scoped(new):
         yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def _cuda_only(config: str | Path) -> bool:

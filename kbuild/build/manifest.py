@@ -155,22 +155,15 @@ def nvcc_records(directory: Path) -> Iterator[Path]:
     land in: one the user set (``KBUILD_NVCC_RECORDS``) wins over ``directory``. The launcher replaces a kernel's
     records whenever it compiles the kernel's unit, so ``directory`` may live in a build directory that later builds
     reuse (a unit ninja finds up to date keeps its records from the build that compiled it)."""
+    from kbuild.settings.environ import scoped
     from kbuild.settings.variables import env_setting, env_var
 
     mine = env_setting("nvcc_records")
     if mine is not None:
         yield Path(mine)
         return
-    var = env_var("nvcc_records")
-    saved = os.environ.get(var)
-    os.environ[var] = str(directory)  # written for the children (CMake, ninja, kbuild-nvcc)
-    try:
+    with scoped({env_var("nvcc_records"): str(directory)}):  # written for the children (CMake, ninja, kbuild-nvcc)
         yield directory
-    finally:
-        if saved is None:
-            os.environ.pop(var, None)
-        else:
-            os.environ[var] = saved
 
 
 def declared_cuda_entries(settings: Any, records: Path) -> tuple[list[dict[str, Any]], list[str]]:
