@@ -30,6 +30,7 @@ from hooks_helpers import CMAKE_EXAMPLE, ROOT, copy_project, forget_example_modu
 from script_helpers import load_benchmark
 
 from kbuild.settings.sources import load_settings
+from kbuild.settings.variables import Override
 
 CSRC = Path(__file__).parent / "csrc"
 SPACE = {"BLOCK_M": [64, 128], "BLOCK_N": [64, 128, 256], "BLOCK_K": [32, 64], "num_warps": [4, 8],
@@ -132,14 +133,14 @@ int main(int argc, char **argv) {
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
 def test_the_example_matmul_launcher_computes_the_grid_of_the_shipped_config(store: Path, tmp_path: Path,
-                                                                             monkeypatch: pytest.MonkeyPatch):
+                                                                             monkeypatch: pytest.MonkeyPatch, kbuild_env: Override):
     from kbuild.build import plan as planning
     from kbuild.build import tunable
     from kbuild.build.manifest import check_manifest, manifest_bytes
     from kbuild.emit import cuda_include_dir, write_files
 
     project = copy_project(CMAKE_EXAMPLE, tmp_path / "p")
-    monkeypatch.setenv("KBUILD_STORE", str(store))
+    kbuild_env.set(store=store)
     monkeypatch.setattr(tunable, "has_gpu", lambda cc: cc == 90)  # "an sm_90 GPU is here" (the tuner is fake)
     forget_example_modules()
     tuner = ShipPoint()

@@ -27,6 +27,7 @@ from kbuild.build.resolve import select_kernels, select_targets, specs_and_keys
 from kbuild.prewarm.ray_engine import prewarm_ray
 from kbuild.prewarm.tasks import shared_store
 from kbuild.settings.sources import load_settings
+from kbuild.settings.variables import Override
 
 pytestmark = [pytest.mark.nginx, pytest.mark.slow]
 ray = pytest.importorskip("ray", reason="kbuild[ray] is not installed")
@@ -89,11 +90,10 @@ def elsewhere_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tupl
 
 
 def test_a_node_whose_copy_lives_elsewhere_computes_the_drivers_keys(elsewhere_cluster, example_project: Path,
-                                                                       dav_server, monkeypatch: pytest.MonkeyPatch,
+                                                                       dav_server, kbuild_env: Override,
                                                                        tmp_path: Path) -> None:
     address, worker = elsewhere_cluster
-    monkeypatch.setenv("KBUILD_BUDGET_EVALUATIONS", "30")
-    monkeypatch.setenv("KBUILD_STORE", str(tmp_path / "local-store"))
+    kbuild_env.set({"budget.evaluations": 30}, store=tmp_path / "local-store")
     ray.cloudpickle.register_pickle_by_value(stand_in)
     settings = load_settings(example_project / "pyproject.toml")
     remote = f"{dav_server.url}/t-{uuid.uuid4().hex[:8]}"

@@ -38,7 +38,6 @@ def _clean_runtime(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest
     import kbuild.runtime
     from kbuild.runtime.state import STATE
 
-    monkeypatch.delenv("KBUILD_RUNTIME", raising=False)
     # One Triton cache for the whole session: each test still goes through _do_compile (the
     # in-memory caches are cleared), but a repeated specialisation is a disk-cache hit.
     monkeypatch.setenv("TRITON_CACHE_DIR", str(_session_triton_cache(tmp_path_factory)))

@@ -12,6 +12,7 @@ import pytest
 
 from kbuild.cli import main
 from kbuild.sass.schedule import Schedule
+from kbuild.settings.variables import Override
 from kbuild.tune.accept import decide
 from kbuild.tune.api import tune
 from kbuild.tune.env import SassScheduleEnv
@@ -173,8 +174,8 @@ def test_cli_bad_input(capsys, example_project: Path):
     assert "--budget-evals: must be positive, got 0" in capsys.readouterr().err
 
 
-def test_cli_model_backend_json(capsys, example_project: Path, tmp_path: Path, monkeypatch):
-    monkeypatch.setenv("KBUILD_STORE", str(tmp_path / "store"))
+def test_cli_model_backend_json(capsys, example_project: Path, tmp_path: Path, kbuild_env: Override):
+    kbuild_env.set(store=tmp_path / "store")
     code = main(["tune", "softmax", "--config", str(example_project / "pyproject.toml"), "--backend", "model",
                  "--algo", "greedy", "--budget-evals", "20", "--json", "--out", str(tmp_path / "rep")])
     out = capsys.readouterr().out
