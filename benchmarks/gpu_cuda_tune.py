@@ -117,8 +117,8 @@ def main(argv: list[str] | None = None) -> int:
 
                     backend = WorkerClient()
                 try:
-                    out = tune_kernel(settings, cubin=cubin, symbol=symbol, bench=bench, python_path=python_path,
-                                      backend=backend)
+                    out = tune_kernel(settings.tune_request(), cubin=cubin, symbol=symbol, bench=bench,
+                                      python_path=python_path, backend=backend)
                 finally:
                     if backend is not None:
                         backend.close()

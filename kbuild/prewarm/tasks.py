@@ -254,9 +254,9 @@ def tune_task(settings: Settings, kernel: str, target: str, compiled: dict[str, 
         if board is not None:
             board.started.remote(index, here)
 
-    def pool(spec: Any, arch: int) -> ShardPool:
-        made = ShardPool(spec, arch, settings=settings, shipped=shipped, board=board, max_retries=max_retries,
-                         owner={"index": index, "kernel": kernel, "target": target},
+    def pool(spec: Any, arch: int, timeout: float | None) -> ShardPool:
+        made = ShardPool(spec, arch, timeout=timeout, settings=settings, shipped=shipped, board=board,
+                         max_retries=max_retries, owner={"index": index, "kernel": kernel, "target": target},
                          prefix=f"{prefix}.{len(pools)}" if pools else prefix)
         pools.append(made)
         return made

@@ -6,16 +6,19 @@ committed as ``kbuild/schema/kbuild.schema.json``); its metadata (:func:`kbuild.
 rule its value must keep beyond its type. The kernel declarations (``[[tool.kbuild.kernels]]``) are
 :class:`kbuild.declarations.kernel.KernelSettings`, with their own grammar.
 
-Where the values come from is :mod:`kbuild.settings.sources`.
+A tuning run's request is made here once from the settings (:meth:`Settings.tune_request`, a :class:`TuneRequest`)
+and passed whole to the tuners, so that the budget's defaults are written in this module alone. Where the values
+come from is :mod:`kbuild.settings.sources`.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import functools
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from kbuild.arch import DEFAULT_TARGETS
 from kbuild.declarations.kernel import KernelSettings
@@ -176,6 +179,44 @@ class CudaSettings:
 
     kernels: list[CudaKernelSettings] = field(default_factory=list)
     """The declared ``__global__`` functions, one ``[[tool.kbuild.cuda.kernels]]`` table each."""
+
+
+@dataclass(frozen=True)
+class TuneRequest:
+    """One tuning run, asked of the tuners whole: the SASS search (:func:`kbuild.tune.api.tune`), the two levels
+    (:func:`kbuild.tune.two_level.tune_two_level`) and level 1's compiles. Made once from the settings
+    (:meth:`Settings.tune_request`), so that the budget's defaults are the settings model's alone; a command's flags
+    or a level's share of the budget replace fields of it (:meth:`replace`)."""
+
+    evaluations: int
+    """Most candidates measured (``budget.evaluations``); the two levels share them."""
+    seconds: float
+    """Most wall-clock seconds (``budget.seconds``)."""
+    algorithms: tuple[Algorithm, ...]
+    """The SASS searchers, each on the whole budget: the settings' ``algorithm`` (``kbuild tune --algo all``: the
+    three side by side)."""
+    seed: int
+    """Seed of every search (``seed``)."""
+    kinds: tuple[EditKind, ...]
+    """The SASS edit kinds the searches may use (``kinds``)."""
+    compile_timeout: float
+    """Most seconds one configuration's compile may take at level 1, in a process pool here or a Ray compile
+    shard (``compile_timeout``)."""
+    jobs: int | None = None
+    """Level 1's compile processes here (None: one per core, less one)."""
+    top: int = 2
+    """Configurations level 1 hands to a SASS search."""
+    method: Literal["racing", "exhaustive"] = "racing"
+    """Level 1's search: racing (Optuna's TPE and successive halving) or the exhaustive sweep."""
+    horizon: int = 32
+    """Steps per episode of the SASS search."""
+    policy: str | None = "default"
+    """PPO's starting point: a checkpoint's path, ``"default"`` (the shipped one for the target, when there is one)
+    or None (from scratch)."""
+
+    def replace(self, **changes: Any) -> TuneRequest:
+        """This request with ``changes`` (field names) in place."""
+        return dataclasses.replace(self, **changes)
 
 
 #: Why an ``env_only`` field is refused in ``pyproject.toml`` (the error says so).
@@ -362,3 +403,10 @@ class Settings:
         if self.store is None:
             return default_store_path()
         return self.store if self.store.is_absolute() else (self.project_dir / self.store)
+
+    def tune_request(self, **changes: Any) -> TuneRequest:
+        """The tuning request of these settings (budget, ``algorithm``, ``seed``, ``kinds``, ``compile_timeout``),
+        with ``changes`` (:class:`TuneRequest`'s field names: a command's flags) in place."""
+        return TuneRequest(evaluations=self.budget.evaluations, seconds=self.budget.seconds,
+                           algorithms=(self.algorithm,), seed=self.seed, kinds=tuple(self.kinds),
+                           compile_timeout=self.compile_timeout).replace(**changes)

@@ -207,7 +207,8 @@ def test_the_tuner_runs_on_the_nvcc_cubin_with_the_cost_model(nvcc, launcher, tm
     cubin = ptxas_cubin(launcher, first.events, "sm_90")
     symbol = find_symbol(cubin, "scale", where="pyproject.toml", key="cuda.kernels[0].function")
     settings = settings_from_table({"budget": {"evaluations": 30, "seconds": 60}}, where="test")
-    out = tune_kernel(settings, cubin=cubin, symbol=symbol, bench="bench:scale", python_path=[], backend=None)
+    out = tune_kernel(settings.tune_request(), cubin=cubin, symbol=symbol, bench="bench:scale", python_path=[],
+                      backend=None)
     assert out.backend == MODEL_BACKEND and not out.accepted and out.cubin == cubin
     level2 = out.report["level2"]
     assert level2["evaluations"] > 0 and level2["movable_instructions"] > 0
