@@ -9,11 +9,11 @@ from types import SimpleNamespace
 import pytest
 
 from kbuild.bench.spec import BenchSpec, Config, ast_source, compile_spec, load_spec
+from kbuild.runtime.handover import kernel_from_payload
 from kbuild.settings.sources import settings_from_table
 from kbuild.tune.level1 import ModelConfigMeasurer, search_configs
 from kbuild.tune.level1.compile import CompilePool
 from kbuild.tune.measure.backend import MODEL_BACKEND
-from kbuild.tune.measure.handover import kernel_from_payload
 
 REF = "kbuild.bench.kernels.matmul:matmul_512x512x2048"
 #: tl.dot needs K tiles of at least 16: Triton refuses this one.

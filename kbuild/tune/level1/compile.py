@@ -8,7 +8,7 @@ default when none is given; Triton's passes have none of their own, and a config
 it is a failed configuration, its process stopped); each
 loads the bench spec by its reference once, compiles a configuration exactly as ``kbuild compile``
 does (line info off, private Triton cache) and sends back a
-:class:`~kbuild.tune.measure.handover.KernelPayload` (cubin + metadata). ``submit`` returns at once,
+:class:`~kbuild.runtime.handover.KernelPayload` (cubin + metadata). ``submit`` returns at once,
 so the searcher can ask for the next configurations while the GPU measures the current ones;
 ``result`` waits for one. ``jobs=0`` compiles in this process, on demand (specs without a
 reference, tests).
@@ -33,8 +33,8 @@ from typing import Any, Protocol
 from kbuild.bench.spec import BenchSpec, Config, compile_spec, load_spec
 from kbuild.compile.workers import CompileProcess, Deadline, DeadlinePool, WorkerDied
 from kbuild.errors import KBuildError
+from kbuild.runtime.handover import KernelPayload, kernel_payload
 from kbuild.settings.model import Settings
-from kbuild.tune.measure.handover import KernelPayload, kernel_payload
 
 log = logging.getLogger(__name__)
 
