@@ -141,7 +141,7 @@ def plan(config_settings: ConfigSettings, out_dir: Path, *, project: Mapping[str
     if not settings.kernels and settings.cuda.kernels:  # CUDA C++ only: nothing to emit, kbuild-nvcc compiles them
         _say(f"kbuild: no Triton kernels; {len(settings.cuda.kernels)} CUDA C++ kernel(s) through kbuild-nvcc")
         return None
-    part = list(settings.targets) if (config_settings or {}).get("kbuild.targets") else None
+    part = list(settings.parsed_targets) if (config_settings or {}).get("kbuild.targets") else None
     result = planning.plan(settings, targets=part)
     tuned = sum(1 for b in result.builds if b.improved)
     _say(f"kbuild: {len(result.builds)} kernel × target ({tuned} tuned) from store {settings.store_path}"

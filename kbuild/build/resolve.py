@@ -27,17 +27,22 @@ from kbuild.tune import TUNER_VERSION
 from .kernel_build import KernelBuild
 
 
-def select_targets(settings: Settings, targets: Sequence[str] | None) -> list[Target]:
-    """The targets to build: ``targets`` (``--targets``, parsed here; a bad name is a :class:`UsageError` naming the
-    option), else the project's (:attr:`kbuild.settings.model.Settings.parsed_targets`); each once, in order."""
+def select_targets(settings: Settings, targets: Sequence[Target | str] | None) -> list[Target]:
+    """The targets to build: ``targets``, else the project's (:attr:`kbuild.settings.model.Settings.parsed_targets`);
+    each once, in order. A :class:`~kbuild.targets.Target` is taken as it is (the settings parsed it already); a name
+    comes from the command line (``--targets``) and is parsed here, a bad one a :class:`UsageError` naming the
+    option."""
     if not targets:
         return list(settings.parsed_targets)
     out: list[Target] = []
-    for name in targets:
-        try:
-            t = parse_target(name)
-        except ValueError as exc:
-            raise UsageError(f"--targets: {exc}") from None
+    for given in targets:
+        if isinstance(given, Target):
+            t = given
+        else:
+            try:
+                t = parse_target(given)
+            except ValueError as exc:
+                raise UsageError(f"--targets: {exc}") from None
         if t not in out:
             out.append(t)
     return out

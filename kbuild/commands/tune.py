@@ -153,7 +153,7 @@ def _jobs(args: argparse.Namespace, target: Any) -> list[tuple[str, bytes, str |
 
     settings = settings_from_args(args)
     spec = settings.kernel(args.kernel)
-    (build,) = run_pipeline(settings, kernels=[spec.name], targets=[target.name])
+    (build,) = run_pipeline(settings, kernels=[spec.name], targets=[target])
     ref = None
     if args.backend == "gpu":
         if not spec.bench:

@@ -25,6 +25,7 @@ from kbuild.prewarm.shards import MAX_SHARD_CONFIGS, shard_size
 from kbuild.prewarm.tasks import shared_store
 from kbuild.settings.sources import load_settings
 from kbuild.settings.variables import Override
+from kbuild.targets import parse_target
 
 pytestmark = [pytest.mark.nginx, pytest.mark.slow]
 ray = pytest.importorskip("ray", reason="kbuild[ray] is not installed")
@@ -48,7 +49,7 @@ def _single_process(settings: Any) -> Any:
     from kbuild.build.baselines import compile_baselines
     from kbuild.prewarm.tasks import build_for, model_tuner
 
-    b = build_for(settings, KERNEL, TARGET, "model")
+    b = build_for(settings, KERNEL, parse_target(TARGET), "model")
     assert len(b.space) == 96
 
     class Empty:
