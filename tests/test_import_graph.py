@@ -39,8 +39,10 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("device and SASS", ("kbuild.device", "kbuild.sass")),
     # Compiling declarations to baseline cubins, the content key, the artefact store.
     ("compile, key, store", ("kbuild.compile", "kbuild.key", "kbuild.cache")),
-    # What stands on compiled kernels: the C launchers, the bench suite and tile language, the run time.
-    ("emit, bench, run time", ("kbuild.emit", "kbuild.bench", "kbuild.tile", "kbuild.runtime")),
+    # What stands on compiled kernels: the C launchers, the bench suite and tile language, the run time, and the
+    # recorder of a real run's specialisations (keyed as the run time keys a call).
+    ("emit, bench, run time, record", ("kbuild.emit", "kbuild.bench", "kbuild.tile", "kbuild.runtime",
+                                       "kbuild.record")),
     # The bounded search: level 1 (configurations) and level 2 (SASS), and their measurement.
     ("tune", ("kbuild.tune",)),
     # CUDA C++ through kbuild-nvcc: cached steps, tuned kernels.
