@@ -21,7 +21,7 @@ except ImportError:
 
 from kbuild.build.resolve import resolve, select_targets  # noqa: E402
 from kbuild.compile import compile_kernel  # noqa: E402
-from kbuild.config import load_settings  # noqa: E402
+from kbuild.settings.sources import load_settings  # noqa: E402
 from kbuild.toolchain import ptxas_version, triton_version  # noqa: E402
 
 

@@ -82,9 +82,9 @@ def main(argv: list[str] | None = None) -> int:
 
     from kbuild.bench.cuda import load_cuda_spec
     from kbuild.bench.spec import validate_inputs
-    from kbuild.config import settings_from_table
     from kbuild.nvcc.toolkit import find_nvcc
     from kbuild.nvcc.tuned import find_symbol, tune_kernel
+    from kbuild.settings.sources import settings_from_table
     from kbuild.tune.measure.backend import KernelRef
 
     nvcc = args.nvcc or (str(find_nvcc()) if find_nvcc() else None)
@@ -117,8 +117,8 @@ def main(argv: list[str] | None = None) -> int:
 
                     backend = WorkerClient()
                 try:
-                    out = tune_kernel(settings, cubin=cubin, symbol=symbol, bench=bench, python_path=python_path,
-                                      backend=backend)
+                    out = tune_kernel(settings.tune_request(), cubin=cubin, symbol=symbol, bench=bench,
+                                      python_path=python_path, backend=backend)
                 finally:
                     if backend is not None:
                         backend.close()

@@ -256,7 +256,7 @@ TOLERANCES = {"matmul_leaky_relu": (5e-2, 2e-2), "softmax": (2e-3, 1e-2), "layer
 
 
 def jit_options(config: dict[str, Any]) -> dict[str, Any]:
-    """The keywords of a Triton JIT launch that compiles the manifest ``config`` (a :mod:`kbuild.space` point:
+    """The keywords of a Triton JIT launch that compiles the manifest ``config`` (a :mod:`kbuild.declarations.space` point:
     ``constexprs``, ``num_warps``, ``num_stages``, ``maxnreg`` (None/0: ptxas decides), ``num_ctas``): the
     untouched compile of the configuration a tuned wheel ships."""
     kw: dict[str, Any] = dict(config.get("constexprs") or {})
@@ -270,11 +270,11 @@ def jit_options(config: dict[str, Any]) -> dict[str, Any]:
 
 def entry_grid(entry: dict[str, Any], args: dict[str, int], explicit: tuple[int, int, int]) -> tuple[int, int, int]:
     """The grid a launch of ``entry``'s kernel gets: its grid expressions (``entry["grid"]``, the manifest's copy
-    of the declaration's) evaluated by :mod:`kbuild.grid` over ``args`` and the shipped config's integer
+    of the declaration's) evaluated by :mod:`kbuild.declarations.grid` over ``args`` and the shipped config's integer
     constexprs (what the generated C launcher computes), or ``explicit`` for a kernel without them."""
     if not entry.get("grid"):
         return explicit
-    from kbuild.grid import parse_grid
+    from kbuild.declarations.grid import parse_grid
 
     consts = (entry.get("config") or {}).get("constexprs") or {}
     values = {**{k: v for k, v in consts.items() if isinstance(v, int) and not isinstance(v, bool)}, **args}

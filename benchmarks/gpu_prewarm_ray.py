@@ -310,7 +310,7 @@ def main() -> int:
     work = Path(tempfile.mkdtemp(prefix="kbuild-prewarm-ray-"))
     project = work / "project"
     shutil.copytree(EXAMPLE, project, ignore=shutil.ignore_patterns("__pycache__", "build", "dist"))
-    from kbuild.config import load_settings
+    from kbuild.settings.sources import load_settings
 
     results: dict[str, Any] = {}
     rounds: list[dict[str, float]] = []

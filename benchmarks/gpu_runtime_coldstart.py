@@ -129,8 +129,8 @@ print(json.dumps({{"seconds": seconds, "compiles": len(compiles), "host_builds":
 def build(work: Path, cc: int, example: Path) -> dict[str, Any]:
     from kbuild.build.package_data import write_package_data
     from kbuild.build.pipeline import run_pipeline
-    from kbuild.config import load_settings
     from kbuild.runtime.index import load_index
+    from kbuild.settings.sources import load_settings
 
     src = work / "src"
     shutil.copytree(example, src, ignore=shutil.ignore_patterns("__pycache__", "build", "dist", "_kbuild"))

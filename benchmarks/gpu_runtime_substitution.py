@@ -173,7 +173,8 @@ def build_phase(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     from kbuild.build.package_data import write_package_data
     from kbuild.build.pipeline import run_pipeline
     from kbuild.cache import open_store
-    from kbuild.config import BudgetSettings, load_settings
+    from kbuild.settings.model import BudgetSettings
+    from kbuild.settings.sources import load_settings
 
     src = work / "src"
     shutil.copytree(EXAMPLE, src, ignore=shutil.ignore_patterns("__pycache__", "build", "dist", "_kbuild"))

@@ -26,6 +26,7 @@ def main(argv: list[str] | None = None) -> int:
     from kbuild.bench.kernels import SUITE
     from kbuild.bench.spec import compile_spec, load_spec
     from kbuild.sass.schedule import Schedule
+    from kbuild.settings.model import Settings
     from kbuild.tune.api import learning_curve_png, tune
     from kbuild.tune.level1 import ModelConfigMeasurer, search_configs
     from kbuild.tune.measure.backend import MODEL_BACKEND
@@ -48,8 +49,9 @@ def main(argv: list[str] | None = None) -> int:
     chosen = l1.best
     compiled = compile_spec(spec, chosen, 90)
     baseline = compiled.asm["cubin"]
-    r = tune(baseline, kernel=compiled.metadata.name, backend=None, algorithms=("greedy",),
-             evaluations=args.level2_evaluations, seed=0)
+    request = Settings().tune_request(algorithms=("greedy",), evaluations=args.level2_evaluations, seed=0,
+                                      kinds=("moves",))
+    r = tune(baseline, request, kernel=compiled.metadata.name, backend=None)
     candidate = baseline
     if r.winner is not None:  # the cost model ships nothing; show the winner's schedule as a candidate
         schedule = Schedule.from_cubin(baseline, compiled.metadata.name)

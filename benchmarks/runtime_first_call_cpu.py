@@ -33,7 +33,7 @@ PROBE = ROOT / "tests" / "runtime" / "direct_first_call_probe.py"
 def build(work: Path) -> Path:
     from kbuild.build.package_data import write_package_data
     from kbuild.build.pipeline import run_pipeline
-    from kbuild.config import load_settings
+    from kbuild.settings.sources import load_settings
 
     settings = load_settings(ROOT / "examples" / "jit-package" / "pyproject.toml")
     settings = dataclasses.replace(settings, targets=["sm_90"], tune="off", store=work / "store", remotes=[])

@@ -90,7 +90,7 @@ def add_parser(subparsers: Any) -> None:
 # ----------------------------------------------------------------------------------------------
 
 def _settings(args: argparse.Namespace) -> Any:
-    from kbuild.config import load_settings, settings_from_table
+    from kbuild.settings.sources import load_settings, settings_from_table
 
     if args.config:
         settings = load_settings(args.config, require_table=False)

@@ -19,7 +19,7 @@ from .tiered import TieredStore
 from .url import redact_url
 
 if TYPE_CHECKING:
-    from kbuild.config import Settings
+    from kbuild.settings.model import Settings
 
 log = logging.getLogger(__name__)
 

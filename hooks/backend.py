@@ -23,7 +23,7 @@ source tree gets nothing. (scikit-build-core projects cannot ship package data y
 
 Options: every ``[tool.kbuild]`` setting can also be given as a config setting ``kbuild.<key>``
 (``pip wheel -C kbuild.locked=true -C kbuild.targets=sm_90``), which the environment
-(``KBUILD_LOCKED=1``) overrides in turn (:mod:`kbuild.config` reads them all). A target list given
+(``KBUILD_LOCKED=1``) overrides in turn (:mod:`kbuild.settings.sources` reads them all). A target list given
 this way builds part of the project: under ``locked`` the pins of other targets are not stale.
 """
 
@@ -39,11 +39,11 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
-# Only the standard library at import time: frontends import this module for every hook (kbuild.config,
+# Only the standard library at import time: frontends import this module for every hook (kbuild.settings,
 # read in the hooks, imports nothing else either).
 if TYPE_CHECKING:
     from kbuild.build.kernel_build import KernelBuild
-    from kbuild.config import Settings
+    from kbuild.settings.model import Settings
 
 ConfigSettings = Mapping[str, Any] | None
 
@@ -53,8 +53,8 @@ _SETUPTOOLS = ("setuptools.build_meta", "setuptools>=64")
 
 
 def _project() -> dict[str, Any]:
-    """./pyproject.toml through kbuild's one reader (:func:`kbuild.config.read_pyproject`); empty without one."""
-    from kbuild.config import read_pyproject
+    """./pyproject.toml through kbuild's one reader (:func:`kbuild.settings.sources.read_pyproject`); empty without one."""
+    from kbuild.settings.sources import read_pyproject
 
     path = Path("pyproject.toml")
     return read_pyproject(path) if path.is_file() else {}
@@ -90,8 +90,8 @@ def _say(message: str) -> None:
 
 def _debug() -> bool:
     """``KBUILD_DEBUG``: tracebacks instead of one error line. A bad value is itself the error being reported."""
-    from kbuild.config import env_setting
     from kbuild.errors import ConfigError
+    from kbuild.settings.variables import env_setting
 
     try:
         return bool(env_setting("debug"))
@@ -128,8 +128,8 @@ def plan(config_settings: ConfigSettings, out_dir: Path, *, project: Mapping[str
         return None
     from kbuild.build import plan as planning
     from kbuild.build.manifest import MANIFEST_NAME
-    from kbuild.config import load_settings
     from kbuild.emit import cuda_include_dir, kernel_sources, write_files
+    from kbuild.settings.sources import load_settings
 
     settings = load_settings("pyproject.toml", config_settings=config_settings, document=project)
     if settings.ship == "package-data" and _backend_spec(project) == _SKBUILD:
@@ -141,7 +141,7 @@ def plan(config_settings: ConfigSettings, out_dir: Path, *, project: Mapping[str
     if not settings.kernels and settings.cuda.kernels:  # CUDA C++ only: nothing to emit, kbuild-nvcc compiles them
         _say(f"kbuild: no Triton kernels; {len(settings.cuda.kernels)} CUDA C++ kernel(s) through kbuild-nvcc")
         return None
-    part = list(settings.targets) if (config_settings or {}).get("kbuild.targets") else None
+    part = list(settings.parsed_targets) if (config_settings or {}).get("kbuild.targets") else None
     result = planning.plan(settings, targets=part)
     tuned = sum(1 for b in result.builds if b.improved)
     _say(f"kbuild: {len(result.builds)} kernel × target ({tuned} tuned) from store {settings.store_path}"
@@ -212,7 +212,7 @@ def _ship_cuda(config_settings: ConfigSettings, project: Mapping[str, Any], reco
         with_cuda,
         write_wheel_manifest,
     )
-    from kbuild.config import load_settings
+    from kbuild.settings.sources import load_settings
 
     settings = load_settings("pyproject.toml", config_settings=config_settings, document=project)
     if not settings.cuda.kernels:

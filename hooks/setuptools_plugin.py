@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import shlex
 import shutil
 import sys
@@ -106,8 +105,8 @@ def plugin_applied() -> Iterator[None]:
 
 
 def _has_kbuild_table(pyproject: Path) -> bool:
-    from kbuild.config import read_pyproject
     from kbuild.errors import ConfigError
+    from kbuild.settings.sources import read_pyproject
 
     try:
         tool = read_pyproject(pyproject).get("tool", {})
@@ -120,8 +119,8 @@ def _ships_package_data() -> bool:
     """Whether this build writes package data: the backend's plan says so, or (plain setuptools) the settings
     have ``ship = "package-data"``. Settings that do not load count as yes: the wrapped ``build_py`` then
     reports their error instead of the wheel silently lacking its package data."""
-    from kbuild.config import load_settings
     from kbuild.errors import KBuildError
+    from kbuild.settings.sources import load_settings
 
     handed = _PLANNED.get()
     if handed is not None:
@@ -152,8 +151,8 @@ def emit_for_build(*, config: str | Path = "pyproject.toml", out_dir: str | Path
     (C file, include dir, manifest)."""
     from kbuild.build.manifest import read_manifest
     from kbuild.build.plan import plan, replay
-    from kbuild.config import load_settings
     from kbuild.emit import write_files
+    from kbuild.settings.sources import load_settings
 
     settings = load_settings(config)
     if manifest_path is not None:
@@ -193,7 +192,8 @@ def pytorch_nvcc(extensions: Sequence[Any], *, config: str | Path = "pyproject.t
     """While torch's ``BuildExtension`` runs: ``PYTORCH_NVCC="kbuild-nvcc <nvcc>"`` (torch's ninja file then names
     it as ``$nvcc``) and ``KBUILD_NVCC_PROJECT`` (the launcher's ``[tool.kbuild.cuda]``), for extensions with
     ``.cu`` sources; both restored afterwards. A ``PYTORCH_NVCC`` the user set is left alone (say once)."""
-    from kbuild.config import env_value
+    from kbuild.settings.environ import env_value, scoped
+    from kbuild.settings.variables import env_var
 
     has_cuda = any(str(src).endswith(".cu") for e in extensions for src in getattr(e, "sources", []))
     if not has_cuda:
@@ -209,24 +209,16 @@ def pytorch_nvcc(extensions: Sequence[Any], *, config: str | Path = "pyproject.t
         yield
         return
     new = {"PYTORCH_NVCC": f"{shlex.quote(_kbuild_nvcc())} {shlex.quote(nvcc)}",
-           "KBUILD_NVCC_PROJECT": str(Path(config).resolve())}  # written for the children; read by kbuild.config
-    saved = {k: os.environ.get(k) for k in new}
-    os.environ.update(new)
-    try:
+           env_var("nvcc_project"): str(Path(config).resolve())}  # written for the children; read by kbuild.settings
+    with scoped(new):
         yield
-    finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def _cuda_only(config: str | Path) -> bool:
     """Whether the project declares CUDA C++ kernels (``[tool.kbuild.cuda]``) and no Triton kernels. Settings that
     do not load count as no: planning then reports their error."""
-    from kbuild.config import load_settings
     from kbuild.errors import KBuildError
+    from kbuild.settings.sources import load_settings
 
     try:
         settings = load_settings(config)
@@ -264,8 +256,8 @@ def kbuild_build_ext(base: type | None = None, *, extensions: Sequence[str] | No
         def _kbuild_cuda_manifest(self, records: Path) -> None:
             """The declared CUDA C++ kernels that kbuild-nvcc compiled (its records) into the manifest."""
             from kbuild.build.manifest import build_manifest, declared_cuda_entries, manifest_bytes, with_cuda
-            from kbuild.config import load_settings
             from kbuild.errors import KBuildError
+            from kbuild.settings.sources import load_settings
 
             try:
                 settings = load_settings(config)
@@ -370,7 +362,7 @@ def write_for_build(build_lib: str | Path, *, config: str | Path = "pyproject.to
     from kbuild.build.manifest import manifest_bytes
     from kbuild.build.package_data import infer_package, write_package_data
     from kbuild.build.plan import plan
-    from kbuild.config import load_settings
+    from kbuild.settings.sources import load_settings
 
     if staged is not None and manifest_path is not None:
         folder = package_dir_in(build_lib, staged.name, config=config)

@@ -31,9 +31,9 @@ import traceback
 from collections.abc import Sequence
 
 from kbuild import __version__
-from kbuild.config import env_setting
 from kbuild.errors import ExitCode, KBuildError
 from kbuild.extras import require
+from kbuild.settings.variables import env_setting
 
 #: Modules that contribute subcommands, in the order they appear in ``--help``.
 COMMAND_MODULES = [

@@ -8,7 +8,7 @@ byte-deterministic: kernels sorted by name, cubins by target, no timestamps, no 
 Each launcher takes ``(CUstream stream, unsigned grid_x, grid_y, grid_z, <non-constexpr
 arguments>)`` and passes Triton 3.6's two trailing scratch pointers (``global_scratch``,
 ``profile_scratch``) as 0; kernels that need scratch memory or clusters are refused here.
-A kernel declared with a ``grid`` (:mod:`kbuild.grid`) gets a launcher of ``(CUstream stream,
+A kernel declared with a ``grid`` (:mod:`kbuild.declarations.grid`) gets a launcher of ``(CUstream stream,
 <non-constexpr arguments>)`` instead (``kernel_grid.*.in``): it computes the grid in 64-bit
 arithmetic from the integer arguments and the constexprs of the artefact that ships for the GPU it
 runs on (each target's configuration may differ, so the grid follows the tuned configuration), and
@@ -51,7 +51,7 @@ C_TYPES: dict[str, str] = {
 _HEADER_TYPES = frozenset({"CUstream", "CUdeviceptr", "CUresult", *C_TYPES.values()})
 
 if TYPE_CHECKING:
-    from kbuild.config import Settings
+    from kbuild.settings.model import Settings
 
 _IDENT = re.compile(r"\A[A-Za-z_][A-Za-z0-9_]*\Z")  # \Z: "$" also matches before a final newline
 
@@ -234,8 +234,8 @@ def _grid_code(kernel: EmitKernel, images: Sequence[tuple[Target, Any]], params:
                c_names: Sequence[str]) -> tuple[str, str, str]:
     """(the switch's cases, the grid function's extra parameters, the launcher's arguments to it) of a kernel
     with a grid; EmitError naming the kernel, target and expression when it cannot be computed."""
-    from kbuild import grid as gridmod
-    from kbuild.compile.signature import INTEGER_TYPES
+    from kbuild.declarations import grid as gridmod
+    from kbuild.declarations.signature import INTEGER_TYPES
 
     where = f"kernel {kernel.name!r}: grid"
     grid = gridmod.parse_grid(list(kernel.grid), on_error=lambda i, m: EmitError(
@@ -277,7 +277,7 @@ def _grid_code(kernel: EmitKernel, images: Sequence[tuple[Target, Any]], params:
 
 
 def _config_label(art: Any) -> str:
-    from kbuild.space import label
+    from kbuild.declarations.space import label
 
     config = art.meta.get("config")
     return label(config) if isinstance(config, dict) else "default"
@@ -375,7 +375,7 @@ def render_sources(kernels: Sequence[EmitKernel], *, prefix: str = "kbuild_", ba
         if k.grid:
             cases, grid_params, grid_args = _grid_code(k, images, params, c_names)
             if not grid_helpers:  # once, before the first kernel with a grid; files without grids are unchanged
-                from kbuild.grid import C_HELPERS
+                from kbuild.declarations.grid import C_HELPERS
 
                 bodies.append(C_HELPERS + "\n")
                 grid_helpers = True

@@ -31,6 +31,8 @@ code  name             condition
 from __future__ import annotations
 
 import enum
+import json
+import re
 import shlex
 from collections.abc import Sequence
 
@@ -97,6 +99,18 @@ class ConfigError(UsageError):
         place = (f"environment variable {key}" if where == ENVIRONMENT else key if where == COMMAND_LINE
                  else f"{where}: {key}")
         super().__init__(f"{place}: {message}")
+
+
+def dotted_key(path: str, key: object) -> str:
+    """``path.key``, the :attr:`ConfigError.key` of ``key`` below ``path``: a key that is not a bare TOML key is
+    quoted as TOML does (``a."x y"``), with every non-printable character escaped, so that a message stays one line
+    whatever the file holds."""
+    text = str(key)
+    if not re.fullmatch(r"[A-Za-z0-9_-]+", text):
+        quoted = json.dumps(text, ensure_ascii=False)
+        text = "".join(c if c.isprintable() else f"\\u{ord(c):04x}" if ord(c) <= 0xFFFF else f"\\U{ord(c):08x}"
+                       for c in quoted)
+    return f"{path}.{text}" if path else text
 
 
 class KernelSourceError(ConfigError):

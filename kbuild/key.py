@@ -3,7 +3,7 @@
 Components (README, "The key"):
 
 * ``kernel``: Triton's source hash of the function and its callees, the function name, and
-  every :class:`~kbuild.config.KernelSettings` field marked ``key`` (signature, constexprs,
+  every :class:`~kbuild.declarations.kernel.KernelSettings` field marked ``key`` (signature, constexprs,
   num_warps, num_stages) — collected from the settings model, not listed here — and, for a kernel
   imported from an installed package rather than the project, that distribution's name and version
   (``kernel.distribution``; absent for project kernels, whose keys stay as they were);
@@ -12,7 +12,7 @@ Components (README, "The key"):
 * ``target``: the exact architecture ptxas builds for (``sm_90a`` is not ``sm_90``);
 * ``tuner``: ``null`` for a baseline, else the tuner version (passed in by the caller,
   :data:`kbuild.tune.TUNER_VERSION`: this module sits below the tuner and does not import it),
-  every :class:`~kbuild.config.Settings`/:class:`~kbuild.config.BudgetSettings` field marked ``key``
+  every :class:`~kbuild.settings.model.Settings`/:class:`~kbuild.settings.model.BudgetSettings` field marked ``key``
   (algorithm, seed, budget) and, for a kernel with a configuration space, the space's points.
 
 Left out on purpose: checkout path, time, host name, GPU model and driver (they do not change
@@ -26,7 +26,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from kbuild.canonical import canonical_json
-from kbuild.config import BudgetSettings, KernelSettings, Settings, key_fields
+from kbuild.declarations.kernel import KernelSettings
+from kbuild.settings.fields import key_fields
+from kbuild.settings.model import BudgetSettings, Settings
 from kbuild.targets import Target
 
 #: Bumped when the layout of the components changes.
@@ -95,7 +97,7 @@ def kernel_key(*, spec: KernelSettings, target: Target, source_hash: str, functi
     """Assemble the components. ``compiler`` comes from :func:`compiler_component`.
 
     The kernel component is the default configuration's (``maxnreg`` and ``num_ctas`` reach the key through
-    the compiler options); ``space`` (:meth:`kbuild.config.KernelSettings.search_space`, resolved) goes into a
+    the compiler options); ``space`` (:meth:`kbuild.declarations.kernel.KernelSettings.search_space`, resolved) goes into a
     tuned key only, as ``tuner.space``: a different space may choose a different configuration, while the
     baseline is the default's compile whatever the space. ``distribution``: ``{"name", "version"}`` of the
     installed package the kernel comes from (None: the project's own kernel, no entry)."""

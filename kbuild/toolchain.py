@@ -16,8 +16,8 @@ import subprocess
 from collections.abc import Sequence
 from pathlib import Path
 
-from kbuild.config import env_setting
 from kbuild.errors import MissingDependencyError, ToolError
+from kbuild.settings.variables import env_setting
 
 
 @functools.cache

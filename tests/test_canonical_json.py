@@ -118,9 +118,9 @@ def test_there_is_one_definition():
     """No second ``canonical_json`` anywhere in kbuild's source (the store and the key each had one)."""
     import ast
 
-    from test_layering import _package_dirs, modules_under
+    from test_layering import modules_under, package_dirs
 
-    found = sorted(mod for package in _package_dirs() for mod, path in modules_under(package).items()
+    found = sorted(mod for package in package_dirs() for mod, path in modules_under(package).items()
                    for node in ast.walk(ast.parse(path.read_text(), str(path)))
                    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == "canonical_json")
     assert found == ["kbuild.canonical"]

@@ -12,6 +12,7 @@ import pytest
 from hostile_helpers import assert_clean_error, tree_digest
 
 from kbuild.cli import main
+from kbuild.settings.variables import Override
 
 
 def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
@@ -24,9 +25,9 @@ def store_files(store: Path) -> list[Path]:
     return sorted(p for p in store.rglob("*") if p.is_file()) if store.exists() else []
 
 
-def test_compile_json_then_all_hits(example_project: Path, tmp_path: Path, capsys, monkeypatch):
+def test_compile_json_then_all_hits(example_project: Path, tmp_path: Path, capsys, kbuild_env: Override):
     store = tmp_path / "store"
-    monkeypatch.setenv("KBUILD_STORE", str(store))
+    kbuild_env.set(store=store)
     cfg = str(example_project / "pyproject.toml")
     code, out, _ = run(capsys, "compile", "--config", cfg, "--json")
     assert code == 0
@@ -44,8 +45,8 @@ def test_compile_json_then_all_hits(example_project: Path, tmp_path: Path, capsy
     assert [(r["key"], r["cubin_sha256"]) for r in again] == [(r["key"], r["cubin_sha256"]) for r in rows]
 
 
-def test_compile_table_and_out_dir(example_project: Path, tmp_path: Path, capsys, monkeypatch):
-    monkeypatch.setenv("KBUILD_STORE", str(tmp_path / "store"))
+def test_compile_table_and_out_dir(example_project: Path, tmp_path: Path, capsys, kbuild_env: Override):
+    kbuild_env.set(store=tmp_path / "store")
     code, _, err = run(capsys, "compile", "--config", str(example_project / "pyproject.toml"), "--targets", "sm_90",
                        "--kernel", "softmax", "--out", str(tmp_path / "cubins"), "--no-progress")
     assert code == 0
@@ -53,8 +54,8 @@ def test_compile_table_and_out_dir(example_project: Path, tmp_path: Path, capsys
     assert (tmp_path / "cubins" / "softmax.sm_90.cubin").read_bytes()[:4] == b"\x7fELF"
 
 
-def test_explain_json_lists_components(example_project: Path, tmp_path: Path, capsys, monkeypatch):
-    monkeypatch.setenv("KBUILD_STORE", str(tmp_path / "store"))
+def test_explain_json_lists_components(example_project: Path, tmp_path: Path, capsys, kbuild_env: Override):
+    kbuild_env.set(store=tmp_path / "store")
     cfg = str(example_project / "pyproject.toml")
     code, out, _ = run(capsys, "explain", "softmax", "--config", cfg, "--target", "sm_90", "--json")
     assert code == 0
@@ -84,10 +85,10 @@ def test_explain_json_lists_components(example_project: Path, tmp_path: Path, ca
     ('targets = ["sm_80", "sm_90"]', 'targets = ["sm_80", "sm_91"]', "targets[1]: unsupported target 'sm_91'"),
     ('tune = "auto"', 'tune = "auto"\ntuning = 1', "tuning: unknown key; did you mean 'tune'?"),
 ])
-def test_bad_input_exits_2_and_writes_nothing(example_project: Path, tmp_path: Path, capsys, monkeypatch, old, new,
+def test_bad_input_exits_2_and_writes_nothing(example_project: Path, tmp_path: Path, capsys, kbuild_env: Override, old, new,
                                               fragment):
     store = tmp_path / "store"
-    monkeypatch.setenv("KBUILD_STORE", str(store))
+    kbuild_env.set(store=store)
     cfg = example_project / "pyproject.toml"
     text = cfg.read_text()
     assert text.count(old) == 1
@@ -142,7 +143,7 @@ HOSTILE_CONFIGS = [
     hostile("non-finite number", "seconds = 600", "seconds = nan", {}, "budget.seconds", id="seconds=nan"),
     hostile("non-finite number", "SLOPE = 0.01", "SLOPE = inf", {}, "[tool.kbuild.kernels][0].constexprs.SLOPE",
             id="constexpr=inf"),
-    hostile("non-finite number", None, None, {"KBUILD_BUDGET_SECONDS": "nan"}, "KBUILD_BUDGET_SECONDS",
+    hostile("non-finite number", None, None, {"budget.seconds": "nan"}, "KBUILD_BUDGET_SECONDS",
             id="KBUILD_BUDGET_SECONDS=nan"),
     hostile("unreadable config", b'tune = "auto"', b'tune = "auto"  # caf\xe9', {}, "(file): not UTF-8",
             id="latin-1"),
@@ -152,21 +153,21 @@ HOSTILE_CONFIGS = [
     hostile("empty targets", 'targets = ["sm_80", "sm_90"]', "targets = []", {}, "targets: no targets",
             id="targets=[]"),
     # Without the fix, this store is the project directory: KBUILD_STORE="" counts as unset and does not hide it.
-    hostile("bad store path", 'tune = "auto"', 'tune = "auto"\nstore = ""', {"KBUILD_STORE": ""}, "store: empty path",
+    hostile("bad store path", 'tune = "auto"', 'tune = "auto"\nstore = ""', {"store": ""}, "store: empty path",
             id="store=''"),
     hostile("non-ASCII target", 'targets = ["sm_80", "sm_90"]', 'targets = ["sm_80", "sm_９０"]', {},
             "targets[1]: 'sm_９０' is not a GPU target: it contains the non-ASCII character", id="targets=sm_fullwidth90"),
 ]
 
 
-def hostile_compile(example_project: Path, tmp_path: Path, capsys, monkeypatch, old: str | bytes | None,
+def hostile_compile(example_project: Path, tmp_path: Path, capsys, kbuild_env: Override, old: str | bytes | None,
                     new: str | bytes | None, env: dict[str, str]) -> tuple[Path, Path, int, str, str]:
     """`kbuild compile --json` on the example project with ``old`` replaced by ``new`` in its pyproject.toml
-    (``new`` is the whole file when ``old`` is None); asserts that neither the store nor the project changed."""
+    (``new`` is the whole file when ``old`` is None) and the settings ``env`` set through their variables; asserts
+    that neither the store nor the project changed."""
     store = tmp_path / "store"
-    monkeypatch.setenv("KBUILD_STORE", str(store))  # unless env says otherwise
-    for name, value in env.items():
-        monkeypatch.setenv(name, value)
+    kbuild_env.set(store=store)  # unless env says otherwise
+    kbuild_env.set(env)
     cfg = example_project / "pyproject.toml"
     if old is None and new is not None:  # the whole file
         cfg.write_bytes(new.encode() if isinstance(new, str) else new)
@@ -185,9 +186,9 @@ def hostile_compile(example_project: Path, tmp_path: Path, capsys, monkeypatch, 
 
 
 @pytest.mark.parametrize(("old", "new", "env", "key"), HOSTILE_CONFIGS)
-def test_hostile_config_exits_2_and_writes_nothing(example_project: Path, tmp_path: Path, capsys, monkeypatch,
+def test_hostile_config_exits_2_and_writes_nothing(example_project: Path, tmp_path: Path, capsys, kbuild_env: Override,
                                                    old, new, env, key):
-    cfg, _, code, _, err = hostile_compile(example_project, tmp_path, capsys, monkeypatch, old, new, env)
+    cfg, _, code, _, err = hostile_compile(example_project, tmp_path, capsys, kbuild_env, old, new, env)
     assert_clean_error(code, err, names=[key] if key.startswith("KBUILD_") else [str(cfg), key])
     assert err.count("\n") == 1, err
 

@@ -23,6 +23,7 @@ from hostile_helpers import assert_clean_error, tree_digest
 from script_helpers import load_benchmark
 
 from kbuild.cli import main
+from kbuild.settings.variables import Override, variables
 
 KEY = "a" * 64
 
@@ -33,7 +34,7 @@ def kbuild(argv: list[str], cwd: Path, *, timeout: float = 30) -> subprocess.Com
     def limit() -> None:
         resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
 
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KBUILD_")}
+    env = dict(os.environ)  # no KBUILD_* setting but those a test sets (conftest.py)
     env["KBUILD_STORE"] = str(cwd / "store")
     return subprocess.run([sys.executable, "-m", "kbuild", *argv], cwd=cwd, env=env, capture_output=True, text=True,
                           timeout=timeout, preexec_fn=limit, check=False)
@@ -89,9 +90,9 @@ LONG = "n" * 4000
     (["package-data", "--out", LONG], "--out"),
 ], ids=lambda v: v if isinstance(v, str) and len(v) < 40 else None)
 def test_a_name_too_long_is_one_clean_error(sandbox: Path, argv: list[str], named: str,
-                                            capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+                                            capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch, kbuild_env: Override) -> None:
     monkeypatch.chdir(sandbox)
-    monkeypatch.setenv("KBUILD_STORE", str(sandbox / "store"))
+    kbuild_env.set(store=sandbox / "store")
     (sandbox / "pyproject.toml").write_text("[tool.kbuild]\ntargets = ['sm_90']\n[[tool.kbuild.kernels]]\n"
                                             "name = 'k'\nsource = 'nope:k'\nsignature = { n = 'i32' }\n")
     code = main(argv)
@@ -142,8 +143,8 @@ def test_tune_numbers_are_checked_by_the_settings_rules(flag: str, value: str, f
     ("KBUILD_BUDGET_SECONDS", "nan", "non-finite"),
 ])
 def test_a_bad_variable_is_named_once(var: str, raw: str, fragment: str, sandbox: Path,
-                                      capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv(var, raw)
+                                      capsys: pytest.CaptureFixture[str], kbuild_env: Override) -> None:
+    kbuild_env.set({field: raw for field, name in variables().items() if name == var})
     code = main(["compile", "--config", str(sandbox / "pyproject.toml")])
     err = capsys.readouterr().err
     assert_clean_error(code, err, names=[f"error: environment variable {var}", fragment])

@@ -13,8 +13,8 @@ import pytest
 
 from kbuild.build.resolve import resolve, select_targets
 from kbuild.compile import compile_kernel
-from kbuild.config import load_settings
 from kbuild.errors import KernelSourceError
+from kbuild.settings.sources import load_settings
 
 ELF_MAGIC = b"\x7fELF"
 

@@ -45,7 +45,7 @@ def cli_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     """The environment of a ``kbuild`` subprocess: its own store, and TMPDIR in a directory the test watches."""
     tmp = tmp_path / "tmpdir"
     tmp.mkdir(exist_ok=True)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KBUILD_")}
+    env = dict(os.environ)  # no KBUILD_* setting but those a test sets (conftest.py)
     env.update({"KBUILD_STORE": str(tmp_path / "store"), "TMPDIR": str(tmp)}, **extra)
     return env
 

@@ -7,16 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from kbuild.config import (
-    KernelSettings,
-    Settings,
-    default_store_path,
-    json_schema,
-    key_fields,
-    load_settings,
-    settings_from_table,
-)
+from kbuild.declarations.kernel import KernelSettings
 from kbuild.errors import ConfigError
+from kbuild.schema import json_schema
+from kbuild.settings.fields import key_fields
+from kbuild.settings.model import Settings, default_store_path
+from kbuild.settings.sources import load_settings, settings_from_table
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -4,7 +4,7 @@ another exception — and ``kbuild compile --config`` on such a file exits 0 or 
 
 The tables are TOML-like data: nested tables and arrays of strings (any Unicode), integers, floats (nan and
 inf included), booleans and dates, with the model's own keys mixed with arbitrary ones, so that each check
-in :mod:`kbuild.config` is reached and so is the code past it.
+in :mod:`kbuild.settings` is reached and so is the code past it.
 """
 
 from __future__ import annotations
@@ -22,15 +22,11 @@ from hypothesis import strategies as st
 from property_helpers import mutated, same, toml_document
 
 from kbuild.cli import main
-from kbuild.config import (
-    BudgetSettings,
-    KernelSettings,
-    RemoteSettings,
-    Settings,
-    load_settings,
-    settings_from_table,
-)
+from kbuild.declarations.kernel import KernelSettings
 from kbuild.errors import ConfigError
+from kbuild.settings.model import BudgetSettings, RemoteSettings, Settings
+from kbuild.settings.sources import load_settings, settings_from_table
+from kbuild.settings.variables import Override, variables
 
 WHERE = "pp/pyproject.toml"
 SETTINGS_KEYS = [f.name for f in dataclasses.fields(Settings) if not f.metadata.get("internal")]
@@ -206,16 +202,15 @@ def test_compile_on_any_pyproject_exits_0_or_2(capsys, table: dict[str, Any], en
         tomllib.loads(doc)
     except tomllib.TOMLDecodeError:
         assume(False)
-    with tempfile.TemporaryDirectory() as d, pytest.MonkeyPatch.context() as mp:
+    field_of = {var: name for name, var in variables().items()}
+    with tempfile.TemporaryDirectory() as d, pytest.MonkeyPatch.context() as mp, Override() as env:
         project = Path(d) / "project"
         project.mkdir()
         (project / "pyproject.toml").write_text(doc, encoding="utf-8")
         (project / "tiny_kernels.py").write_text(TINY_KERNELS)
         store = Path(d) / "store"
-        mp.setenv("KBUILD_STORE", str(store))
-        mp.setenv("KBUILD_TARGETS", "sm_80")  # one target at most: a valid example compiles once
-        for name, value in environ.items():
-            mp.setenv(name, value)
+        env.set(store=store, targets="sm_80")  # one target at most: a valid example compiles once
+        env.set({field_of[name]: value for name, value in environ.items()})
         mp.setenv("HOME", d)  # so that store = "~/x" stays inside the temporary directory too
         mp.chdir(d)
         capsys.readouterr()

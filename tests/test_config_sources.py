@@ -1,28 +1,23 @@
 """The settings model owns every input (issue 14): one source chain (pyproject.toml < PEP 517 config settings
 < environment < command-line flags), one string-to-bool rule whose errors name the variable or key, every
-knob in the model and the schema, and no module but kbuild/config.py reading a ``KBUILD_*`` variable."""
+knob in the model and the schema, and no module outside kbuild/settings/ reading a ``KBUILD_*`` variable."""
 
 from __future__ import annotations
 
 import ast
+import dataclasses
 import json
 import logging
+import os
 from pathlib import Path
 
 import pytest
 
-from kbuild.config import (
-    FALSE_WORDS,
-    TRUE_WORDS,
-    Settings,
-    apply_flags,
-    env_flag,
-    env_setting,
-    load_settings,
-    parse_bool,
-    settings_from_table,
-)
 from kbuild.errors import ConfigError, MissingDependencyError
+from kbuild.settings.environ import FALSE_WORDS, TRUE_WORDS, env_flag, parse_bool
+from kbuild.settings.model import BudgetSettings, PrewarmSettings, Settings
+from kbuild.settings.sources import apply_flags, load_settings, settings_from_table
+from kbuild.settings.variables import Override, env_setting, variables
 
 ROOT = Path(__file__).resolve().parent.parent
 KERNEL = {"name": "add", "source": "pkg.mod:add", "signature": {"x": "*fp32:16", "n": "i32"}}
@@ -146,42 +141,42 @@ def test_a_bad_boolean_config_setting_names_the_key():
 # Where the process-wide knobs are read.
 
 @pytest.mark.hostile(fault="bad boolean", outcome="clean error")
-def test_the_cli_names_a_bad_kbuild_debug(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]):
+def test_the_cli_names_a_bad_kbuild_debug(kbuild_env: Override, capsys: pytest.CaptureFixture[str]):
     from hostile_helpers import assert_clean_error
 
     from kbuild.cli import main
 
-    monkeypatch.setenv("KBUILD_DEBUG", "verbose")
+    kbuild_env.set(debug="verbose")
     code = main([])
     assert_clean_error(code, capsys.readouterr().err, names=["environment variable KBUILD_DEBUG"])
 
 
 @pytest.mark.hostile(fault="bad boolean", outcome="degraded with warning")
-def test_the_runtime_hook_stays_off_with_one_warning_on_a_bad_value(monkeypatch: pytest.MonkeyPatch,
+def test_the_runtime_hook_stays_off_with_one_warning_on_a_bad_value(kbuild_env: Override,
                                                                     caplog: pytest.LogCaptureFixture):
     from kbuild.runtime import reset_events, runtime_disabled
 
     reset_events()  # forgets what was logged once
-    monkeypatch.setenv("KBUILD_RUNTIME", "disabled")
+    kbuild_env.set(runtime="disabled")
     with caplog.at_level(logging.WARNING, logger="kbuild.runtime"):
         assert runtime_disabled() and runtime_disabled()
     warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1 and "KBUILD_RUNTIME" in warnings[0]
     for value, off in (("off", True), ("0", True), ("NO", True), ("on", False), ("1", False)):
-        monkeypatch.setenv("KBUILD_RUNTIME", value)
+        kbuild_env.set(runtime=value)
         assert runtime_disabled() is off
-    monkeypatch.delenv("KBUILD_RUNTIME")
+    kbuild_env.set(runtime=None)
     assert runtime_disabled() is False
 
 
-def test_tool_overrides_are_the_settings_fields(monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+def test_tool_overrides_are_the_settings_fields(kbuild_env: Override, tmp_path: Path):
     from kbuild.toolchain import tool_path
 
     fake = tmp_path / "my-ptxas"
     fake.write_text("#!/bin/sh\n")
-    monkeypatch.setenv("KBUILD_PTXAS", str(fake))
+    kbuild_env.set(ptxas=fake)
     assert tool_path("ptxas") == fake
-    monkeypatch.setenv("KBUILD_PTXAS", str(tmp_path / "missing"))
+    kbuild_env.set(ptxas=tmp_path / "missing")
     with pytest.raises(MissingDependencyError, match="KBUILD_PTXAS="):
         tool_path("ptxas")
 
@@ -254,9 +249,51 @@ def test_no_module_but_the_settings_model_reads_kbuild_variables():
     for top in ("kbuild", "hooks", "cache", "templates"):
         for path in sorted((ROOT / top).rglob("*.py")):
             rel = path.relative_to(ROOT).as_posix()
-            if rel == "kbuild/config.py" or rel in PENDING:
+            if rel.startswith("kbuild/settings/") or rel in PENDING:
                 continue
             lines = kbuild_env_reads(path.read_text(encoding="utf-8"))
             if lines:
                 found[rel] = lines
-    assert found == {}, "read these through kbuild.config (a settings field, or env_setting)"
+    assert found == {}, "read these through kbuild.settings (a settings field, or env_setting)"
+
+
+# ---------------------------------------------------------------------------------------------
+# Settings set for a block (the tests' isolation): every variable the model knows, none kept by hand.
+
+def test_every_variable_of_the_model_is_listed_from_its_fields():
+    found = {}
+    for cls, above in ((Settings, ""), (BudgetSettings, "budget."), (PrewarmSettings, "prewarm.")):
+        found.update({above + f.name: f.metadata["env"] for f in dataclasses.fields(cls) if f.metadata.get("env")})
+    assert variables() == found
+    assert {"KBUILD_STORE", "KBUILD_RUNTIME_LAUNCH", "KBUILD_PREWARM_ADDRESS", "KBUILD_COMPILE_TIMEOUT"} <= set(found.values())
+
+
+def test_no_variable_of_the_model_is_set_in_a_test(kbuild_env: Override):
+    assert not [var for var in variables().values() if var in os.environ]
+
+
+def test_an_override_sets_settings_for_a_block_and_puts_every_variable_back(tmp_path: Path):
+    with Override(store=tmp_path / "outer", tune="off"):
+        with Override({"budget.evaluations": 30, "prewarm.address": "head:6379"}, clear=True, locked=True,
+                      kinds=["moves", "far"]) as env:
+            assert "KBUILD_TUNE" not in os.environ and "KBUILD_STORE" not in os.environ  # cleared first
+            s = settings_from_table({})
+            assert (s.budget.evaluations, s.prewarm.address, s.locked, s.kinds) == (30, "head:6379", True,
+                                                                                    ["moves", "far"])
+            env.set(locked=None, store=tmp_path / "inner")
+            os.environ["KBUILD_SEED"] = "7"  # even what the block sets by hand is put back
+            s = settings_from_table({})
+            assert not s.locked and s.store == tmp_path / "inner" and s.seed == 7
+        assert os.environ["KBUILD_STORE"] == str(tmp_path / "outer") and os.environ["KBUILD_TUNE"] == "off"
+        assert not [v for v in ("KBUILD_LOCKED", "KBUILD_SEED", "KBUILD_KINDS") if v in os.environ]
+    assert not [var for var in variables().values() if var in os.environ]
+
+
+def test_an_override_names_an_unknown_setting_and_a_bad_value_is_the_variables_error(kbuild_env: Override):
+    with pytest.raises(KeyError, match=r"did you mean 'budget\.evaluations'"):
+        kbuild_env.set({"budget.evaluation": 3})
+    with pytest.raises(KeyError, match="'kernels'"):
+        kbuild_env.set(kernels=[])  # a table, not a variable
+    kbuild_env.set(seed=-1)  # written as a user would; read by the model's rules
+    with pytest.raises(ConfigError, match="environment variable KBUILD_SEED: expected a seed"):
+        settings_from_table({})

@@ -1,4 +1,4 @@
-"""Configuration spaces in [tool.kbuild.kernels] (kbuild/space.py via kbuild/config.py, issue 15): the grammar,
+"""Configuration spaces in [tool.kbuild.kernels] (kbuild/declarations/space.py via kbuild/settings/, issue 15): the grammar,
 errors naming file and key, and the expansion (hypothesis: a grid is its product, default first, each point once)."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kbuild.bench.spec import Config
-from kbuild.config import settings_from_table
+from kbuild.declarations.space import expand, make_point, normalize_point
 from kbuild.errors import ConfigError
-from kbuild.space import expand, make_point, normalize_point
+from kbuild.settings.sources import settings_from_table
 
 BASE = {"targets": ["sm_90"], "kernels": [{"name": "mm", "source": "p.m:mm", "signature": {"a": "*fp16", "M": "i32"},
                                            "constexprs": {"BLOCK_M": 64, "BLOCK_N": 64}, "num_warps": 4}]}

@@ -14,8 +14,9 @@ import pytest
 
 from kbuild.build.resolve import resolve, select_targets
 from kbuild.compile import compile_kernel
-from kbuild.config import load_settings
 from kbuild.errors import ConfigError, KernelSourceError
+from kbuild.settings.sources import load_settings
+from kbuild.settings.variables import Override
 
 KERNELS = '''
 import triton
@@ -351,10 +352,10 @@ def test_a_project_kernel_has_no_distribution_in_its_key(tmp_path: Path):
 
 
 def test_kbuild_emit_builds_an_installed_package_kernel(installed: Path, tmp_path: Path,
-                                                        monkeypatch: pytest.MonkeyPatch):
+                                                        monkeypatch: pytest.MonkeyPatch, kbuild_env: Override):
     from kbuild.cli import main
 
-    monkeypatch.setenv("KBUILD_STORE", str(tmp_path / "store"))
+    kbuild_env.set(store=tmp_path / "store")
     out = tmp_path / "out"
     rc = main(["emit", "--config", str(tmp_path / "proj" / "pyproject.toml"), "--out-dir", str(out)])
     assert rc == 0

@@ -1,4 +1,4 @@
-"""Grid expressions (kbuild/grid.py, issue 15): the grammar, the errors naming the key, and the Python
+"""Grid expressions (kbuild/declarations/grid.py, issue 15): the grammar, the errors naming the key, and the Python
 evaluator against the C code the launchers run, compiled with gcc (hypothesis draws the expressions and
 the argument values, edge values of int64 included)."""
 
@@ -12,10 +12,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kbuild import grid as g
-from kbuild.config import settings_from_table
+from kbuild.declarations import grid as g
 from kbuild.emit import cuda_include_dir
 from kbuild.errors import ConfigError
+from kbuild.settings.sources import settings_from_table
 
 
 def test_cdiv_min_max_and_floor_semantics():

@@ -400,7 +400,7 @@ def memo_case(tmp_path_factory: pytest.TempPathFactory) -> tuple[Any, Any, Any, 
     from kbuild.build import memo
     from kbuild.build.pipeline import run_pipeline
     from kbuild.build.resolve import select_kernels, select_targets
-    from kbuild.config import load_settings
+    from kbuild.settings.sources import load_settings
 
     project = tmp_path_factory.mktemp("memo") / "project"
     shutil.copytree(ROOT / "examples" / "cmake-extension", project,

@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from kbuild.canonical import canonical_json
-from kbuild.config import settings_from_table
 from kbuild.key import compiler_component, digest, kernel_key, tuner_component
+from kbuild.settings.sources import settings_from_table
 from kbuild.targets import parse_target
 from kbuild.tune import TUNER_VERSION
 

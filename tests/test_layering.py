@@ -25,18 +25,18 @@ FLOORS = ("kbuild.device", "kbuild.bench", "kbuild.tune")
 
 
 @cache
-def _package_dirs() -> dict[str, Path]:
+def package_dirs() -> dict[str, Path]:
     """Import package → source folder, from ``[tool.scikit-build] wheel.packages``."""
     table = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["scikit-build"]["wheel"]["packages"]
     return {dest.replace("/", "."): ROOT / src for dest, src in table.items()}
 
 
-def _file_of(module: str) -> Path | None:
+def file_of(module: str) -> Path | None:
     """The source file of a kbuild module, or None (not kbuild's, or no such module)."""
-    best = max((p for p in _package_dirs() if module == p or module.startswith(p + ".")), key=len, default=None)
+    best = max((p for p in package_dirs() if module == p or module.startswith(p + ".")), key=len, default=None)
     if best is None:
         return None
-    base = _package_dirs()[best].joinpath(*module[len(best):].split(".")[1:])
+    base = package_dirs()[best].joinpath(*module[len(best):].split(".")[1:])
     for candidate in (base / "__init__.py", base.with_suffix(".py")):
         if candidate.is_file():
             return candidate
@@ -45,7 +45,7 @@ def _file_of(module: str) -> Path | None:
 
 def modules_under(package: str) -> dict[str, Path]:
     """Every module of ``package`` (itself included) → its file."""
-    init = _file_of(package)
+    init = file_of(package)
     assert init is not None, f"{package} not found"
     if init.name != "__init__.py":
         return {package: init}
@@ -93,7 +93,7 @@ def closure(start: str) -> set[str]:
         if mod in seen:
             continue
         seen.add(mod)
-        path = _file_of(mod)
+        path = file_of(mod)
         if path is None:
             continue
         parents = [mod.rsplit(".", i)[0] for i in range(1, mod.count("."))]  # importing a.b.c runs a.b first
@@ -120,13 +120,13 @@ def test_the_device_floor_imports_nothing_of_kbuild_but_errors() -> None:
 
 def test_bench_and_tune_time_kernels_with_the_same_device_code() -> None:
     """The measurement worker and ``kbuild bench`` both stand on kbuild.device (no copy of the timing code)."""
-    assert "kbuild.device.timing" in imports_of("kbuild.tune.measure.session", _file_of("kbuild.tune.measure.session"))
-    assert "kbuild.device.timing" in imports_of("kbuild.bench.runner", _file_of("kbuild.bench.runner"))
+    assert "kbuild.device.timing" in imports_of("kbuild.tune.measure.session", file_of("kbuild.tune.measure.session"))
+    assert "kbuild.device.timing" in imports_of("kbuild.bench.runner", file_of("kbuild.bench.runner"))
 
 
 def _outside(package: str) -> dict[str, Path]:
     """Every module of kbuild (all of ``wheel.packages``) that is not ``package`` or below it."""
-    return {mod: path for top in _package_dirs() if not within(top, package)
+    return {mod: path for top in package_dirs() if not within(top, package)
             for mod, path in modules_under(top).items() if not within(mod, package)}
 
 
@@ -153,7 +153,7 @@ def test_only_the_adapters_the_verbs_and_the_prewarm_import_the_build_core() -> 
 
 def test_the_key_does_not_import_the_tuner() -> None:
     """The tuner version reaches the key as data; importing kbuild.key loads nothing of kbuild.tune."""
-    direct = imports_of("kbuild.key", _file_of("kbuild.key"))
+    direct = imports_of("kbuild.key", file_of("kbuild.key"))
     assert not [n for n in direct if within(n, "kbuild.tune")]
     assert not [n for n in closure("kbuild.key") if within(n, "kbuild.tune")]
 
@@ -177,14 +177,14 @@ def test_the_store_never_imports_triton_or_torch() -> None:
 def test_the_walker_sees_what_it_must() -> None:
     """The helpers above are not vacuous: they find known imports, relative and lazy ones included."""
     assert len(modules_under("kbuild.bench")) > 5 and "kbuild.bench.kernels.softmax" in modules_under("kbuild.bench")
-    session = imports_of("kbuild.tune.measure.session", _file_of("kbuild.tune.measure.session"))
+    session = imports_of("kbuild.tune.measure.session", file_of("kbuild.tune.measure.session"))
     assert {"kbuild.tune.measure.oracle", "kbuild.bench.spec"} <= session  # relative / absolute
-    worker = imports_of("kbuild.tune.measure.worker", _file_of("kbuild.tune.measure.worker"))
+    worker = imports_of("kbuild.tune.measure.worker", file_of("kbuild.tune.measure.worker"))
     assert "kbuild.tune.measure.session" in worker  # imported inside handle()
     assert "kbuild.tune.measure.session" not in imports_of("kbuild.tune.measure.worker",
-                                                           _file_of("kbuild.tune.measure.worker"),
+                                                           file_of("kbuild.tune.measure.worker"),
                                                            top_level_only=True)
-    assert "kbuild.config" in closure("kbuild.key") and _file_of("kbuild.cache.store") == ROOT / "cache" / "store.py"
-    backend = imports_of("kbuild.hooks.backend", _file_of("kbuild.hooks.backend"))
+    assert "kbuild.settings.model" in closure("kbuild.key") and file_of("kbuild.cache.store") == ROOT / "cache" / "store.py"
+    backend = imports_of("kbuild.hooks.backend", file_of("kbuild.hooks.backend"))
     assert {"kbuild.hooks.setuptools_plugin", "kbuild.build.plan"} <= backend  # lazy, relative and absolute
     assert "kbuild.hooks.backend" not in _outside("kbuild.hooks") and "kbuild.build.plan" in _outside("kbuild.hooks")

@@ -28,7 +28,7 @@ from types import SimpleNamespace
 import pytest
 import tomllib
 from hostile_helpers import assert_clean_error
-from test_layering import _file_of, modules_under
+from test_layering import file_of, modules_under
 
 import kbuild.extras
 from kbuild.cli import COMMAND_MODULES, VERB_EXTRAS, main
@@ -108,7 +108,7 @@ def optional_imports_at_import_time(start: str) -> list[str]:
         if mod.split(".")[0] in OPTIONAL:
             found.append(" -> ".join(chain))
             continue
-        path = _file_of(mod)
+        path = file_of(mod)
         if path is None:
             continue
         parents = [mod.rsplit(".", i)[0] for i in range(1, mod.count("."))]
@@ -245,7 +245,7 @@ print(json.dumps({"file": kbuild.__file__, "loaded": sorted(m for m in sys.modul
 
 AUTO_BUILD = """
 import json, sys
-from kbuild.config import load_settings
+from kbuild.settings.sources import load_settings
 from kbuild.build import pipeline, tunable
 tunable.has_gpu = lambda cc: True  # STAND-IN for an sm_90 GPU (this machine may have none): the tuner's import runs
 builds = pipeline.run_pipeline(load_settings(sys.argv[1]), tune_on_miss=True)

@@ -1,4 +1,4 @@
-"""ptxas options as a configuration dimension (issue 15 item 1, kbuild/space.py ``check_ptx_options``): the
+"""ptxas options as a configuration dimension (issue 15 item 1, kbuild/declarations/space.py ``check_ptx_options``): the
 grammar in [tool.kbuild.kernels] (a kernel field, a grid axis, a config entry), the flags refused with exit 2
 naming file and key, hypothesis properties of the normalisation, and real sm_90 compiles on the CPU showing
 that a flag changes the cubin and the key, through the declaration, the pipeline's per-config compile and
@@ -21,10 +21,17 @@ from hypothesis import strategies as st
 from kbuild.bench.space import grid_space
 from kbuild.bench.spec import Config, compile_spec, load_spec
 from kbuild.commands.inspect import config_cell
-from kbuild.config import load_settings, settings_from_table
+from kbuild.declarations.space import (
+    SpaceError,
+    check_ptx_options,
+    expand,
+    label,
+    make_point,
+    normalize_point,
+)
 from kbuild.errors import ConfigError, UsageError
 from kbuild.key import space_component
-from kbuild.space import SpaceError, check_ptx_options, expand, label, make_point, normalize_point
+from kbuild.settings.sources import load_settings, settings_from_table
 from kbuild.tune.level1.compile import CompilePool
 from kbuild.tune.level1.space import Space
 

@@ -1,7 +1,7 @@
-"""The one kernel-declaration grammar (kbuild.compile.signature), checked against Triton's own code.
+"""The one kernel-declaration grammar (kbuild.declarations.signature), checked against Triton's own code.
 
-Before it, ``[tool.kbuild.kernels].signature`` (kbuild.config + kbuild.compile.triton_aot) and bench specs
-(kbuild.bench.spec) each had a grammar and an ``ASTSource`` builder; they disagreed on fp8, u1 and the
+Before it, ``[tool.kbuild.kernels].signature`` (the settings model and kbuild.compile.triton_aot) and bench
+specs (kbuild.bench.spec) each had a grammar and an ``ASTSource`` builder; they disagreed on fp8, u1 and the
 ``k`` prefix, and a spec's ``"i32:1"`` was compiled as a runtime ``i32`` while ``kbuild compile`` made it
 the constant 1. These tests hold both call sites to one answer, and that answer to Triton's: its type
 parser (``str_to_ty``), its launcher's C types (``ty_to_cpp``), its JIT specialiser and its AOT compiler
@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 
 from kbuild.bench.spec import BenchSpec, BenchSpecError, Config, ast_source, compile_spec, validate_spec
 from kbuild.compile import triton_aot
-from kbuild.compile.signature import (
+from kbuild.declarations.signature import (
     BOOLEAN_TYPES,
     ELEMENT_TYPES,
     FLOAT_TYPES,
@@ -35,9 +35,9 @@ from kbuild.compile.signature import (
     is_type,
     parse_type,
 )
-from kbuild.config import load_settings, settings_from_table
 from kbuild.emit import C_TYPES
 from kbuild.errors import ConfigError, KernelSourceError
+from kbuild.settings.sources import load_settings, settings_from_table
 from kbuild.targets import parse_target
 
 # --- strategies ---------------------------------------------------------------------------------

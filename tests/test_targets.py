@@ -7,8 +7,9 @@ from pathlib import Path
 import pytest
 
 from kbuild.cli import main
-from kbuild.config import load_settings
 from kbuild.errors import ConfigError
+from kbuild.settings.sources import load_settings
+from kbuild.settings.variables import Override
 from kbuild.targets import Target, parse_target
 
 #: Strings that Python's int() (and a Unicode-aware ``\d``) read as a supported compute capability.
@@ -87,9 +88,9 @@ def test_non_ascii_target_in_pyproject_and_environment(tmp_path: Path, text: str
 
 
 @pytest.mark.hostile(fault="non-ASCII target", outcome="clean error")
-def test_non_ascii_target_on_the_command_line(example_project: Path, tmp_path: Path, capsys, monkeypatch):
+def test_non_ascii_target_on_the_command_line(example_project: Path, tmp_path: Path, capsys, kbuild_env: Override):
     store = tmp_path / "store"
-    monkeypatch.setenv("KBUILD_STORE", str(store))
+    kbuild_env.set(store=store)
     code = main(["compile", "--config", str(example_project / "pyproject.toml"), "--targets", "sm_９０", "--json"])
     out, err = capsys.readouterr()
     assert code == 2 and out == "", err

@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from kbuild.cli import main
-from kbuild.config import load_settings
 from kbuild.errors import ConfigError
+from kbuild.settings.sources import load_settings
+from kbuild.settings.variables import Override
 
 # The suite's rmsnorm_swiglu, declared from the installed kbuild as a user's project would (as in test_compile's
 # test_a_wgmma_register_race_is_recorded_and_warned); softmax_rows beside it has no wgmma at all.
@@ -59,8 +60,8 @@ def test_a_bad_value_names_the_file_and_the_key(tmp_path: Path, capsys):
     assert code == 2 and err.startswith(f"error: {cfg}: wgmma_hazards: expected one of"), err
 
 
-def test_error_refuses_a_racy_kernel_with_exit_2_and_stores_nothing(tmp_path: Path, capsys, monkeypatch):
-    monkeypatch.setenv("KBUILD_STORE", str(tmp_path / "store"))
+def test_error_refuses_a_racy_kernel_with_exit_2_and_stores_nothing(tmp_path: Path, capsys, kbuild_env: Override):
+    kbuild_env.set(store=tmp_path / "store")
     cfg = project(tmp_path, '"error"')
     code, out, err = compile_(capsys, cfg, "--out", str(tmp_path / "cubins"), "--json")
     assert code == 2 and out == "", err
@@ -76,25 +77,25 @@ def test_error_refuses_a_racy_kernel_with_exit_2_and_stores_nothing(tmp_path: Pa
     assert {(r["kernel"], r["store_hit"]) for r in json.loads(out)} == {("sm", False), ("rs", False)}
 
 
-def test_error_refuses_a_racy_cubin_found_in_the_store(tmp_path: Path, capsys, monkeypatch):
-    monkeypatch.setenv("KBUILD_STORE", str(tmp_path / "store"))
+def test_error_refuses_a_racy_cubin_found_in_the_store(tmp_path: Path, capsys, kbuild_env: Override):
+    kbuild_env.set(store=tmp_path / "store")
     cfg = project(tmp_path, None)
     code, out, _ = compile_(capsys, cfg, "--json")  # "warn": today's behaviour, the race recorded
     assert code == 0
     assert {r["kernel"] for r in json.loads(out)} == {"sm", "rs"}
-    monkeypatch.setenv("KBUILD_WGMMA_HAZARDS", "error")
+    kbuild_env.set(wgmma_hazards="error")
     code, out, err = compile_(capsys, cfg, "--json")
     assert code == 2 and out == "", err
     assert "wgmma_hazards: \"error\" refuses kernel 'rs'" in err and "for sm_90" in err
     assert "its stored cubin (compiled earlier under \"warn\") has a wgmma register race" in err
     assert "triton-lang/triton#9433" in err and "writes an in-flight A fragment" in err
-    monkeypatch.delenv("KBUILD_WGMMA_HAZARDS")
+    kbuild_env.set(wgmma_hazards=None)
     code, out, err = compile_(capsys, cfg, "--json")  # the refusal changed nothing in the store
     assert code == 0 and all(r["store_hit"] for r in json.loads(out)), err
 
 
-def test_error_builds_a_project_without_a_race(tmp_path: Path, capsys, monkeypatch):
-    monkeypatch.setenv("KBUILD_STORE", str(tmp_path / "store"))
+def test_error_builds_a_project_without_a_race(tmp_path: Path, capsys, kbuild_env: Override):
+    kbuild_env.set(store=tmp_path / "store")
     cfg = project(tmp_path, '"error"', kernels=CLEAN)
     code, out, err = compile_(capsys, cfg, "--json")
     assert code == 0, err
@@ -104,7 +105,7 @@ def test_error_builds_a_project_without_a_race(tmp_path: Path, capsys, monkeypat
     assert code == 0 and json.loads(out)[0]["store_hit"], err
 
 
-def test_error_refuses_a_tuning_result_whose_configuration_has_a_race(tmp_path: Path, monkeypatch):
+def test_error_refuses_a_tuning_result_whose_configuration_has_a_race(tmp_path: Path, monkeypatch, kbuild_env: Override):
     """A tuner that picks another configuration ships that configuration's compile, race and all: under "error" the
     build stops before the result is stored (the GPU and the tuner faked at the edge, as in tests/hooks)."""
     from kbuild.build import tunable
@@ -112,7 +113,7 @@ def test_error_refuses_a_tuning_result_whose_configuration_has_a_race(tmp_path: 
     from kbuild.build.tuning import tuned_artefact
     from kbuild.cache import Artefact
 
-    monkeypatch.setenv("KBUILD_STORE", str(tmp_path / "store"))
+    kbuild_env.set(store=tmp_path / "store")
     monkeypatch.setattr(tunable, "has_gpu", lambda cc: cc == 90)  # "an sm_90 GPU is here"
     race = "slot 7 (LDSM.16.M88.4 R164, [R230]) writes an in-flight A fragment: R164,R165,R166,R167"
     calls: list[str] = []
@@ -134,11 +135,11 @@ def test_error_refuses_a_tuning_result_whose_configuration_has_a_race(tmp_path: 
     assert calls == ["sm", "sm"] and b.improved  # nothing had been stored: tuned again, and shipped under "warn"
 
 
-def test_error_fails_when_the_check_cannot_run(tmp_path: Path, capsys, monkeypatch):
+def test_error_fails_when_the_check_cannot_run(tmp_path: Path, capsys, kbuild_env: Override):
     """Under "warn" a check that cannot run (here: no nvdisasm) is skipped, as before; under "error" it is an error,
     not a racy kernel let through."""
-    monkeypatch.setenv("KBUILD_STORE", str(tmp_path / "store"))
-    monkeypatch.setenv("KBUILD_NVDISASM", str(tmp_path / "no-nvdisasm"))
+    kbuild_env.set(store=tmp_path / "store")
+    kbuild_env.set(nvdisasm=tmp_path / "no-nvdisasm")
     code, _, err = compile_(capsys, project(tmp_path, '"error"', kernels=RACY))
     assert code == 2, err
     assert "wgmma_hazards: \"error\" needs the wgmma hazard check of kernel 'rs'" in err and "sm_90" in err

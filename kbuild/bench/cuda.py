@@ -25,7 +25,7 @@ from typing import Any
 
 from kbuild import usercode
 from kbuild.arch import modelled
-from kbuild.compile.signature import SignatureError, parse_type
+from kbuild.declarations.signature import SignatureError, parse_type
 
 from .spec import BenchSpecError, Tolerance
 

@@ -26,7 +26,7 @@ def grid_space(constexprs: Mapping[str, Sequence[Constexpr]], *, num_warps: Sequ
     given, then warps, stages, ``maxnreg``, ``num_ctas``, ``ptx_options``; the last axis varies fastest).
 
     ``maxnreg`` 0 means the same as ``None`` (ptxas decides), and ``ptx_options`` ``""`` the same as ``None``
-    (no extra ptxas flags; others are normalised by :func:`kbuild.space.check_ptx_options`), as in the
+    (no extra ptxas flags; others are normalised by :func:`kbuild.declarations.space.check_ptx_options`), as in the
     ``[tool.kbuild.kernels]`` grammar.
     ``keep(config)`` drops the points it returns False for. An empty or repeated axis is a
     :class:`~kbuild.errors.UsageError` naming the axis (two equal values would give two equal points)."""
@@ -53,7 +53,7 @@ def grid_space(constexprs: Mapping[str, Sequence[Constexpr]], *, num_warps: Sequ
 
 
 def _ptx(value: str | None) -> str | None:
-    from kbuild.space import SpaceError, check_ptx_options
+    from kbuild.declarations.space import SpaceError, check_ptx_options
 
     try:
         return check_ptx_options(value or None, "ptx_options")

@@ -31,12 +31,12 @@ from typing import Any
 
 from kbuild import usercode
 from kbuild.arch import modelled
-from kbuild.compile.signature import SignatureError, ast_source_args, parse_type
+from kbuild.declarations.signature import SignatureError, ast_source_args, parse_type
 from kbuild.errors import CompileError, MissingDependencyError, UsageError
 
 log = logging.getLogger(__name__)
 
-#: Scalars allowed as constexpr values (the same as :data:`kbuild.config.Constexpr`).
+#: Scalars allowed as constexpr values (the same as :data:`kbuild.declarations.kernel.Constexpr`).
 Constexpr = bool | int | float | str
 
 
@@ -65,7 +65,7 @@ class Config:
 
     ``maxnreg`` (``None``: ptxas decides) caps registers per thread; ``num_ctas`` is the cluster size
     (Hopper); ``ptx_options`` extra ptxas flags (``None``: none; checked by
-    :func:`kbuild.space.check_ptx_options`). All three are left out of :meth:`label` and :meth:`as_dict` at
+    :func:`kbuild.declarations.space.check_ptx_options`). All three are left out of :meth:`label` and :meth:`as_dict` at
     their defaults, so records of configurations without them read as before."""
 
     constexprs: Mapping[str, Constexpr] = field(default_factory=dict)
@@ -122,7 +122,7 @@ class BenchSpec:
     """The ``@triton.jit`` function."""
     signature: Mapping[str, str]
     """AOT type of every runtime (non-constexpr) parameter: ``"*fp16:16"``, ``"i32:16"``, ``"fp32"``; the grammar of
-    ``[tool.kbuild.kernels].signature`` (:mod:`kbuild.compile.signature`), ``":1"`` (the constant 1) included."""
+    ``[tool.kbuild.kernels].signature`` (:mod:`kbuild.declarations.signature`), ``":1"`` (the constant 1) included."""
     constexprs: Mapping[str, Constexpr]
     """Constexpr parameters that are the same in every configuration."""
     configs: Sequence[Config]
@@ -252,7 +252,7 @@ def validate_spec(spec: BenchSpec) -> None:
         if cfg.num_ctas not in (1, 2, 4, 8, 16):
             raise fail(f"configs[{i}]: num_ctas must be 1, 2, 4, 8 or 16, got {cfg.num_ctas}")
         if cfg.ptx_options is not None:
-            from kbuild.space import SpaceError, check_ptx_options
+            from kbuild.declarations.space import SpaceError, check_ptx_options
 
             try:
                 if check_ptx_options(cfg.ptx_options, "ptx_options") != cfg.ptx_options:
@@ -315,7 +315,7 @@ def validate_inputs(spec: BenchSpec, inputs: Mapping[str, Any], *, check_referen
 
 def ast_source(spec: BenchSpec, config: Config) -> Any:
     """Triton's ``ASTSource`` (``GluonASTSource`` for a Gluon kernel) for one configuration, built as ``kbuild compile`` builds it
-    (:func:`kbuild.compile.signature.ast_source_args`: constexprs, ``:16`` divisibility, ``:1`` constants)."""
+    (:func:`kbuild.declarations.signature.ast_source_args`: constexprs, ``:16`` divisibility, ``:1`` constants)."""
     from kbuild.compile.triton_aot import ast_source_class
 
     try:

@@ -17,8 +17,9 @@ from typing import TYPE_CHECKING, Any
 from kbuild import __version__
 from kbuild.compile import compile_kernel, load_jit_function, source_hash
 from kbuild.compile.triton_aot import ast_source_args
-from kbuild.config import KernelSettings, Settings
+from kbuild.declarations.kernel import KernelSettings
 from kbuild.errors import UsageError
+from kbuild.settings.model import Settings
 
 from .kernel_build import KernelBuild
 from .resolve import kernel_keys, resolve, source_distribution, toolchain_versions
@@ -90,11 +91,11 @@ def config_spec(spec: KernelSettings, config: dict[str, Any]) -> KernelSettings:
 
 def compile_config(settings: Settings, b: KernelBuild, config: dict[str, Any]) -> Artefact:
     """The untouched compile of ``b``'s kernel at the configuration ``config`` (a point of ``b.space``, or any
-    dict :func:`kbuild.space.normalize_point` accepts), for ``b.target``, through the baseline compile path:
+    dict :func:`kbuild.declarations.space.normalize_point` accepts), for ``b.target``, through the baseline compile path:
     deterministic, no GPU. Its key is the baseline key a declaration of that point would have (the default's
     compile has ``b.baseline_key``); its ``meta["config"]`` is the point. Not stored: the tuner decides.
     A config the kernel cannot take (an unknown constexpr, a bad value) is a :class:`UsageError`."""
-    from kbuild.space import SpaceError, normalize_point
+    from kbuild.declarations.space import SpaceError, normalize_point
 
     try:
         point = normalize_point(config)

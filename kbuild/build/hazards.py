@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from kbuild.config import Settings
 from kbuild.errors import ConfigError
+from kbuild.settings.model import Settings
 
 from .kernel_build import KernelBuild
 

@@ -13,8 +13,9 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from kbuild.config import KernelSettings, Settings
+from kbuild.declarations.kernel import KernelSettings
 from kbuild.key import KernelKey
+from kbuild.settings.model import Settings
 from kbuild.targets import Target
 
 if TYPE_CHECKING:  # kbuild.cache is imported where a store is opened
@@ -44,7 +45,7 @@ class KernelBuild:
     """One line on what ships and why (:mod:`kbuild.build.tunable`)."""
     space: list[dict[str, Any]] = field(default_factory=list)
     """The kernel's configuration space, resolved (an ``@triton.autotune`` source's configs read), the default
-    first (:meth:`kbuild.config.KernelSettings.search_space`'s shape): what a tuner searches."""
+    first (:meth:`kbuild.declarations.kernel.KernelSettings.search_space`'s shape): what a tuner searches."""
 
     @property
     def shipped(self) -> Artefact:
@@ -70,7 +71,7 @@ class KernelBuild:
     @property
     def is_default_config(self) -> bool:
         """Whether the shipped artefact is the default configuration's compile (tuned or not)."""
-        from kbuild.space import normalize_point, point_id
+        from kbuild.declarations.space import normalize_point, point_id
 
         config = self.config
         if config is None:

@@ -14,7 +14,7 @@ that depends on the machine or the time of the build (no paths, no host, no reas
                   "num_stages": 3, "maxnreg": null, "num_ctas": 1}, "default_config": true,
                   "gains": null, "grid": ["n_rows"]}, …]}
 
-``config`` is the configuration the shipped cubin was compiled with (:mod:`kbuild.space`; per target, since
+``config`` is the configuration the shipped cubin was compiled with (:mod:`kbuild.declarations.space`; per target, since
 a tuned target may ship another than the default), ``default_config`` whether it is the declared default,
 ``gains`` the tuner's ``{"level1": ×, "level2": ×}`` (configuration over the default, SASS schedule over the
 configuration) for a tuned entry that recorded them, and ``grid`` the kernel's grid expressions (empty: the
@@ -155,22 +155,15 @@ def nvcc_records(directory: Path) -> Iterator[Path]:
     land in: one the user set (``KBUILD_NVCC_RECORDS``) wins over ``directory``. The launcher replaces a kernel's
     records whenever it compiles the kernel's unit, so ``directory`` may live in a build directory that later builds
     reuse (a unit ninja finds up to date keeps its records from the build that compiled it)."""
-    from kbuild.config import env_setting, env_var
+    from kbuild.settings.environ import scoped
+    from kbuild.settings.variables import env_setting, env_var
 
     mine = env_setting("nvcc_records")
     if mine is not None:
         yield Path(mine)
         return
-    var = env_var("nvcc_records")
-    saved = os.environ.get(var)
-    os.environ[var] = str(directory)  # written for the children (CMake, ninja, kbuild-nvcc)
-    try:
+    with scoped({env_var("nvcc_records"): str(directory)}):  # written for the children (CMake, ninja, kbuild-nvcc)
         yield directory
-    finally:
-        if saved is None:
-            os.environ.pop(var, None)
-        else:
-            os.environ[var] = saved
 
 
 def declared_cuda_entries(settings: Any, records: Path) -> tuple[list[dict[str, Any]], list[str]]:
@@ -238,9 +231,9 @@ def _check_entry(e: Any, at: str, bad: Any) -> None:
 
 def _check_config_fields(e: dict[str, Any], at: str, bad: Any) -> None:
     """``config``, ``default_config``, ``gains`` and ``grid``: each optional, each of its shape when present."""
-    from kbuild.compile.signature import SignatureError, dtype_constexpr
-    from kbuild.grid import GridExprError, parse_grid
-    from kbuild.space import SpaceError, normalize_point
+    from kbuild.declarations.grid import GridExprError, parse_grid
+    from kbuild.declarations.signature import SignatureError, dtype_constexpr
+    from kbuild.declarations.space import SpaceError, normalize_point
 
     if e.get("config") is not None:
         try:

@@ -75,7 +75,8 @@ from kbuild.jsonio import read_json_file
 from .provenance import Provenance
 
 if TYPE_CHECKING:
-    from kbuild.config import KernelSettings, Settings
+    from kbuild.declarations.kernel import KernelSettings
+    from kbuild.settings.model import Settings
     from kbuild.targets import Target
 
     from .kernel_build import KernelBuild
@@ -122,7 +123,7 @@ def _triton_version() -> str | None:
 
 
 def _compile_env(names: Iterable[str] = ()) -> dict[str, str]:
-    from kbuild.config import env_with_prefix
+    from kbuild.settings.environ import env_with_prefix
 
     return env_with_prefix(_ENV_PREFIXES, tuple(names))
 
@@ -144,7 +145,7 @@ def _settings_doc(settings: Settings, kernels: Sequence[KernelSettings], targets
 def _environment() -> dict[str, Any] | None:
     """What the memo depends on that can be read before the memo itself (cheap, no imports)."""
     from kbuild import __version__
-    from kbuild.config import env_setting
+    from kbuild.settings.variables import env_setting
 
     if any(env_setting(tool) for tool in ("ptxas", "nvdisasm", "cuobjdump")):  # a tool override: no memo
         return None

@@ -38,11 +38,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kbuild.config import Settings
 from kbuild.errors import KBuildError, UsageError
 from kbuild.fsutil import write_atomic
 from kbuild.key import KernelKey
 from kbuild.runtime.index import DATA_DIR, INDEX_FILE, build_index, entry_config, index_bytes
+from kbuild.settings.model import Settings
 
 from .kernel_build import KernelBuild
 
@@ -158,8 +158,8 @@ def config_key(b: KernelBuild, config: dict[str, Any]) -> KernelKey:
     """The baseline key a declaration of ``b``'s kernel at ``config`` has (what a call launched with that
     configuration recomputes at run time), from ``b``'s baseline key components (same source, toolchain, target)."""
     from kbuild.compile import compiler_options, portable_options
+    from kbuild.declarations.space import normalize_point
     from kbuild.key import compiler_component, kernel_key
-    from kbuild.space import normalize_point
 
     from .baselines import config_spec
 

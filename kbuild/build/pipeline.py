@@ -38,8 +38,9 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from kbuild.config import Settings
 from kbuild.errors import StoreError, UsageError
+from kbuild.settings.model import Settings
+from kbuild.targets import Target
 
 from .baselines import compile_baselines
 from .hazards import refuse_wgmma_hazards
@@ -79,7 +80,7 @@ def baselines_stored(builds: Sequence[KernelBuild], store: Any) -> bool:
 
 
 def run_pipeline(settings: Settings, store: Any = None, *, kernels: Sequence[str] | None = None,
-                 targets: Sequence[str] | None = None,
+                 targets: Sequence[Target | str] | None = None,
                  on_step: Callable[[KernelBuild], None] | None = None,
                  locked: str | os.PathLike[str] | None = None, memo: bool = False,
                  tune_on_miss: bool = False, tuner: Tuner | None = None,

@@ -15,7 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from kbuild.config import Settings
+from kbuild.settings.model import Settings
+from kbuild.targets import Target
 
 from .kernel_build import KernelBuild, Tuner
 from .pipeline import run_pipeline, strict_store_error
@@ -53,7 +54,7 @@ class BuildPlan:
         return files
 
 
-def plan(settings: Settings, store: Any = None, *, targets: Sequence[str] | None = None,
+def plan(settings: Settings, store: Any = None, *, targets: Sequence[Target | str] | None = None,
          lock_file: str | os.PathLike[str] | None = None, tuner: Tuner | None = None,
          on_step: Callable[[KernelBuild], None] | None = None) -> BuildPlan:
     """Plan a build: the pipeline as a build runs it (memo, tune on a miss) and what it ships.

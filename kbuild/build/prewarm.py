@@ -16,8 +16,9 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from kbuild.config import RemoteSettings, Settings
 from kbuild.errors import UsageError
+from kbuild.settings.model import RemoteSettings, Settings
+from kbuild.targets import Target
 
 from .kernel_build import KernelBuild, Tuner
 from .pipeline import run_pipeline
@@ -31,7 +32,7 @@ def with_remote(settings: Settings, url: str | None) -> Settings:
     return dataclasses.replace(settings, remotes=remotes)
 
 
-def prewarm(settings: Settings, *, targets: Sequence[str] | None = None, kernels: Sequence[str] | None = None,
+def prewarm(settings: Settings, *, targets: Sequence[Target | str] | None = None, kernels: Sequence[str] | None = None,
             remote: str | None = None, strict: bool = False, tuner: Tuner | None = None,
             on_step: Callable[[KernelBuild], None] | None = None) -> list[KernelBuild]:
     """Prewarm the settings' store (and ``remote``, written to as well) for ``kernels`` × ``targets`` (default: all):

@@ -16,9 +16,10 @@ from typing import Any
 
 from kbuild.compile import compiler_options, portable_options, source_hash
 from kbuild.compile.triton_aot import ast_source_args, kernel_index, load_source
-from kbuild.config import KernelSettings, Settings, check_grid_names
+from kbuild.declarations.kernel import KernelSettings, check_grid_names
 from kbuild.errors import ConfigError, KernelSourceError, UsageError
 from kbuild.key import KernelKey, compiler_component, kernel_key, tuner_component
+from kbuild.settings.model import Settings
 from kbuild.targets import Target, parse_target
 from kbuild.toolchain import ptxas_version, triton_version
 from kbuild.tune import TUNER_VERSION
@@ -26,17 +27,22 @@ from kbuild.tune import TUNER_VERSION
 from .kernel_build import KernelBuild
 
 
-def select_targets(settings: Settings, targets: Sequence[str] | None) -> list[Target]:
-    """The targets to build: ``targets`` (``--targets``, parsed here; a bad name is a :class:`UsageError` naming the
-    option), else the project's (:attr:`kbuild.config.Settings.parsed_targets`); each once, in order."""
+def select_targets(settings: Settings, targets: Sequence[Target | str] | None) -> list[Target]:
+    """The targets to build: ``targets``, else the project's (:attr:`kbuild.settings.model.Settings.parsed_targets`);
+    each once, in order. A :class:`~kbuild.targets.Target` is taken as it is (the settings parsed it already); a name
+    comes from the command line (``--targets``) and is parsed here, a bad one a :class:`UsageError` naming the
+    option."""
     if not targets:
         return list(settings.parsed_targets)
     out: list[Target] = []
-    for name in targets:
-        try:
-            t = parse_target(name)
-        except ValueError as exc:
-            raise UsageError(f"--targets: {exc}") from None
+    for given in targets:
+        if isinstance(given, Target):
+            t = given
+        else:
+            try:
+                t = parse_target(given)
+            except ValueError as exc:
+                raise UsageError(f"--targets: {exc}") from None
         if t not in out:
             out.append(t)
     return out
@@ -80,7 +86,7 @@ def resolve_declaration(settings: Settings, declared: KernelSettings) -> tuple[K
     import dataclasses
 
     from kbuild.compile.triton_aot import complete_declaration, evaluate_heuristics, unwrap
-    from kbuild.space import autotune_configs
+    from kbuild.declarations.space import autotune_configs
 
     layers = unwrap(load_source(settings, declared))
     skip: set[str] = set()
@@ -146,12 +152,12 @@ def resolve_space(settings: Settings, spec: KernelSettings, obj: Any) -> tuple[K
     """The declaration with its configuration space resolved, and the space's points (default first).
 
     ``obj`` is the ``@triton.autotune`` object of ``spec.source`` (None: there is none). An ``@triton.autotune`` object gives its configs when the declaration
-    has no ``space`` or ``configs`` of its own (:func:`kbuild.space.autotune_configs`; the default is chosen by
-    :func:`kbuild.space.autotune_default`); ``autotune = true`` over a plain ``@triton.jit`` function is an error
+    has no ``space`` or ``configs`` of its own (:func:`kbuild.declarations.space.autotune_configs`; the default is chosen by
+    :func:`kbuild.declarations.space.autotune_default`); ``autotune = true`` over a plain ``@triton.jit`` function is an error
     naming the key."""
     import dataclasses
 
-    from kbuild.space import SpaceError, autotune_configs, autotune_default, expand
+    from kbuild.declarations.space import SpaceError, autotune_configs, autotune_default, expand
 
     base = f"[tool.kbuild.kernels][{kernel_index(settings, spec)}]"
     autotuner = obj if obj is not None and hasattr(obj, "configs") else None
@@ -185,7 +191,7 @@ def _check_space_against(settings: Settings, spec: KernelSettings, fn: Any, spac
             raise KernelSourceError(settings.config_file, f"{base}.{section}.{unknown[0]}",
                                     f"{spec.function}() has no constexpr parameter {unknown[0]!r}")
     if spec.grid:
-        from kbuild.grid import parse_grid
+        from kbuild.declarations.grid import parse_grid
 
         grid = parse_grid(spec.grid)
         check_grid_names(spec, grid, space,

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from kbuild.config import Settings
 from kbuild.device.probe import has_gpu
+from kbuild.settings.model import Settings
 from kbuild.targets import Target
 
 from .kernel_build import KernelBuild

@@ -20,8 +20,8 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from kbuild import __version__
-from kbuild.config import Settings
 from kbuild.errors import KBuildError, UntunedError
+from kbuild.settings.model import Settings, TuneRequest
 
 from .baselines import compile_config
 from .hazards import wgmma_hazard_error
@@ -59,19 +59,19 @@ def tune_build(settings: Settings, b: KernelBuild, *, measure: Literal["gpu", "m
     (by the acceptance rule the SASS level then ships the baseline; level 1's choice ships its configuration's
     untouched compile). ``pool``: where level 1 compiles its candidates (a
     :data:`kbuild.tune.level1.compile.CompilerFactory`; default, a process pool here). Without the ``[tune]``
-    extra, a :class:`~kbuild.errors.MissingDependencyError` naming it."""
+    extra, a :class:`~kbuild.errors.MissingDependencyError` naming it. The settings' tuning request
+    (:meth:`~kbuild.settings.model.Settings.tune_request`) is made here, once, and handed whole to the tuner."""
     from kbuild.tune.api import tune
 
     assert b.tuned_key is not None and b.artefact is not None
     python_path = tuple(str(settings.project_dir / p) for p in settings.python_path)
+    request = settings.tune_request()
     if len(b.space) > 1:
-        return _tune_two_level(settings, b, python_path, pool=pool, measure=measure)
+        return _tune_two_level(settings, b, request, python_path, pool=pool, measure=measure)
     base = b.artefact
     started = time.time()
     if measure == "model":
-        result = tune(base.cubin, kernel=base.meta.get("symbol"), backend=None, algorithms=(settings.algorithm,),
-                      evaluations=settings.budget.evaluations, seconds=settings.budget.seconds, seed=settings.seed,
-                      kinds=tuple(settings.kinds), policy=None)
+        result = tune(base.cubin, request.replace(policy=None), kernel=base.meta.get("symbol"), backend=None)
     else:
         from kbuild.tune.measure.backend import KernelRef
         from kbuild.tune.measure.client import WorkerClient
@@ -80,20 +80,19 @@ def tune_build(settings: Settings, b: KernelBuild, *, measure: Literal["gpu", "m
         ref = KernelRef(spec=b.spec.bench, python_path=python_path)
         backend = WorkerClient()
         try:
-            result = tune(base.cubin, kernel=base.meta.get("symbol"), backend=backend, kernel_ref=ref,
-                          algorithms=(settings.algorithm,), evaluations=settings.budget.evaluations,
-                          seconds=settings.budget.seconds, seed=settings.seed, kinds=tuple(settings.kinds))
+            result = tune(base.cubin, request, kernel=base.meta.get("symbol"), backend=backend, kernel_ref=ref)
         finally:
             backend.close()
     return tuned_artefact(b, result.cubin, accepted=result.decision.accepted, speedup=result.decision.speedup,
                           reason=result.decision.reason, report=result.report(), seconds=time.time() - started)
 
 
-def _tune_two_level(settings: Settings, b: KernelBuild, python_path: tuple[str, ...], *, pool: Any = None,
-                    measure: str = "gpu") -> Artefact:
-    """Both levels on ``b``'s declared space: measured on this machine's GPU (``measure="gpu"``), or judged by the
-    CPU cost model at both levels (``"model"``: :class:`kbuild.tune.level1.ModelConfigMeasurer`, then the SASS
-    search without a GPU). ``pool``: where level 1 compiles (:func:`tune_build`)."""
+def _tune_two_level(settings: Settings, b: KernelBuild, request: TuneRequest, python_path: tuple[str, ...], *,
+                    pool: Any = None, measure: str = "gpu") -> Artefact:
+    """Both levels on ``b``'s declared space within ``request``: measured on this machine's GPU (``measure="gpu"``),
+    or judged by the CPU cost model at both levels (``"model"``: :class:`kbuild.tune.level1.ModelConfigMeasurer`,
+    then the SASS search without a GPU). ``pool``: where level 1 compiles (:func:`tune_build`), each configuration
+    under the request's ``compile_timeout``."""
     from kbuild.bench.spec import Config, load_spec
     from kbuild.tune.level1 import GpuConfigMeasurer, ModelConfigMeasurer
     from kbuild.tune.measure.backend import KernelRef
@@ -113,17 +112,18 @@ def _tune_two_level(settings: Settings, b: KernelBuild, python_path: tuple[str, 
     measurer: Any
     backend: Any
     if measure == "model":
-        measurer, backend = ModelConfigMeasurer(spec, arch=b.target.cc, python_path=python_path, pool=pool), None
+        measurer = ModelConfigMeasurer(spec, arch=b.target.cc, python_path=python_path, pool=pool, jobs=request.jobs,
+                                       compile_timeout=request.compile_timeout)
+        backend = None
     else:
-        measurer = GpuConfigMeasurer(spec, python_path=python_path, pool=pool)
+        measurer = GpuConfigMeasurer(spec, python_path=python_path, pool=pool, jobs=request.jobs,
+                                     compile_timeout=request.compile_timeout)
         backend = WorkerClient()
     try:
-        result = tune_two_level(spec, b.target.cc, measurer=measurer, backend=backend,
+        result = tune_two_level(spec, b.target.cc, request, measurer=measurer, backend=backend,
                                 kernel_ref=lambda c: KernelRef(spec=bench_ref, config=c.as_dict(),
                                                                python_path=python_path),
-                                baseline=baseline, evaluations=settings.budget.evaluations,
-                                seconds=settings.budget.seconds, algorithms=(settings.algorithm,), seed=settings.seed,
-                                kinds=tuple(settings.kinds))
+                                baseline=baseline)
     finally:
         if backend is not None:
             backend.close()

@@ -5,8 +5,9 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from kbuild.config import Settings, load_settings
 from kbuild.errors import UsageError
+from kbuild.settings.model import Settings
+from kbuild.settings.sources import load_settings
 
 
 def add_config_args(p: argparse.ArgumentParser, *, targets: bool = True) -> None:

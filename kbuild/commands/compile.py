@@ -6,9 +6,9 @@ import argparse
 from pathlib import Path
 
 from kbuild.commands.common import LazyStore, add_config_args, settings_from_args, target_list
-from kbuild.config import apply_flags
 from kbuild.console import emit_json, print_table, progress
 from kbuild.fsutil import check_output_dir, write_atomic
+from kbuild.settings.sources import apply_flags
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

@@ -17,9 +17,10 @@ import sys
 from typing import TYPE_CHECKING
 
 from kbuild.commands.common import LazyStore, add_config_args, settings_from_args, target_list
-from kbuild.config import Settings, apply_flags
 from kbuild.emit import cuda_include_dir, kernel_sources
 from kbuild.errors import UsageError
+from kbuild.settings.model import Settings
+from kbuild.settings.sources import apply_flags
 
 if TYPE_CHECKING:
     from kbuild.build.plan import BuildPlan

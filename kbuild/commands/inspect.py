@@ -252,9 +252,9 @@ def _ratio(value: object) -> str:
 
 
 def config_cell(entry: dict[str, object]) -> str:
-    """The entry's configuration label (:func:`kbuild.space.label`), ``*`` after the default; ``–`` for a manifest
+    """The entry's configuration label (:func:`kbuild.declarations.space.label`), ``*`` after the default; ``–`` for a manifest
     from before configurations were recorded."""
-    from kbuild.space import label
+    from kbuild.declarations.space import label
 
     config = entry.get("config")
     if not isinstance(config, dict):

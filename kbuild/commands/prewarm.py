@@ -76,10 +76,10 @@ class PrewarmFailed(KBuildError):
 def run_ray(args: argparse.Namespace, settings: Any) -> int:
     """``--ray``: :func:`kbuild.prewarm.ray_engine.prewarm_ray` with a live bar per target; a table (or ``--json``)
     of every entry, then the failures with their node, GPU and error; exit status 1 when any failed. ``--ray`` and
-    ``--lease-seconds`` are held to the settings model's rules first (:func:`kbuild.config.apply_flag`). While
+    ``--lease-seconds`` are held to the settings model's rules first (:func:`kbuild.settings.sources.apply_flag`). While
     Ray runs, whatever it prints on its own (``(raylet) A worker died...``) goes to stderr: stdout holds the table
     or the one JSON document."""
-    from kbuild.config import apply_flag
+    from kbuild.settings.sources import apply_flag
 
     settings = apply_flag(settings, "prewarm.address", args.ray or None, flag="--ray")
     settings = apply_flag(settings, "prewarm.lease_seconds", args.lease_seconds, flag="--lease-seconds")

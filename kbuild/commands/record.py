@@ -92,8 +92,8 @@ def _project_targets() -> list[int] | None:
     """The targets of ``./pyproject.toml``'s ``[tool.kbuild]`` (None: no such file or table)."""
     import tomllib
 
-    from kbuild.config import load_settings
     from kbuild.fsutil import read_bounded
+    from kbuild.settings.sources import load_settings
 
     path = Path("pyproject.toml")
     try:

@@ -17,11 +17,12 @@ from typing import Any
 
 from kbuild.arch import DEFAULT_SM, architecture
 from kbuild.commands.common import add_config_args, settings_from_args
-from kbuild.config import flag_setting, settings_from_table
 from kbuild.console import emit_json, print_table, progress
 from kbuild.errors import GPUUnavailableError, UsageError
 from kbuild.fsutil import check_output_dir, write_atomic
 from kbuild.jsonio import read_json_file
+from kbuild.settings.model import Settings, TuneRequest
+from kbuild.settings.sources import flag_setting, settings_from_table
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -46,19 +47,21 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--budget-evals", type=int, default=None, metavar="N", help="evaluations per algorithm")
     p.add_argument("--budget-seconds", type=float, default=None, metavar="S", help="seconds per algorithm")
     p.add_argument("--seed", type=int, default=None)
-    p.add_argument("--horizon", type=int, default=32, help="steps per episode")
+    defaults = Settings().tune_request()  # the model's defaults, not a project's
+    p.add_argument("--horizon", type=int, default=defaults.horizon, help="steps per episode")
     p.add_argument("--backend", choices=["gpu", "model"], default="gpu",
                    help="gpu: measure on the GPU (default); model: CPU cost model estimate")
     p.add_argument("--levels", choices=["both", "sass"], default="both",
                    help="both: search the configuration space, then the SASS schedule of the best configurations "
                         "(default); sass: the SASS schedule of one configuration only (--configs-from picks it)")
-    p.add_argument("--method", choices=["racing", "exhaustive"], default="racing",
+    p.add_argument("--method", choices=["racing", "exhaustive"], default=defaults.method,
                    help="level-1 search: racing (Optuna TPE + successive halving, default) or the exhaustive sweep")
-    p.add_argument("--top", type=int, default=2, metavar="N", help="configurations that get a SASS search (default 2)")
+    p.add_argument("--top", type=int, default=defaults.top, metavar="N",
+                   help=f"configurations that get a SASS search (default {defaults.top})")
     p.add_argument("--kinds", default=None, metavar="K,...",
                    help="SASS edit kinds: moves (one slot), far, yield, reuse, stall (default: the project's "
                         "`kinds`, else all five)")
-    p.add_argument("--policy", default="default", metavar="PATH|scratch",
+    p.add_argument("--policy", default=defaults.policy, metavar="PATH|scratch",
                    help="PPO's starting point: a checkpoint (benchmarks/ppo_pretrain.py makes one), scratch, or "
                         "default (the shipped checkpoint when there is one)")
     p.add_argument("--jobs", type=int, default=None, metavar="N",
@@ -68,15 +71,15 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run)
 
 
-def _budget(args: argparse.Namespace, settings: Any) -> tuple[int, float, int]:
-    """Evaluations, seconds and seed: each flag checked by the settings model's rules for its setting (a
-    positive, finite budget; a seed NumPy takes), else the project's value, else the model's default."""
-    defaults = settings if settings is not None else settings_from_table({}, where="<defaults>")
-    evals = flag_setting("budget.evaluations", args.budget_evals, "--budget-evals")
-    secs = flag_setting("budget.seconds", args.budget_seconds, "--budget-seconds")
-    seed = flag_setting("seed", args.seed, "--seed")
-    return (defaults.budget.evaluations if evals is None else evals, defaults.budget.seconds if secs is None else secs,
-            defaults.seed if seed is None else seed)
+def _budget(args: argparse.Namespace, settings: Any) -> TuneRequest:
+    """The request's evaluations, seconds and seed: each flag checked by the settings model's rules for its setting
+    (a positive, finite budget; a seed NumPy takes), else the project's value, else the model's default (the
+    environment's over it)."""
+    base = settings if settings is not None else settings_from_table({}, where="<defaults>")
+    flags = {"evaluations": flag_setting("budget.evaluations", args.budget_evals, "--budget-evals"),
+             "seconds": flag_setting("budget.seconds", args.budget_seconds, "--budget-seconds"),
+             "seed": flag_setting("seed", args.seed, "--seed")}
+    return base.tune_request(**{name: value for name, value in flags.items() if value is not None})
 
 
 def _backend(args: argparse.Namespace, target: Any) -> Any:
@@ -150,7 +153,7 @@ def _jobs(args: argparse.Namespace, target: Any) -> list[tuple[str, bytes, str |
 
     settings = settings_from_args(args)
     spec = settings.kernel(args.kernel)
-    (build,) = run_pipeline(settings, kernels=[spec.name], targets=[target.name])
+    (build,) = run_pipeline(settings, kernels=[spec.name], targets=[target])
     ref = None
     if args.backend == "gpu":
         if not spec.bench:
@@ -182,7 +185,7 @@ def run(args: argparse.Namespace) -> int:
 
     settings = settings_from_args(args) if not args.suite else None
     target = select_targets(settings, [args.target])[0] if settings else _target(args.target)
-    evals, secs, seed = _budget(args, settings)
+    request = _budget(args, settings)
     if args.total_seconds is not None and not 0 < args.total_seconds < math.inf:
         raise UsageError(f"--total-seconds must be positive and finite, got {args.total_seconds}")
     if args.top < 1:
@@ -202,10 +205,12 @@ def run(args: argparse.Namespace) -> int:
 
         args.algo = settings.algorithm if settings else DEFAULT_ALGORITHM
     algorithms = ("random", "greedy", "ppo") if args.algo == "all" else (args.algo,)
+    request = request.replace(algorithms=algorithms, kinds=kinds, horizon=args.horizon, policy=_policy(args),
+                              top=args.top, method=args.method, jobs=args.jobs)
     if args.configs_from and args.levels == "both":
         args.levels = "sass"  # the configuration is given: only its SASS schedule is searched
     if args.levels == "both" and (args.suite or _has_space(settings, args.kernel)):
-        return run_two_level(args, target, settings, evals, secs, seed, algorithms, kinds)
+        return run_two_level(args, target, settings, request)
     backend = _backend(args, target)
     jobs = _jobs(args, target)
     results = []
@@ -216,17 +221,17 @@ def run(args: argparse.Namespace) -> int:
                 def report(algo: str, used: int, best: float, name: str = name) -> None:
                     advance(status=f"{name} {algo}: {used} evals, best {best:.4f}")
 
-                kernel_secs = secs
+                kernel_secs = request.seconds
                 if deadline is not None:
-                    kernel_secs = min(secs, share_of_deadline(deadline - time.monotonic(), len(jobs) - i,
-                                                              len(algorithms)))
-                r = tune(cubin, kernel=symbol, backend=backend, kernel_ref=ref, algorithms=algorithms,
-                         evaluations=evals, seconds=kernel_secs, seed=seed, horizon=args.horizon, kinds=kinds,
-                         policy=_policy(args), on_progress=report)
+                    kernel_secs = min(request.seconds, share_of_deadline(deadline - time.monotonic(), len(jobs) - i,
+                                                                         len(algorithms)))
+                r = tune(cubin, request.replace(seconds=kernel_secs), kernel=symbol, backend=backend, kernel_ref=ref,
+                         on_progress=report)
                 rep = r.report()
                 rep["name"] = name
                 rep["target"] = target.name
-                rep["budget"] = {"evaluations": evals, "seconds": round(kernel_secs, 2), "seed": seed}
+                rep["budget"] = {"evaluations": request.evaluations, "seconds": round(kernel_secs, 2),
+                                 "seed": request.seed}
                 if ref is not None:
                     rep["kernel_ref"] = {"spec": ref.spec, "config": ref.config}
                 if args.out:
@@ -310,9 +315,9 @@ def _targets_of(settings: Any) -> list[Any]:
     return select_targets(settings, None)
 
 
-def run_two_level(args: argparse.Namespace, target: Any, settings: Any, evals: int, secs: float, seed: int,
-                  algorithms: tuple[str, ...], kinds: tuple[str, ...]) -> int:
-    """Both levels (:func:`kbuild.tune.two_level.tune_two_level`) for each suite kernel, or the project kernel."""
+def run_two_level(args: argparse.Namespace, target: Any, settings: Any, request: TuneRequest) -> int:
+    """Both levels (:func:`kbuild.tune.two_level.tune_two_level`) within ``request`` for each suite kernel, or the
+    project kernel."""
     from kbuild.bench.spec import Config, load_spec
     from kbuild.tune.api import learning_curve_png
     from kbuild.tune.level1 import GpuConfigMeasurer, ModelConfigMeasurer
@@ -348,26 +353,28 @@ def run_two_level(args: argparse.Namespace, target: Any, settings: Any, evals: i
     try:
         with progress("tune", len(jobs), enabled=not args.json) as advance:
             for i, (name, spec, python_path) in enumerate(jobs):
-                kernel_secs = secs
+                kernel_secs = request.seconds
                 if deadline is not None:  # both levels' compiles and checks are inside tune_two_level's seconds
-                    kernel_secs = min(secs, max(1.0, (deadline - time.monotonic()) / (len(jobs) - i)))
-                measurer: Any = (ModelConfigMeasurer(spec, arch=target.cc, jobs=args.jobs, python_path=python_path)
+                    kernel_secs = min(request.seconds, max(1.0, (deadline - time.monotonic()) / (len(jobs) - i)))
+                measurer: Any = (ModelConfigMeasurer(spec, arch=target.cc, jobs=request.jobs, python_path=python_path,
+                                                     compile_timeout=request.compile_timeout)
                                  if sass_backend is None else
-                                 GpuConfigMeasurer(spec, python_path=python_path, jobs=args.jobs))
+                                 GpuConfigMeasurer(spec, python_path=python_path, jobs=request.jobs,
+                                                   compile_timeout=request.compile_timeout))
 
                 def ref(c: Config, spec: Any = spec, python_path: tuple[str, ...] = python_path) -> KernelRef:
                     return KernelRef(spec=spec.ref, config=c.as_dict(), python_path=python_path)
 
                 try:
-                    r = tune_two_level(spec, target.cc, measurer=measurer, backend=sass_backend, kernel_ref=ref,
-                                       evaluations=evals, seconds=kernel_secs, top=args.top, algorithms=algorithms,
-                                       kinds=kinds, seed=seed, method=args.method, policy=_policy(args),
+                    r = tune_two_level(spec, target.cc, request.replace(seconds=kernel_secs), measurer=measurer,
+                                       backend=sass_backend, kernel_ref=ref,
                                        on_progress=lambda msg: advance(0, status=msg))
                 finally:
                     measurer.close()
                 rep = r.report()
-                rep.update({"name": name, "budget": {"evaluations": evals, "seconds": round(kernel_secs, 2),
-                                                     "seed": seed, "kinds": list(kinds)}})
+                rep.update({"name": name, "budget": {"evaluations": request.evaluations,
+                                                     "seconds": round(kernel_secs, 2), "seed": request.seed,
+                                                     "kinds": list(request.kinds)}})
                 if args.out:
                     _write_outputs(Path(args.out), name, rep, r, learning_curve_png)
                 results.append(rep)

@@ -40,10 +40,12 @@ from pathlib import Path
 from typing import Any
 
 from kbuild import usercode
-from kbuild.compile import signature
 from kbuild.compile.workers import CompileProcess, Deadline, WorkerDied
-from kbuild.config import KernelSettings, Settings, env_value
+from kbuild.declarations import signature
+from kbuild.declarations.kernel import KernelSettings
 from kbuild.errors import CompileError, KBuildError, KernelSourceError, MissingDependencyError
+from kbuild.settings.environ import env_value
+from kbuild.settings.model import Settings
 from kbuild.targets import Target
 from kbuild.toolchain import ptxas_version, triton_version
 
@@ -99,7 +101,7 @@ class SourceLayers:
 
     jit: Any
     autotuner: Any | None
-    """The ``@triton.autotune`` object, if any (its configs: :func:`kbuild.space.autotune_configs`)."""
+    """The ``@triton.autotune`` object, if any (its configs: :func:`kbuild.declarations.space.autotune_configs`)."""
     heuristics: tuple[tuple[str, Any], ...]
     """``(name, lambda args: value)`` of every ``@triton.heuristics`` layer, in the order Triton runs them (the
     outermost layer first)."""
@@ -279,7 +281,7 @@ def source_hash(fn: Any) -> str:
 
 
 def ast_source_args(settings: Settings, spec: KernelSettings, fn: Any) -> dict[str, Any]:
-    """Signature, constexprs and attrs for ``ASTSource`` (:func:`kbuild.compile.signature.ast_source_args`, the one
+    """Signature, constexprs and attrs for ``ASTSource`` (:func:`kbuild.declarations.signature.ast_source_args`, the one
     builder), from the declaration, with errors naming its key."""
     where = settings.config_file
     base = f"[tool.kbuild.kernels][{kernel_index(settings, spec)}]"
@@ -439,7 +441,7 @@ def heuristic_args(spec: KernelSettings, constexprs: dict[str, Any]) -> dict[str
 
 def evaluate_heuristics(settings: Settings, spec: KernelSettings, layers: SourceLayers, point: dict[str, Any], *,
                         declared: dict[str, Any], where: str = "constexprs") -> dict[str, Any]:
-    """``point`` (a :mod:`kbuild.space` point) with the values of ``layers``' heuristics put into its constexprs,
+    """``point`` (a :mod:`kbuild.declarations.space` point) with the values of ``layers``' heuristics put into its constexprs,
     each evaluated as Triton does, on the arguments the declaration fixes (:func:`heuristic_args`) and the values
     of the heuristics before it. ``declared``: names the declaration (or a config, under the key ``where``) gives;
     a value a heuristic contradicts is an error naming that key; one a heuristic cannot compute at build time (it

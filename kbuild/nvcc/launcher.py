@@ -212,7 +212,7 @@ class Launcher:
                 self.tuning.after_ptxas(step.outputs["cubin"], argv, env=env, cwd=self.cwd)
 
     def _write_records(self, records: list[dict[str, Any]]) -> None:
-        from kbuild.config import env_setting
+        from kbuild.settings.variables import env_setting
 
         from .tuned import write_records
 
@@ -581,7 +581,9 @@ def _artefact(key: str, data: bytes, meta: dict[str, Any]) -> Any:
 
 def launch(argv: Sequence[str], *, cwd: Path | None = None) -> int:
     """``argv`` = ``[NVCC, ARGS...]``. Returns the exit status; a missing nvcc is a :class:`MissingDependencyError`."""
-    from kbuild.config import env_setting, env_with_prefix, settings_from_table
+    from kbuild.settings.environ import env_with_prefix
+    from kbuild.settings.sources import settings_from_table
+    from kbuild.settings.variables import env_setting
 
     if not argv:
         raise MissingDependencyError("kbuild-nvcc: no nvcc given; usage: kbuild-nvcc NVCC [NVCC ARGUMENTS...] "

@@ -1,6 +1,6 @@
 """Tuned SASS in nvcc's objects: the cubin of a declared ``__global__`` function replaced before ``fatbinary``.
 
-A project declares kernels in ``[[tool.kbuild.cuda.kernels]]`` (:class:`kbuild.config.CudaKernelSettings`). When
+A project declares kernels in ``[[tool.kbuild.cuda.kernels]]`` (:class:`kbuild.settings.model.CudaKernelSettings`). When
 kbuild-nvcc compiles the ``source`` of one, after each ``ptxas`` step of the plan (run or answered from the store)
 :meth:`CudaTuning.after_ptxas`:
 
@@ -43,9 +43,12 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kbuild.errors import ConfigError, KBuildError, UntunedError
+
+if TYPE_CHECKING:  # the launcher runs for every nvcc step: the settings model is imported where it is read
+    from kbuild.settings.model import TuneRequest
 
 log = logging.getLogger(__name__)
 
@@ -214,9 +217,10 @@ def ptxas_variant(argv: Sequence[str], point: Mapping[str, int], *, env: Mapping
         return out.read_bytes()
 
 
-def tune_kernel(settings: Any, *, cubin: bytes, symbol: str, bench: str, python_path: Sequence[str],
+def tune_kernel(request: TuneRequest, *, cubin: bytes, symbol: str, bench: str, python_path: Sequence[str],
                 variants: Mapping[str, bytes] | None = None, backend: Any | None = None) -> TuneOutcome:
-    """Tune ``symbol`` of ``cubin`` (the untouched cubin ptxas wrote).
+    """Tune ``symbol`` of ``cubin`` (the untouched cubin ptxas wrote) within ``request`` (the project's tuning
+    request, :meth:`kbuild.settings.model.Settings.tune_request`).
 
     ``variants``: the configuration level's other compiles (label → cubin, :func:`ptxas_variant`). ``backend``: a
     measurement backend (:class:`kbuild.tune.measure.client.WorkerClient`); None runs the SASS search on the CPU
@@ -262,9 +266,7 @@ def tune_kernel(settings: Any, *, cubin: bytes, symbol: str, bench: str, python_
                              "significant": bool(t and t.significant)}
             if t is not None and t.significant and t.ratio < best:
                 best, start, start_label = t.ratio, data, label
-    result = tune(start, kernel=symbol, backend=backend, kernel_ref=ref if backend is not None else None,
-                  algorithms=(settings.algorithm,), evaluations=settings.budget.evaluations,
-                  seconds=settings.budget.seconds, seed=settings.seed, kinds=tuple(settings.kinds))
+    result = tune(start, request, kernel=symbol, backend=backend, kernel_ref=ref if backend is not None else None)
     final = result.cubin if result.accepted else start
     report = {"level1": levels, "start": start_label, "level2": result.report()}
     if backend is None:
@@ -274,7 +276,7 @@ def tune_kernel(settings: Any, *, cubin: bytes, symbol: str, bench: str, python_
         return TuneOutcome(cubin, False, None, result.decision.reason, _point("as compiled"), result.backend, report,
                            time.monotonic() - started)
     backend.load(ref, cubin)  # the last word: the shipped cubin against the untouched one
-    check = backend.check(final, K_ACCEPT, seed=30_000 + settings.seed)
+    check = backend.check(final, K_ACCEPT, seed=30_000 + request.seed)
     timing = backend.time(final, rounds=15, reps=20) if check.valid else None
     decision = decide(verifier_problems=[], check=check, timing=timing)
     report["final"] = decision.as_dict()
@@ -343,7 +345,8 @@ class CudaTuning:
     @classmethod
     def for_invocation(cls, args: Sequence[str], cwd: Path, *, store: Any, emit: Any) -> CudaTuning | None:
         """The declarations that apply to this compile (None: none do, or there is no project)."""
-        from kbuild.config import env_setting, load_settings
+        from kbuild.settings.sources import load_settings
+        from kbuild.settings.variables import env_setting
 
         sources = compiled_sources(args, cwd)
         if not sources:
@@ -472,8 +475,8 @@ class CudaTuning:
         python_path = [str(self.settings.project_dir / p) for p in self.settings.python_path]
         backend = WorkerClient()
         try:
-            out = tune_kernel(self.settings, cubin=data, symbol=symbol, bench=k.bench, python_path=python_path,
-                              variants=variants, backend=backend)
+            out = tune_kernel(self.settings.tune_request(), cubin=data, symbol=symbol, bench=k.bench,
+                              python_path=python_path, variants=variants, backend=backend)
         finally:
             backend.close()
         gpu = next((g.name for g in local_gpus() if g.cc == cc), None)

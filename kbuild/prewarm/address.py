@@ -1,4 +1,4 @@
-"""The Ray address of ``kbuild prewarm --ray``: its form, and whether a Ray cluster answers there, within a deadline.
+"""The Ray address of ``kbuild prewarm --ray``: whether a Ray cluster answers there, within a deadline.
 
 ``ray.init(address=...)`` retries an address where no cluster answers for minutes: 20 attempts
 (``RAY_NUM_REDIS_GET_RETRIES``), each a 5 s gRPC connect (``RAY_gcs_rpc_server_connect_timeout_s``) and a 30 s
@@ -7,9 +7,10 @@ server listens); its C++ waits do not return to Python, so no signal or thread c
 address without ``ray[client]`` is a ValueError, and any other ``scheme://`` makes Ray import a module of that
 name. So kbuild checks an address before Ray sees it:
 
-1. its form (:func:`parse`; the settings model runs it on ``[tool.kbuild.prewarm] address`` and on ``--ray``):
-   ``auto``, ``local``, ``host:port`` (a cluster's GCS, as ``ray start --head`` prints it) or ``ray://host[:port]``
-   (a Ray Client server; port 10001 by default). Anything else is a :class:`~kbuild.errors.ConfigError` (exit 2).
+1. its form (:func:`kbuild.settings.ray_address.parse`; the settings model runs it on ``[tool.kbuild.prewarm]
+   address`` and on ``--ray``): ``auto``, ``local``, ``host:port`` (a cluster's GCS, as ``ray start --head`` prints
+   it) or ``ray://host[:port]`` (a Ray Client server; port 10001 by default). Anything else is a
+   :class:`~kbuild.errors.ConfigError` (exit 2).
 2. that a cluster answers there (:func:`check_reachable`, within ``[tool.kbuild.prewarm] connect_timeout``
    seconds in all): the host name resolves, a TCP connection opens, and what listens answers a gRPC call, as
    Ray's servers (the GCS, the Ray Client server) do: one unary call over plain HTTP/2, written here by hand
@@ -28,71 +29,15 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from dataclasses import dataclass
 
 from kbuild.errors import ClusterUnreachableError
+from kbuild.settings.ray_address import RayAddress
 
-#: The Ray Client server's port when a ``ray://`` address names none.
-RAY_CLIENT_PORT = 10001
 #: HTTP/2 (RFC 9113): the client's connection preface, then an empty SETTINGS frame (section 3.4); frame types.
 _H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
 _H2_DATA, _H2_HEADERS, _H2_RST_STREAM, _H2_SETTINGS, _H2_GOAWAY = 0x0, 0x1, 0x3, 0x4, 0x7
 #: The gRPC method the probe calls: the first one Ray's own client calls on a GCS (read-only).
 _GRPC_PATH = b"/ray.rpc.NodeInfoGcsService/GetClusterId"
-_FORMS = "auto, local, HOST:PORT (the cluster's GCS, e.g. head-node:6379) or ray://HOST[:PORT] (a Ray Client server)"
-
-
-@dataclass(frozen=True)
-class RayAddress:
-    """An address :func:`parse` accepted: ``kind`` is ``auto``, ``local``, ``gcs`` or ``client``."""
-
-    text: str
-    kind: str
-    host: str = ""
-    port: int = 0
-
-    @property
-    def endpoint(self) -> str:
-        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
-
-
-def parse(text: str) -> RayAddress:
-    """``text`` as a Ray address (the forms in the module docstring); a ValueError saying what is wrong."""
-    if text in ("auto", "local"):
-        return RayAddress(text, text)
-    if not text or text != text.strip() or any(c.isspace() or not c.isprintable() for c in text):
-        raise ValueError(f"{text!r} is not a Ray address; expected {_FORMS}")
-    kind, rest, default_port = "gcs", text, None
-    if "://" in text:
-        scheme, _, rest = text.partition("://")
-        if scheme != "ray":
-            raise ValueError(f"{text!r}: the scheme {scheme!r}:// is not one kbuild joins a Ray cluster by; "
-                             f"expected {_FORMS}")
-        kind, default_port = "client", RAY_CLIENT_PORT
-    host, port_text = _split_host_port(rest)
-    if port_text is None:
-        if default_port is None:
-            raise ValueError(f"{text!r} names no port; expected {_FORMS}")
-        port = default_port
-    else:
-        if not port_text.isdigit() or not 0 < int(port_text) < 65536:
-            raise ValueError(f"{text!r}: the port {port_text!r} is not a number from 1 to 65535")
-        port = int(port_text)
-    if not host or "/" in host or "@" in host or len(host) > 253:
-        raise ValueError(f"{text!r} is not a Ray address; expected {_FORMS}")
-    return RayAddress(text, kind, host, port)
-
-
-def _split_host_port(rest: str) -> tuple[str, str | None]:
-    if rest.startswith("["):  # [IPv6]:port
-        host, sep, tail = rest[1:].partition("]")
-        if not sep or (tail and not tail.startswith(":")):
-            raise ValueError(f"{rest!r} is not a Ray address; expected {_FORMS}")
-        return host, tail[1:] if tail else None
-    if rest.count(":") > 1:
-        raise ValueError(f"{rest!r}: write an IPv6 address in brackets, [ADDRESS]:PORT")
-    host, sep, port = rest.partition(":")
-    return host, port if sep else None
 
 
 def _resolve(address: RayAddress, seconds: float) -> list[tuple[int, tuple[object, ...]]]:

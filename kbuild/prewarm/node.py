@@ -14,7 +14,7 @@ import socket
 from pathlib import Path
 from typing import Any
 
-from kbuild.config import Settings
+from kbuild.settings.model import Settings
 
 #: The custom resource a GPU node declares once per GPU of compute capability ``cc``: ``kbuild_sm_<cc>``.
 RESOURCE_PREFIX = "kbuild_sm_"

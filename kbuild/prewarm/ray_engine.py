@@ -83,8 +83,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kbuild.config import Settings, apply_flag, env_value, parse_bool
 from kbuild.errors import ClusterUnreachableError, KBuildError, MissingDependencyError, UsageError
+from kbuild.settings.environ import env_value, parse_bool
+from kbuild.settings.model import Settings
+from kbuild.settings.sources import apply_flag
+from kbuild.targets import Target
 
 from .node import node_resources, ray_error, resource_name
 from .tasks import leases_of, model_key, shared_store
@@ -145,8 +148,8 @@ class Entry:
     """One kernel × target of the run, as the driver tracks it."""
 
     kernel: str
-    target: str
-    cc: int
+    target: Target
+    """Parsed once by the driver and handed to the tasks as it is (a node never parses its name again)."""
     key: str
     state: str = "queued"
     """queued → running → found | tuned | failed; ``waiting`` while another prewarm holds its lease."""
@@ -155,6 +158,10 @@ class Entry:
     retry_at: float = 0.0
     shards: list[dict[str, Any]] = field(default_factory=list)
     """Its level-1 compile shards as the board last reported them (:mod:`kbuild.prewarm.shards`)."""
+
+    @property
+    def cc(self) -> int:
+        return self.target.cc
 
     @property
     def finished(self) -> bool:
@@ -178,7 +185,7 @@ class TargetCounts:
 def counts_by_target(entries: Sequence[Entry]) -> dict[str, TargetCounts]:
     out: dict[str, TargetCounts] = {}
     for e in entries:
-        c = out.setdefault(e.target, TargetCounts())
+        c = out.setdefault(e.target.name, TargetCounts())
         c.total += 1
         c.done += e.finished
         c.running += e.state == "running"
@@ -212,7 +219,7 @@ def prewarm_ray(settings: Settings, *, address: str | None = None, targets: Sequ
     ``on_update`` hears the entries whenever one changes state; ``ship`` (when this call starts Ray) sends the
     project and kbuild to the nodes through Ray's ``runtime_env`` (:func:`ship_env`).
 
-    ``address`` and ``lease_seconds`` are held to the settings model's rules (:func:`kbuild.config.apply_flag`),
+    ``address`` and ``lease_seconds`` are held to the settings model's rules (:func:`kbuild.settings.sources.apply_flag`),
     and, when this call starts Ray, the address to :func:`check_cluster`'s, before any kernel is imported."""
     from kbuild.build.prewarm import with_remote
     from kbuild.build.resolve import select_kernels, select_targets, specs_and_keys
@@ -240,9 +247,9 @@ def prewarm_ray(settings: Settings, *, address: str | None = None, targets: Sequ
         for b in builds:
             assert b.tuned_key is not None  # tune != "off"
             key = model_key(b.tuned_key) if backend == "model" else b.tuned_key
-            e = Entry(kernel=b.spec.name, target=b.target.name, cc=b.target.cc, key=key.hex)
+            e = Entry(kernel=b.spec.name, target=b.target, key=key.hex)
             if store.get(key.hex) is not None:
-                e.state, e.result = "found", {"kernel": e.kernel, "target": e.target, "key": e.key, "state": "found",
+                e.state, e.result = "found", {"kernel": e.kernel, "target": e.target.name, "key": e.key, "state": "found",
                                               "host": "(driver)"}
             entries.append(e)
     keyed = time.time()
@@ -265,7 +272,7 @@ def prewarm_ray(settings: Settings, *, address: str | None = None, targets: Sequ
         "engine": "ray", "backend": backend, "run_id": run_id, "seconds": round(time.time() - started, 3),
         "stores": [r.url for r in settings.remotes if r.writable],
         "counts": {t: dataclasses.asdict(c) for t, c in counts_by_target(entries).items()},
-        "entries": [{**e.result, "kernel": e.kernel, "target": e.target, "key": e.key, "state": e.state,
+        "entries": [{**e.result, "kernel": e.kernel, "target": e.target.name, "key": e.key, "state": e.state,
                      "attempts": e.attempts, "shards": e.shards} for e in entries],
         "failures": failures, "shipped": shipped, "nodes": by_node(entries), "workers": workers,
         "phases": {"keys_seconds": round(keyed - started, 3), "ray_init_seconds": round(joined - keyed, 3)},
@@ -298,7 +305,7 @@ def by_node(entries: Sequence[Entry]) -> list[dict[str, Any]]:
             if t.get("finished") is not None:
                 row["last_finish"] = max(x for x in (row["last_finish"], t["finished"]) if x is not None)
             if kind == "tune":
-                row["entries"].append({"kernel": e.kernel, "target": e.target, "state": t.get("state"),
+                row["entries"].append({"kernel": e.kernel, "target": e.target.name, "state": t.get("state"),
                                        "seconds": t.get("seconds")})
     return sorted(out.values(), key=lambda r: (str(r["host"]), str(r["node"]), r["gpu_ids"]))
 
@@ -327,7 +334,8 @@ def check_cluster(settings: Settings, *, given: bool = True) -> str | None:
     ``--ray`` when ``given``). Unset or ``auto``: the address Ray would find (``RAY_ADDRESS``, or a cluster ``ray
     start`` made here), checked the same way, or None when it finds none (a new local cluster then). Returns the
     address to hand to ``ray.init`` (``local``: start one here)."""
-    from kbuild.prewarm.address import check_reachable, parse
+    from kbuild.prewarm.address import check_reachable
+    from kbuild.settings.ray_address import parse
 
     text = settings.prewarm.address or "auto"
     where = _where_address(settings, given and settings.prewarm.address is not None)
@@ -444,7 +452,7 @@ def _run(ray: Any, settings: Settings, entries: list[Entry], *, run_id: str, bac
         e = entries[i]
         where = where or {}
         e.state = "failed"
-        e.result = {"kernel": e.kernel, "target": e.target, "key": e.key, "state": "failed", "node": where.get("node"),
+        e.result = {"kernel": e.kernel, "target": e.target.name, "key": e.key, "state": "failed", "node": where.get("node"),
                     "gpu": where.get("gpu"), "host": where.get("host"), "error": error}
 
     for i, e in enumerate(entries):
@@ -470,7 +478,7 @@ def _run(ray: Any, settings: Settings, entries: list[Entry], *, run_id: str, bac
                 e.attempts += 1
                 e.state = "queued"
                 w.state = "busy"
-                w.entries.append(f"{e.kernel}/{e.target}")
+                w.entries.append(f"{e.kernel}/{e.target.name}")
                 ref = w.handle.tune.remote(settings, e.kernel, e.target, baselines[i], run_id=run_id,
                                            expected_key=e.key, backend=backend, lease_seconds=lease_seconds,
                                            tuner=tuner, board=board, index=i, shipped=shipped,

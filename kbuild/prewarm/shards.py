@@ -2,7 +2,7 @@
 compiled by Ray CPU tasks on the cluster's nodes, a few per task, while its one GPU task measures.
 
 **What runs where.** For a kernel that declares a configuration space (``space`` or ``configs`` in
-``[tool.kbuild.kernels]``, :mod:`kbuild.space`), the tune of a kernel × target (on a tune worker holding one GPU of the target, :mod:`kbuild.prewarm.workers`) runs the two-level search as a single machine does
+``[tool.kbuild.kernels]``, :mod:`kbuild.declarations.space`), the tune of a kernel × target (on a tune worker holding one GPU of the target, :mod:`kbuild.prewarm.workers`) runs the two-level search as a single machine does
 (:func:`kbuild.build.tuning.tune_build`; the cost model's :func:`~kbuild.prewarm.tasks.model_tuner`), with
 one change: level 1's measurer gets a :class:`ShardPool` instead of the local process pool
 (:class:`kbuild.tune.level1.compile.CompilePool`). When the racing search proposes a batch of configurations
@@ -10,7 +10,7 @@ one change: level 1's measurer gets a :class:`ShardPool` instead of the local pr
 no GPU (:func:`compile_shard`); when the search needs one (``prepare``), the pool waits for its shard's result.
 The shard compiles exactly as the local pool's children do (:func:`kbuild.tune.level1.compile.compile_configs`:
 the bench spec loaded once per compile process, line info off, a private Triton cache, each configuration stopped
-past the node's ``compile_timeout``), so the measurer sees the
+past the tuning request's ``compile_timeout``, :class:`kbuild.settings.model.TuneRequest`), so the measurer sees the
 same cubins and metadata, the search the same verdicts, and a run on the cost model chooses the same
 configuration with the same seed as the single-process prewarm (tests/prewarm_ray/test_shards.py checks it).
 
@@ -65,7 +65,7 @@ import time
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from kbuild.config import Settings
+from kbuild.settings.model import Settings
 
 from .node import on_node, ray_error, where
 
@@ -84,10 +84,11 @@ def shard_size(n: int, cpus: float) -> int:
 
 
 def compile_shard(settings: Settings, shipped: bool, ref: str, small: bool, configs: Sequence[dict[str, Any]],
-                  arch: int, *, shard: dict[str, Any], board: Any) -> dict[str, Any]:
+                  arch: int, *, timeout: float, shard: dict[str, Any], board: Any) -> dict[str, Any]:
     """The Ray task: compile ``configs`` (``Config.as_dict()`` each) of the bench spec ``ref`` for ``sm_<arch>`` on
-    this node; ``{"compiled": [CompiledConfig, ...] in order, "task": what this task did}``. ``shard``: its id and
-    owner (``index``, ``kernel``, ``target``); ``board``: the driver's board, told of the start and the end."""
+    this node, each stopped past ``timeout`` seconds; ``{"compiled": [CompiledConfig, ...] in order, "task": what
+    this task did}``. ``shard``: its id and owner (``index``, ``kernel``, ``target``); ``board``: the driver's board,
+    told of the start and the end."""
     from kbuild.tune.level1.compile import compile_configs
 
     here = where()
@@ -96,7 +97,7 @@ def compile_shard(settings: Settings, shipped: bool, ref: str, small: bool, conf
         board.shard.remote(shard["id"], "start", {**shard, **here, "started": started})
     node_settings = on_node(settings, shipped)
     python_path = tuple(str(node_settings.project_dir / p) for p in node_settings.python_path)
-    compiled = compile_configs(ref, small, python_path, configs, arch, timeout=node_settings.compile_timeout)
+    compiled = compile_configs(ref, small, python_path, configs, arch, timeout=timeout)
     finished = time.time()
     record = {**shard, **here, "started": started, "finished": finished, "seconds": round(finished - started, 3),
               "compiled": sum(c.payload is not None for c in compiled),
@@ -108,16 +109,19 @@ def compile_shard(settings: Settings, shipped: bool, ref: str, small: bool, conf
 
 class ShardPool:
     """A :class:`kbuild.tune.level1.compile.Compiler` whose compiles run as Ray CPU tasks (see the module
-    docstring); made inside a tune (on a tune worker), where Ray is initialised. ``owner``: ``index``, ``kernel`` and ``target``
-    of the entry (copied into every shard's report), ``prefix``: what makes its shard ids unique in the run."""
+    docstring); made inside a tune (on a tune worker), where Ray is initialised. ``timeout``: the seconds one
+    configuration's compile may take (None: the ``compile_timeout`` of ``settings``, the tuning request's when a
+    measurer makes the pool); ``owner``: ``index``, ``kernel`` and ``target`` of the entry (copied into every shard's
+    report), ``prefix``: what makes its shard ids unique in the run."""
 
     def __init__(self, spec: BenchSpec, arch: int, *, settings: Settings, shipped: bool, owner: dict[str, Any],
-                 prefix: str, board: Any = None, max_retries: int = 3, small: bool = False,
-                 cpus: float | None = None) -> None:
+                 prefix: str, timeout: float | None = None, board: Any = None, max_retries: int = 3,
+                 small: bool = False, cpus: float | None = None) -> None:
         import ray
 
         self.ray: Any = ray  # Ray's typing knows remote functions of no arguments only
         self.spec, self.arch, self.settings, self.shipped, self.small = spec, arch, settings, shipped, small
+        self.timeout = settings.compile_timeout if timeout is None else timeout
         self.owner, self.prefix, self.board = dict(owner), prefix, board
         self.cpus = cpus if cpus is not None else float(ray.cluster_resources().get("CPU", 1.0))
         self._task = self.ray.remote(num_cpus=1, num_gpus=0, max_retries=max_retries,
@@ -147,8 +151,8 @@ class ShardPool:
             sid = f"{self.prefix}/{len(self.records)}"
             shard = {**self.owner, "id": sid, "configs": [label for label, _ in chunk]}
             self._refs[sid] = self._task.remote(self.settings, self.shipped, self.spec.ref, self.small,
-                                                [c.as_dict() for _, c in chunk], self.arch, shard=shard,
-                                                board=self.board)
+                                                [c.as_dict() for _, c in chunk], self.arch, timeout=self.timeout,
+                                                shard=shard, board=self.board)
             self._members[sid] = [label for label, _ in chunk]
             self.records[sid] = {**shard, "state": "submitted"}
             for label, _ in chunk:

@@ -22,8 +22,9 @@ import uuid
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from kbuild.config import Settings
 from kbuild.errors import KBuildError, UsageError
+from kbuild.settings.model import Settings
+from kbuild.targets import Target
 
 from .node import on_node, resource_name, where
 
@@ -73,24 +74,23 @@ def leases_of(store: Any) -> Any:
     return leases_for(store.tiers[0].backend)
 
 
-def build_for(settings: Settings, kernel: str, target: str, backend: str) -> KernelBuild:
+def build_for(settings: Settings, kernel: str, target: Target, backend: str) -> KernelBuild:
     """``kernel`` × ``target`` resolved and keyed as a build does it; for the cost model (``backend="model"``) its
     tuned key is the model's own (:func:`model_key`)."""
-    from kbuild.build.resolve import resolve, select_targets
+    from kbuild.build.resolve import resolve
 
-
-    (b,) = resolve(settings, [settings.kernel(kernel)], select_targets(settings, [target]))
+    (b,) = resolve(settings, [settings.kernel(kernel)], [target])
     if backend == "model" and b.tuned_key is not None:
         b.tuned_key = model_key(b.tuned_key)
     return b
 
 
-def compile_baseline(settings: Settings, kernel: str, target: str) -> Any:
+def compile_baseline(settings: Settings, kernel: str, target: Target) -> Any:
     """The baseline artefact of ``kernel`` × ``target``: from the shared tier, or compiled here and put there."""
     return _compile(settings, kernel, target)[0]
 
 
-def _compile(settings: Settings, kernel: str, target: str) -> tuple[Artefact, bool]:
+def _compile(settings: Settings, kernel: str, target: Target) -> tuple[Artefact, bool]:
     from kbuild.build.baselines import compile_baselines
 
     b = build_for(settings, kernel, target, "gpu")
@@ -103,7 +103,7 @@ def _compile(settings: Settings, kernel: str, target: str) -> tuple[Artefact, bo
     return b.artefact, compiled
 
 
-def compile_task(settings: Settings, kernel: str, target: str, *, shipped: bool = False) -> dict[str, Any]:
+def compile_task(settings: Settings, kernel: str, target: Target, *, shipped: bool = False) -> dict[str, Any]:
     """The Ray compile task: the baseline (``artefact``) and what this task did (``task``: where, when, whether it
     compiled or found the baseline)."""
     here = where()
@@ -141,7 +141,7 @@ class _Renewer(threading.Thread):
         self.join(timeout=5)
 
 
-def tune_entry(settings: Settings, kernel: str, target: str, baseline: Any, *, run_id: str, expected_key: str,
+def tune_entry(settings: Settings, kernel: str, target: Target, baseline: Any, *, run_id: str, expected_key: str,
                backend: str = "gpu", lease_seconds: float = 300.0, tuner: Callable[..., Any] | None = None,
                on_start: Callable[[dict[str, Any]], None] | None = None, pool: Any = None) -> dict[str, Any]:
     """Tune one kernel × target under a lease in the shared tier and store the result; a result record.
@@ -154,14 +154,14 @@ def tune_entry(settings: Settings, kernel: str, target: str, baseline: Any, *, r
     if on_start is not None:
         on_start(here)
     started = time.time()
-    record: dict[str, Any] = {"kernel": kernel, "target": target, "key": expected_key, **here, "started": started}
+    record: dict[str, Any] = {"kernel": kernel, "target": target.name, "key": expected_key, **here, "started": started}
     out = _tune_entry(settings, kernel, target, baseline, record, run_id=run_id, expected_key=expected_key,
                       backend=backend, lease_seconds=lease_seconds, tuner=tuner, pool=pool)
     finished = time.time()
     return {**out, "finished": finished, "seconds": round(finished - started, 3)}
 
 
-def _tune_entry(settings: Settings, kernel: str, target: str, baseline: Any, record: dict[str, Any], *, run_id: str,
+def _tune_entry(settings: Settings, kernel: str, target: Target, baseline: Any, record: dict[str, Any], *, run_id: str,
                 expected_key: str, backend: str, lease_seconds: float,
                 tuner: Callable[..., Any] | None, pool: Any = None) -> dict[str, Any]:
     owner = {k: record.get(k) for k in ("host", "node", "pid", "gpu", "gpu_ids")}
@@ -237,7 +237,7 @@ def model_tuner(settings: Settings, b: KernelBuild, *, pool: Any = None) -> Arte
                                                                 "backend": MODEL_BACKEND})
 
 
-def tune_task(settings: Settings, kernel: str, target: str, compiled: dict[str, Any], *, run_id: str,
+def tune_task(settings: Settings, kernel: str, target: Target, compiled: dict[str, Any], *, run_id: str,
               expected_key: str, backend: str, lease_seconds: float, tuner: Callable[..., Any] | None, board: Any,
               index: int, shipped: bool = False, max_retries: int = 3) -> dict[str, Any]:
     """One entry's tune on a tune worker (:meth:`kbuild.prewarm.workers.TuneWorker.tune`) around :func:`tune_entry`
@@ -254,9 +254,9 @@ def tune_task(settings: Settings, kernel: str, target: str, compiled: dict[str, 
         if board is not None:
             board.started.remote(index, here)
 
-    def pool(spec: Any, arch: int) -> ShardPool:
-        made = ShardPool(spec, arch, settings=settings, shipped=shipped, board=board, max_retries=max_retries,
-                         owner={"index": index, "kernel": kernel, "target": target},
+    def pool(spec: Any, arch: int, timeout: float | None) -> ShardPool:
+        made = ShardPool(spec, arch, timeout=timeout, settings=settings, shipped=shipped, board=board,
+                         max_retries=max_retries, owner={"index": index, "kernel": kernel, "target": target.name},
                          prefix=f"{prefix}.{len(pools)}" if pools else prefix)
         pools.append(made)
         return made

@@ -182,8 +182,8 @@ class _FunctionState:
 def direct_enabled() -> bool:
     """``KBUILD_RUNTIME`` on and ``KBUILD_RUNTIME_LAUNCH=direct`` (memoised on the two variables' values: this is
     asked on every launch). A bad value turns direct launch off (``runtime_disabled`` warns about its own)."""
-    from kbuild.config import env_raw, env_setting
     from kbuild.errors import ConfigError
+    from kbuild.settings.variables import env_raw, env_setting
 
     memo = env_raw("runtime", "runtime_launch")
     found = STATE.launch_modes.get(memo)

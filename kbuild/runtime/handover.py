@@ -12,7 +12,7 @@ the other side. Nothing is recompiled and no shared cache directory is involved.
 
 The run time's zero-JIT loader (:mod:`kbuild.runtime.loader`) uses the same rebuild for a shipped
 cubin and the Triton metadata recorded in the package's index, so this module lives in
-:mod:`kbuild.runtime` (the core); :mod:`kbuild.tune.measure.handover` re-exports it.
+:mod:`kbuild.runtime` (the core), which the tuner (:mod:`kbuild.tune.level1.compile`, the measurement worker) imports.
 
 Importing this module imports neither torch nor triton.
 """

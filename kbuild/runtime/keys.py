@@ -37,7 +37,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from kbuild.config import KernelSettings
+from kbuild.declarations.kernel import KernelSettings
 from kbuild.distributions import installed_version
 from kbuild.key import KernelKey, compiler_component, kernel_key
 from kbuild.targets import Target

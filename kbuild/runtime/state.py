@@ -24,15 +24,15 @@ import threading
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from kbuild.config import env_setting
 from kbuild.errors import ConfigError
 from kbuild.runtime.index import Index, ShippedEntry
 from kbuild.runtime.verify import REFUSED, Expected, Refused, cubin_mismatch, read_cubin
+from kbuild.settings.variables import env_setting
 
 log = logging.getLogger("kbuild.runtime")
 
 #: Environment variable that turns the run-time substitution off (``off``, ``0``, ``false``, ``no``): the
-#: settings' ``runtime`` field (:mod:`kbuild.config`).
+#: settings' ``runtime`` field (:mod:`kbuild.settings.model`).
 RUNTIME_ENV = "KBUILD_RUNTIME"
 
 _MAX_EVENTS = 1000

@@ -101,7 +101,7 @@ def read_cubin(data_dir: Path, entry: Mapping[str, Any]) -> bytes:
 def entry_params(signature: Mapping[str, Any]) -> list[int | None]:
     """Parameter sizes a declared signature (kbuild notation) gives, in the order given: none for ``:1`` and
     ``"none"`` (compile-time constants); None for a type whose width is not known."""
-    from kbuild.compile.signature import parse_type
+    from kbuild.declarations.signature import parse_type
 
     out: list[int | None] = []
     for text in signature.values():

@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from kbuild import console
-from kbuild.config import MAX_SEED
 from kbuild.errors import ExitCode, UsageError
+from kbuild.settings.model import MAX_SEED
 
 # The SASS engine (numpy, the [tune] extra) is imported by the verbs, not here: the kbuild CLI builds its
 # parser on the core dependencies alone.

@@ -1,5 +1,5 @@
 import json
 
-from kbuild.config import json_schema
+from kbuild.schema import json_schema
 
 print(json.dumps(json_schema(), indent=2, sort_keys=True))

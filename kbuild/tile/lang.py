@@ -48,7 +48,7 @@ DIMS = {"M": 0, "N": 1}
 #: groups of ``K``, the rows of a quantised weight's scales)
 TENSOR_DIMS = ("MN", "N", "M", "MK", "KN", "GN")
 #: types a runtime :class:`Scalar` parameter may have: the scalar types of the signature grammar
-#: (:data:`kbuild.compile.signature.SCALAR_TYPES`)
+#: (:data:`kbuild.declarations.signature.SCALAR_TYPES`)
 SCALAR_DTYPES = ("i1", "i8", "i16", "i32", "i64", "u8", "u16", "u32", "u64", "fp16", "bf16", "fp32", "fp64")
 
 

@@ -4,7 +4,8 @@
 search over the gym env of :mod:`.env`, with the searchers of :mod:`.search` and the policy of
 :mod:`.policy`), judged by :mod:`.accept`; :mod:`.report_html` explains a result. It drives
 :mod:`kbuild.sass` and the measurement backends in :mod:`kbuild.tune.measure`, and returns result
-objects. It never touches stores.
+objects. It never touches stores. What to spend and how to search comes whole, as one
+:class:`kbuild.settings.model.TuneRequest` made from the settings.
 """
 
 #: Bumped whenever a change to the tuner can change which schedule it picks; part of every key.

@@ -21,13 +21,14 @@ from __future__ import annotations
 import io
 import math
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from kbuild import __version__
 from kbuild.extras import needs
 from kbuild.fsutil import write_atomic
+from kbuild.settings.model import TuneRequest
 from kbuild.tune import TUNER_VERSION
 from kbuild.tune.accept import Decision, aa_spread, decide, racy_baseline
 from kbuild.tune.measure.backend import K_ACCEPT, MODEL_BACKEND, Backend, KernelRef, TimeResult
@@ -37,7 +38,7 @@ from kbuild.tune.measure.backend import K_ACCEPT, MODEL_BACKEND, Backend, Kernel
 with needs("tune", "tuning (kbuild.tune)"):
     from kbuild.tune.env import SassScheduleEnv
     from kbuild.tune.evaluate import BackendEvaluator, Budget, Evaluator, ModelEvaluator
-    from kbuild.tune.search import ALGORITHMS, DEFAULT_ALGORITHM, DEFAULT_POLICY, SearchResult, run_search
+    from kbuild.tune.search import ALGORITHMS, SearchResult, run_search
 
 
 @dataclass
@@ -151,19 +152,19 @@ def confirm(schedule: Any, searches: dict[str, SearchResult], backend: Backend) 
     schedule.reset()
 
 
-def tune(baseline: bytes, *, kernel: str | None = None, backend: Backend | None = None,
-         kernel_ref: KernelRef | None = None, algorithms: Sequence[str] = (DEFAULT_ALGORITHM,), evaluations: int = 200,
-         seconds: float = 600.0, seed: int = 0, horizon: int = 32, max_movable: int = 256,
-         kinds: Sequence[str] = ("moves",), policy: str | None = DEFAULT_POLICY,
+def tune(baseline: bytes, request: TuneRequest, *, kernel: str | None = None, backend: Backend | None = None,
+         kernel_ref: KernelRef | None = None, max_movable: int = 256,
          on_progress: Callable[[str, int, float], None] | None = None) -> TuneResult:
-    """Search every algorithm on its own budget; verify and (on a GPU backend) accept the best.
+    """Search every algorithm of ``request`` on its own budget (its ``evaluations`` and ``seconds``, ``seed``,
+    ``horizon``); verify and (on a GPU backend) accept the best.
 
-    ``kinds`` are the SASS edit kinds the searches may use (:data:`kbuild.tune.env.KINDS`: one-slot
-    ``moves``, ``far`` moves, ``yield``, ``reuse`` and ``stall`` edits); ``policy`` is PPO's starting point
+    ``request.kinds`` are the SASS edit kinds the searches may use (:data:`kbuild.tune.env.KINDS`: one-slot
+    ``moves``, ``far`` moves, ``yield``, ``reuse`` and ``stall`` edits); ``request.policy`` is PPO's starting point
     (a checkpoint path, ``"default"`` or None: from scratch)."""
     from kbuild.sass.schedule import Schedule
     from kbuild.sass.verify import Verifier
 
+    algorithms, seed = request.algorithms, request.seed
     for a in algorithms:
         if a not in ALGORITHMS:
             raise ValueError(f"unknown algorithm {a!r}; expected one of {', '.join(ALGORITHMS)}")
@@ -191,13 +192,14 @@ def tune(baseline: bytes, *, kernel: str | None = None, backend: Backend | None 
     region: dict[str, Any] = {}
     for i, algorithm in enumerate(algorithms):
         schedule.reset()
-        budget = Budget(evaluations, seconds)
+        budget = Budget(request.evaluations, request.seconds)
         evaluator: Evaluator = (BackendEvaluator(backend, budget, seed=seed * 1000 + i) if backend is not None
                                 else ModelEvaluator(schedule, budget))
-        env = SassScheduleEnv(schedule, evaluator, horizon=horizon, max_movable=max_movable, kinds=tuple(kinds))
+        env = SassScheduleEnv(schedule, evaluator, horizon=request.horizon, max_movable=max_movable,
+                              kinds=tuple(request.kinds))
         movable = len(env.movable)
         region = describe_region(schedule, env.region)
-        searches[algorithm] = run_search(algorithm, env, seed=seed, policy=policy)
+        searches[algorithm] = run_search(algorithm, env, seed=seed, policy=request.policy)
         if on_progress is not None:
             on_progress(algorithm, budget.used, searches[algorithm].best_ratio)
     schedule.reset()

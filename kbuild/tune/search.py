@@ -33,13 +33,16 @@ from typing import Any
 import numpy as np
 
 from kbuild.arch import DEFAULT_SM
+from kbuild.settings.model import Settings, TuneRequest
 from kbuild.tune.env import SassScheduleEnv
 
 ALGORITHMS = ("ppo", "random", "greedy")
-DEFAULT_ALGORITHM = "greedy"
-"""The one searcher run on a kernel's whole budget when no algorithm is named (see the module docstring)."""
-DEFAULT_POLICY = "default"
-"""``ppo_search(policy=DEFAULT_POLICY)``: the shipped checkpoint when present, else from scratch."""
+DEFAULT_ALGORITHM: str = Settings.__dataclass_fields__["algorithm"].default  # type: ignore[assignment]
+"""The one searcher run on a kernel's whole budget when no algorithm is named (see the module docstring): the
+settings model's default ``algorithm``."""
+DEFAULT_POLICY: str = TuneRequest.__dataclass_fields__["policy"].default  # type: ignore[assignment]
+"""``ppo_search(policy=DEFAULT_POLICY)``: the shipped checkpoint when present, else from scratch (a
+:class:`~kbuild.settings.model.TuneRequest`'s default policy)."""
 
 
 @dataclass

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kbuild.bench.spec import BenchSpec, Config
+from kbuild.settings.model import TuneRequest
 
 LEVEL1_SHARE = 0.3
 """Fraction of the evaluation budget that level 1 may spend."""
@@ -117,16 +118,14 @@ def spec_baseline(spec: BenchSpec, arch: int) -> Baseline:
     return build
 
 
-def tune_two_level(spec: BenchSpec, arch: int, *, measurer: Any, backend: Any | None,
+def tune_two_level(spec: BenchSpec, arch: int, request: TuneRequest, *, measurer: Any, backend: Any | None,
                    kernel_ref: Callable[[Config], Any] | None, baseline: Baseline | None = None,
-                   evaluations: int = 1000, seconds: float = 600.0, top: int = 2,
-                   algorithms: Sequence[str] = ("greedy",), kinds: Sequence[str] = ("moves",), seed: int = 0,
-                   method: str = "racing", default: Config | None = None, policy: str | None = "default",
-                   on_progress: Callable[[str], None] | None = None) -> TwoLevelResult:
-    """Level 1 over ``spec.search_space()`` with ``measurer`` (a :class:`kbuild.tune.level1.ConfigMeasurer`),
-    then level 2 on the best ``top`` configurations with ``backend`` (a SASS measurement backend; None: the
-    CPU cost model), whose kernels the worker finds through ``kernel_ref(config)`` and whose untouched cubins
-    come from ``baseline(config)`` (default: compiled from the spec). See the module docstring."""
+                   default: Config | None = None, on_progress: Callable[[str], None] | None = None) -> TwoLevelResult:
+    """Level 1 over ``spec.search_space()`` with ``measurer`` (a :class:`kbuild.tune.level1.ConfigMeasurer`; its
+    ``request.method``), then level 2 on the best ``request.top`` configurations with ``backend`` (a SASS
+    measurement backend; None: the CPU cost model), whose kernels the worker finds through ``kernel_ref(config)``
+    and whose untouched cubins come from ``baseline(config)`` (default: compiled from the spec); both within
+    ``request``'s evaluations and seconds. See the module docstring."""
     from kbuild.tune.api import tune
     from kbuild.tune.level1 import search_configs
 
@@ -135,9 +134,10 @@ def tune_two_level(spec: BenchSpec, arch: int, *, measurer: Any, backend: Any | 
     default = default or spec.configs[0]
     build = baseline or spec_baseline(spec, arch)
     space = spec.search_space()
+    evaluations, seconds, top = request.evaluations, request.seconds, request.top
     l1_evals = level1_budget(len(space), evaluations)
     say(f"{spec.name}: level 1 over {len(space)} configurations, ≤ {l1_evals} evaluations")
-    l1 = search_configs(spec, measurer, method=method, evaluations=l1_evals, seed=seed, top=top,  # type: ignore[arg-type]
+    l1 = search_configs(spec, measurer, method=request.method, evaluations=l1_evals, seed=request.seed, top=top,
                         batch=LEVEL1_BATCH, seconds=seconds * LEVEL1_SECONDS_SHARE, default=default)
     racy_default = l1.decision  # the default's cubin is racy: it ships, nothing else is claimed
     if racy_default:
@@ -153,8 +153,8 @@ def tune_two_level(spec: BenchSpec, arch: int, *, measurer: Any, backend: Any | 
         share_e = max(1, left_evals // (len(tops) - i))
         share_s = max(1.0, (seconds - (time.monotonic() - started)) / (len(tops) - i))
         say(f"{spec.name}: level 2 on {label}, ≤ {share_e} evaluations, ≤ {share_s:.0f} s")
-        r = tune(cubin, kernel=symbol, backend=backend, kernel_ref=kernel_ref(cfg) if kernel_ref is not None else None,
-                 algorithms=algorithms, evaluations=share_e, seconds=share_s, seed=seed, kinds=kinds, policy=policy)
+        r = tune(cubin, request.replace(evaluations=share_e, seconds=share_s), kernel=symbol, backend=backend,
+                 kernel_ref=kernel_ref(cfg) if kernel_ref is not None else None)
         level2[label] = r
         left_evals -= sum(s.evaluations for s in r.searches.values())
     speedups = {label: float(r.decision.speedup) for label, r in level2.items()

@@ -49,7 +49,7 @@ def project(root: Path) -> Path:
 
 
 def kbuild(*args: str, cwd: Path, store: Path, timeout: float = 120) -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KBUILD_")}
+    env = dict(os.environ)  # no KBUILD_* setting but those a test sets (conftest.py)
     env["KBUILD_STORE"] = str(store)
     return subprocess.run([sys.executable, "-m", "kbuild", *args], cwd=cwd, env=env, capture_output=True,
                           text=True, timeout=timeout)

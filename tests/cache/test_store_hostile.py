@@ -19,7 +19,8 @@ from hostile_helpers import assert_clean_error
 from store_helpers import drip_server, make_artefact, make_key
 
 from kbuild.cache import TierUnavailableError, open_store
-from kbuild.config import RemoteSettings, settings_from_table
+from kbuild.settings.model import RemoteSettings
+from kbuild.settings.sources import settings_from_table
 
 hostile = pytest.mark.hostile
 
@@ -32,7 +33,7 @@ def settings(store: Path, remotes: list[tuple[str, bool]] = (), secret: str | No
 
 def kbuild(*args: str, cwd: Path, env: dict[str, str] | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
     """The real command line, in a child process (its own environment, exit status and stderr)."""
-    full = {k: v for k, v in os.environ.items() if not k.startswith("KBUILD_")}
+    full = dict(os.environ)  # no KBUILD_* setting but those a test sets (conftest.py)
     full.update(env or {})
     return subprocess.run([sys.executable, "-m", "kbuild", *args], cwd=cwd, env=full, capture_output=True,
                           text=True, timeout=timeout)
@@ -388,12 +389,12 @@ def _bomb(path: Path, members: int, size: int) -> None:
 
 
 @hostile(fault="bundle bomb", outcome="clean error")
-def test_bundle_bomb_over_the_store_bound_is_refused_before_extracting(tmp_path, monkeypatch):
+def test_bundle_bomb_over_the_store_bound_is_refused_before_extracting(tmp_path, monkeypatch, kbuild_env):
     bomb = tmp_path / "bomb.tar.gz"
     _bomb(bomb, 3, 40 << 20)  # 120 MiB inside
     assert bomb.stat().st_size < 1 << 20
     store = tmp_path / "store"
-    monkeypatch.setenv("KBUILD_STORE_MAX_BYTES", str(64 << 20))
+    kbuild_env.set(store_max_bytes=64 << 20)
     monkeypatch.chdir(tmp_path)
     with peak_memory() as peak:
         code, _out, err = run_cache(["import", "--store", str(store), str(bomb)])

@@ -21,7 +21,7 @@ SECRET = "tier-faults-secret"
 
 
 def kbuild(*args: str, cwd: Path, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    full = {k: v for k, v in os.environ.items() if not k.startswith("KBUILD_")}
+    full = dict(os.environ)  # no KBUILD_* setting but those a test sets (conftest.py)
     full.update(env or {})
     return subprocess.run([sys.executable, "-m", "kbuild", *args], cwd=cwd, env=full, capture_output=True,
                           text=True, timeout=60)

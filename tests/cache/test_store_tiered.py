@@ -16,8 +16,9 @@ from store_helpers import free_port, make_artefact, make_key
 
 from kbuild.cache import Artefact, StoreFullError, StoreUsageError, TierUnavailableError, open_store
 from kbuild.cache.local import LocalBackend
-from kbuild.config import RemoteSettings, settings_from_table
 from kbuild.errors import StoreError, UsageError
+from kbuild.settings.model import RemoteSettings
+from kbuild.settings.sources import settings_from_table
 
 
 def settings(store: Path, remotes: list[tuple[str, bool]] = (), secret: str | None = None, max_bytes: int = 1 << 30):

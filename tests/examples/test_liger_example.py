@@ -111,7 +111,7 @@ def _liger_calls(dtype_name: str) -> dict[str, tuple[Any, tuple[Any, ...], dict[
 @pytest.fixture(scope="module")
 def builds() -> list[Any]:
     from kbuild.build.resolve import resolve, select_targets
-    from kbuild.config import load_settings
+    from kbuild.settings.sources import load_settings
 
     settings = load_settings(EXAMPLE / "pyproject.toml")
     return resolve(settings, settings.kernels, select_targets(settings, None))
@@ -172,8 +172,8 @@ def test_a_call_off_the_declared_shapes_misses() -> None:
     from liger_kernel.ops import rms_norm
 
     from kbuild.build.resolve import resolve, select_targets
-    from kbuild.config import load_settings
     from kbuild.runtime.keys import installed_distribution, specialization_for_call
+    from kbuild.settings.sources import load_settings
 
     settings = load_settings(EXAMPLE / "pyproject.toml")
     (b,) = resolve(settings, [settings.kernel("rms_norm_fwd_dtype_fp16")], select_targets(settings, ["sm_90"]))
@@ -190,7 +190,7 @@ def test_a_call_off_the_declared_shapes_misses() -> None:
 _FILL_STORE = """
 import sys
 from kbuild.cache import open_store
-from kbuild.config import load_settings
+from kbuild.settings.sources import load_settings
 from kbuild.build.pipeline import run_pipeline
 from kbuild.build.tuning import tuned_artefact
 settings = load_settings(sys.argv[1])

@@ -38,7 +38,7 @@ WHEEL = "kbx_jit-0.1.0-py3-none-any.whl"
 _FILL_STORE = """
 import hashlib, json, sys
 from kbuild.cache import open_store
-from kbuild.config import load_settings
+from kbuild.settings.sources import load_settings
 from kbuild.build.pipeline import run_pipeline
 from kbuild.build.tuning import tuned_artefact
 
@@ -266,9 +266,9 @@ def test_inspect_flags_a_cubin_whose_digest_does_not_match(built: dict[str, Any]
 
 
 def test_a_cmake_project_cannot_ship_package_data_and_says_so(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    from kbuild.config import read_pyproject
     from kbuild.errors import UsageError
     from kbuild.hooks.backend import plan
+    from kbuild.settings.sources import read_pyproject
 
     project = copy_project(JIT_EXAMPLE, tmp_path / "cmake-jit")
     (project / "pyproject.toml").write_text((project / "pyproject.toml").read_text() + "\n[tool.scikit-build]\n")

@@ -29,7 +29,8 @@ import pytest
 from hooks_helpers import CMAKE_EXAMPLE, ROOT, copy_project, forget_example_modules
 from script_helpers import load_benchmark
 
-from kbuild.config import load_settings
+from kbuild.settings.sources import load_settings
+from kbuild.settings.variables import Override
 
 CSRC = Path(__file__).parent / "csrc"
 SPACE = {"BLOCK_M": [64, 128], "BLOCK_N": [64, 128, 256], "BLOCK_K": [32, 64], "num_warps": [4, 8],
@@ -60,7 +61,7 @@ def test_the_example_declares_a_space_around_its_default_and_a_grid_expression()
 
 def test_the_bench_spec_launches_the_declared_default_with_the_declared_grid(monkeypatch: pytest.MonkeyPatch):
     from kbuild.bench.spec import Config, load_spec, validate_inputs, validate_spec
-    from kbuild.grid import parse_grid
+    from kbuild.declarations.grid import parse_grid
     from kbuild.tune.two_level import project_spec
 
     monkeypatch.syspath_prepend(str(CMAKE_EXAMPLE))
@@ -132,14 +133,14 @@ int main(int argc, char **argv) {
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc")
 def test_the_example_matmul_launcher_computes_the_grid_of_the_shipped_config(store: Path, tmp_path: Path,
-                                                                             monkeypatch: pytest.MonkeyPatch):
+                                                                             monkeypatch: pytest.MonkeyPatch, kbuild_env: Override):
     from kbuild.build import plan as planning
     from kbuild.build import tunable
     from kbuild.build.manifest import check_manifest, manifest_bytes
     from kbuild.emit import cuda_include_dir, write_files
 
     project = copy_project(CMAKE_EXAMPLE, tmp_path / "p")
-    monkeypatch.setenv("KBUILD_STORE", str(store))
+    kbuild_env.set(store=store)
     monkeypatch.setattr(tunable, "has_gpu", lambda cc: cc == 90)  # "an sm_90 GPU is here" (the tuner is fake)
     forget_example_modules()
     tuner = ShipPoint()

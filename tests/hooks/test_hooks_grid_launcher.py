@@ -26,8 +26,8 @@ from kbuild.build.manifest import check_manifest, manifest_bytes
 from kbuild.build.resolve import resolve
 from kbuild.build.tuning import tuned_artefact
 from kbuild.cache import Artefact
-from kbuild.config import settings_from_table
 from kbuild.emit import EmitError, EmitKernel, cuda_include_dir, render_sources, write_files
+from kbuild.settings.sources import settings_from_table
 from kbuild.targets import parse_target
 
 CSRC = Path(__file__).parent / "csrc"

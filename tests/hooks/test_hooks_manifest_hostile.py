@@ -21,6 +21,7 @@ from hostile_helpers import assert_clean_error, tree_digest
 
 from kbuild.build.manifest import MANIFEST_FORMAT, MAX_MANIFEST_BYTES, check_manifest
 from kbuild.cli import main
+from kbuild.settings.variables import Override
 
 ENTRY = {"kernel": "softmax", "target": "sm_90", "arch": "sm_90a", "key": "a" * 64, "baseline_key": "c" * 64,
          "cubin_sha256": "b" * 64, "cubin_bytes": 6432, "symbol": "softmax", "source": "pkg.mod:softmax",
@@ -254,8 +255,8 @@ def test_verify_wheel_of_a_directory(tmp_path: Path, capsys):
     pytest.param(json.dumps(manifest(cubin_bytes="1")).encode(), "kernels[0].cubin_bytes", id="cubin_bytes-str",
                  marks=pytest.mark.hostile(fault="malformed wheel manifest", outcome="clean error")),
 ])
-def test_emit_from_a_bad_manifest_writes_nothing(tmp_path: Path, capsys, monkeypatch, data: bytes, fragment: str):
-    monkeypatch.setenv("KBUILD_STORE", str(tmp_path / "store"))
+def test_emit_from_a_bad_manifest_writes_nothing(tmp_path: Path, capsys, kbuild_env: Override, data: bytes, fragment: str):
+    kbuild_env.set(store=tmp_path / "store")
     path = tmp_path / "kbuild.json"
     path.write_bytes(data)
     out_dir = tmp_path / "out"

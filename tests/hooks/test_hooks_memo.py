@@ -15,7 +15,7 @@ from hooks_helpers import CMAKE_EXAMPLE, build_env, copy_project
 
 PROBE = r"""
 import json, sys
-from kbuild.config import load_settings
+from kbuild.settings.sources import load_settings
 from kbuild.build.pipeline import run_pipeline
 exec(sys.argv[3])  # a patch of the test, run before the pipeline
 s = load_settings(sys.argv[1])
@@ -87,7 +87,7 @@ def test_a_missing_artefact_falls_back_to_a_full_resolve(tmp_path: Path, store: 
     project = copy_project(CMAKE_EXAMPLE, tmp_path / "p")
     first = probe(project, store)
     from kbuild.cache import open_store
-    from kbuild.config import settings_from_table
+    from kbuild.settings.sources import settings_from_table
 
     with open_store(settings_from_table({"store": str(store)})) as s:
         assert s.delete(first["keys"]["layernorm/sm_80"])

@@ -187,17 +187,17 @@ def test_a_literal_nothing_rebinds_is_proven(tmp_path: Path, case: str):
 
 
 def test_the_code_that_computes_keys_is_derived_from_its_imports():
-    """Issue 33: the hand-kept list missed kbuild/space.py and kbuild/compile/signature.py, so an edit of either
+    """Issue 33: the hand-kept list missed kbuild/declarations/space.py and kbuild/declarations/signature.py, so an edit of either
     left a memo in use. The list is now the import closure of the source of the code that computes keys (lazy imports included)."""
     import kbuild.build.resolve
-    import kbuild.compile.signature
+    import kbuild.declarations.signature
+    import kbuild.declarations.space
     import kbuild.key
-    import kbuild.space
     from kbuild.build.memo import _kbuild_code
 
     code = _kbuild_code()
     assert code is not None
-    for mod in (kbuild.space, kbuild.compile.signature, kbuild.key, kbuild.build.resolve):
+    for mod in (kbuild.declarations.space, kbuild.declarations.signature, kbuild.key, kbuild.build.resolve):
         assert str(Path(mod.__file__).resolve()) in {str(Path(f).resolve()) for f in code}, mod.__name__
     assert not [f for f in code if "/tests/" in f]
 

@@ -19,6 +19,7 @@ from hostile_helpers import assert_clean_error, tree_digest
 from kbuild import fsutil
 from kbuild.cli import main
 from kbuild.errors import UsageError
+from kbuild.settings.variables import Override
 
 JIT_EXAMPLE = CMAKE_EXAMPLE.parent / "jit-package"
 
@@ -47,9 +48,9 @@ KINDS = [pytest.param(k, id=k, marks=pytest.mark.hostile(fault="bad output path"
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_emit_out_dir(tmp_path: Path, capsys, monkeypatch, kind: str):
+def test_emit_out_dir(tmp_path: Path, capsys, kbuild_env: Override, kind: str):
     store = tmp_path / "store"
-    monkeypatch.setenv("KBUILD_STORE", str(store))
+    kbuild_env.set(store=store)
     out, says = bad_path(tmp_path, kind)
     before = tree_digest(tmp_path)
     code, stdout, err = run(capsys, "emit", "--config", str(CMAKE_EXAMPLE / "pyproject.toml"), "--out-dir", str(out))
@@ -59,8 +60,8 @@ def test_emit_out_dir(tmp_path: Path, capsys, monkeypatch, kind: str):
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_emit_from_manifest_out_dir(tmp_path: Path, capsys, monkeypatch, kind: str):
-    monkeypatch.setenv("KBUILD_STORE", str(tmp_path / "store"))
+def test_emit_from_manifest_out_dir(tmp_path: Path, capsys, kbuild_env: Override, kind: str):
+    kbuild_env.set(store=tmp_path / "store")
     manifest = tmp_path / "kbuild.json"
     manifest.write_text(json.dumps({"format": "kbuild-manifest/1", "kernels": []}))
     out, says = bad_path(tmp_path, kind)
@@ -72,8 +73,8 @@ def test_emit_from_manifest_out_dir(tmp_path: Path, capsys, monkeypatch, kind: s
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_package_data_out(tmp_path: Path, capsys, monkeypatch, kind: str):
-    monkeypatch.setenv("KBUILD_STORE", str(tmp_path / "store"))
+def test_package_data_out(tmp_path: Path, capsys, kbuild_env: Override, kind: str):
+    kbuild_env.set(store=tmp_path / "store")
     out, says = bad_path(tmp_path, kind)
     before = tree_digest(tmp_path)
     code, _, err = run(capsys, "package-data", "--config", str(JIT_EXAMPLE / "pyproject.toml"), "--out", str(out))
@@ -82,8 +83,8 @@ def test_package_data_out(tmp_path: Path, capsys, monkeypatch, kind: str):
 
 
 @pytest.mark.hostile(fault="bad output path", outcome="clean error")
-def test_package_data_out_whose_data_folder_is_a_file(tmp_path: Path, capsys, monkeypatch):
-    monkeypatch.setenv("KBUILD_STORE", str(tmp_path / "store"))
+def test_package_data_out_whose_data_folder_is_a_file(tmp_path: Path, capsys, kbuild_env: Override):
+    kbuild_env.set(store=tmp_path / "store")
     out = tmp_path / "pkg"
     out.mkdir()
     (out / "_kbuild").write_text("not a folder\n")
@@ -94,9 +95,9 @@ def test_package_data_out_whose_data_folder_is_a_file(tmp_path: Path, capsys, mo
 
 
 @pytest.mark.parametrize("kind", KINDS)
-def test_compile_out(tmp_path: Path, capsys, monkeypatch, kind: str):
+def test_compile_out(tmp_path: Path, capsys, kbuild_env: Override, kind: str):
     store = tmp_path / "store"
-    monkeypatch.setenv("KBUILD_STORE", str(store))
+    kbuild_env.set(store=store)
     out, says = bad_path(tmp_path, kind)
     before = tree_digest(tmp_path)
     code, _, err = run(capsys, "compile", "--config", str(CMAKE_EXAMPLE / "pyproject.toml"), "--out", str(out),

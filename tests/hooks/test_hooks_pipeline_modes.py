@@ -16,7 +16,7 @@ from hooks_helpers import CMAKE_EXAMPLE, build_env, copy_project, kbuild_cli
 
 def store_keys(store: Path) -> set[str]:
     from kbuild.cache import open_store
-    from kbuild.config import settings_from_table
+    from kbuild.settings.sources import settings_from_table
 
     if not store.exists():
         return set()

@@ -6,7 +6,6 @@ step it runs (no second plan, no module global); the sources of the settings cha
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import zipfile
@@ -22,16 +21,16 @@ from kbuild.build.manifest import manifest_bytes
 from kbuild.build.pipeline import run_pipeline
 from kbuild.errors import ConfigError, UsageError
 from kbuild.hooks import backend, setuptools_plugin
+from kbuild.settings.variables import Override
 
 pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
-def project(tmp_path: Path, store: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A copy of the setuptools example as the current directory, its store in KBUILD_STORE, no other KBUILD_*."""
-    for name in [k for k in os.environ if k.startswith("KBUILD_")]:
-        monkeypatch.delenv(name)
-    monkeypatch.setenv("KBUILD_STORE", str(store))
+def project(tmp_path: Path, store: Path, monkeypatch: pytest.MonkeyPatch, kbuild_env: Override) -> Path:
+    """A copy of the setuptools example as the current directory, its store in KBUILD_STORE, no other KBUILD_*
+    (``kbuild_env`` unset every other one)."""
+    kbuild_env.set(store=store)
     project = copy_project(SETUPTOOLS_EXAMPLE, tmp_path / "project")
     monkeypatch.chdir(project)
     forget_example_modules()
@@ -122,11 +121,11 @@ def test_the_backend_hands_its_plan_to_setuptools_in_process(project: Path, stor
 # ---------------------------------------------------------------------------------------------
 # The settings chain as a build sees it.
 
-def test_the_environment_beats_config_settings(project: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+def test_the_environment_beats_config_settings(project: Path, tmp_path: Path, kbuild_env: Override):
     # No kbuild.lock here: a locked build would fail. KBUILD_LOCKED=0 overrides -C kbuild.locked=true.
-    monkeypatch.setenv("KBUILD_LOCKED", "0")
+    kbuild_env.set(locked="0")
     assert backend.plan({"kbuild.locked": "true"}, tmp_path / "a") is not None
-    monkeypatch.delenv("KBUILD_LOCKED")
+    kbuild_env.set(locked=None)
     with pytest.raises(UsageError, match=r"kbuild\.lock"):
         backend.plan({"kbuild.locked": "true"}, tmp_path / "b")
     assert not (tmp_path / "b").exists()
@@ -152,14 +151,13 @@ def lock_args() -> Any:
 @pytest.mark.hostile(fault="bad boolean", outcome="clean error")
 @pytest.mark.parametrize(("config", "env", "names"), [
     pytest.param({"kbuild.locked": "maybe"}, {}, ["config-settings", "kbuild.locked"], id="config-setting"),
-    pytest.param({}, {"KBUILD_STRICT": "y"}, ["environment variable KBUILD_STRICT"], id="environment"),
-    pytest.param({}, {"KBUILD_DEBUG": "verbose"}, ["environment variable KBUILD_DEBUG"], id="debug"),
+    pytest.param({}, {"strict": "y"}, ["environment variable KBUILD_STRICT"], id="environment"),
+    pytest.param({}, {"debug": "verbose"}, ["environment variable KBUILD_DEBUG"], id="debug"),
 ])
 def test_a_bad_boolean_stops_the_build_naming_it(project: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str],
-                                                 monkeypatch: pytest.MonkeyPatch, config: dict[str, str],
+                                                 kbuild_env: Override, config: dict[str, str],
                                                  env: dict[str, str], names: list[str]):
-    for k, v in env.items():
-        monkeypatch.setenv(k, v)
+    kbuild_env.set(env)
     with pytest.raises(SystemExit) as exit_:
         backend.build_wheel(str(tmp_path / "dist"), config)
     assert_clean_error(int(exit_.value.code or 0), capsys.readouterr().err, names=names)
@@ -235,7 +233,7 @@ class VanishingStore:
 
 def test_a_memo_build_whose_entry_vanishes_is_imported_on_its_own(project: Path):
     from kbuild.cache import open_store
-    from kbuild.config import load_settings
+    from kbuild.settings.sources import load_settings
 
     settings = load_settings("pyproject.toml")
     with open_store(settings) as real:

@@ -14,13 +14,14 @@ from kbuild.build import tunable
 from kbuild.build.prewarm import action, prewarm, with_remote
 from kbuild.build.tuning import tuned_artefact
 from kbuild.cli import main
-from kbuild.config import load_settings
+from kbuild.settings.sources import load_settings
+from kbuild.settings.variables import Override
 
 
 @pytest.fixture
-def project(tmp_path: Path, store: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def project(tmp_path: Path, store: Path, kbuild_env: Override) -> Path:
     project = copy_project(CMAKE_EXAMPLE, tmp_path / "p")
-    monkeypatch.setenv("KBUILD_STORE", str(store))
+    kbuild_env.set(store=store)
     forget_example_modules()
     yield project
     forget_example_modules()
@@ -72,7 +73,7 @@ def test_with_remote_adds_a_writable_tier(project: Path):
     assert s.remotes[-1].url == "http://127.0.0.1:9/cache" and s.remotes[-1].writable
 
 
-def test_cli_on_a_machine_without_gpu(project: Path, capsys: pytest.CaptureFixture[str], monkeypatch):
+def test_cli_on_a_machine_without_gpu(project: Path, capsys: pytest.CaptureFixture[str], kbuild_env: Override):
     cfg = str(project / "pyproject.toml")
     assert main(["prewarm", "--config", cfg, "--targets", "sm_90", "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
@@ -85,6 +86,6 @@ def test_cli_on_a_machine_without_gpu(project: Path, capsys: pytest.CaptureFixtu
     forget_example_modules()
     assert main(["prewarm", "--config", cfg, "--targets", "sm_90", "--remote", "http://127.0.0.1:9", "--strict"]) == 4
     assert "127.0.0.1:9" in capsys.readouterr().err
-    monkeypatch.setenv("KBUILD_TUNE", "off")
+    kbuild_env.set(tune="off")
     assert main(["prewarm", "--config", cfg]) == 2
     assert "nothing to prewarm" in capsys.readouterr().err

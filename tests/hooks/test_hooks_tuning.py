@@ -15,15 +15,16 @@ from kbuild.build.manifest import build_manifest
 from kbuild.build.pipeline import run_pipeline
 from kbuild.build.plan import kernels_from_builds
 from kbuild.build.tuning import tuned_artefact
-from kbuild.config import load_settings
 from kbuild.emit import render_sources
 from kbuild.errors import UntunedError
+from kbuild.settings.sources import load_settings
+from kbuild.settings.variables import Override
 
 
 @pytest.fixture
-def project(tmp_path: Path, store: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def project(tmp_path: Path, store: Path, monkeypatch: pytest.MonkeyPatch, kbuild_env: Override) -> Path:
     project = copy_project(CMAKE_EXAMPLE, tmp_path / "p")
-    monkeypatch.setenv("KBUILD_STORE", str(store))
+    kbuild_env.set(store=store)
     p = project / "pyproject.toml"
     text = p.read_text()
     bench = 'bench = "kbx_demo.bench:matmul_leaky_relu"'
@@ -80,8 +81,8 @@ def test_tunes_on_a_miss_stores_at_once_and_reuses(project: Path):
     assert rebuilt[("softmax", "sm_90")].hit and rebuilt[("softmax", "sm_90")].status == "tuned ×1.250"
 
 
-def test_require_fails_for_what_cannot_be_tuned_here_before_any_tuning(project: Path, monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.setenv("KBUILD_TUNE", "require")
+def test_require_fails_for_what_cannot_be_tuned_here_before_any_tuning(project: Path, kbuild_env: Override):
+    kbuild_env.set(tune="require")
     settings = load_settings(project / "pyproject.toml")
     tuner = FakeTuner({})
     with pytest.raises(UntunedError) as err:
@@ -94,7 +95,7 @@ def test_require_fails_for_what_cannot_be_tuned_here_before_any_tuning(project: 
 
 
 @pytest.mark.slow
-def test_the_example_bench_specs_compile_to_the_shipped_cubins(session_store: Path, monkeypatch: pytest.MonkeyPatch):
+def test_the_example_bench_specs_compile_to_the_shipped_cubins(session_store: Path, monkeypatch: pytest.MonkeyPatch, kbuild_env: Override):
     """The tuner measures what the spec launches: it must be the very kernel the wheel ships."""
     import tempfile
 
@@ -102,7 +103,7 @@ def test_the_example_bench_specs_compile_to_the_shipped_cubins(session_store: Pa
 
     from kbuild.bench.spec import compile_spec, load_spec, validate_inputs, validate_spec
 
-    monkeypatch.setenv("KBUILD_STORE", str(session_store))
+    kbuild_env.set(store=session_store)
     monkeypatch.syspath_prepend(str(CMAKE_EXAMPLE))
     forget_example_modules()
     settings = load_settings(CMAKE_EXAMPLE / "pyproject.toml")
@@ -122,7 +123,7 @@ def test_the_example_bench_specs_compile_to_the_shipped_cubins(session_store: Pa
 
 
 def test_a_failing_tuner_ships_the_baseline_under_auto_and_fails_under_require(project: Path,
-                                                                                monkeypatch: pytest.MonkeyPatch):
+                                                                                kbuild_env: Override):
     from kbuild.errors import UsageError
 
     def broken(settings: Any, b: Any) -> Any:
@@ -134,7 +135,7 @@ def test_a_failing_tuner_ships_the_baseline_under_auto_and_fails_under_require(p
     assert not b.tuned and b.status.startswith("untuned: tuning failed: bench spec kbx_demo.bench:softmax")
     assert b.artefact.key == b.baseline_key.hex  # the baseline ships; nothing stored under the tuned key
     forget_example_modules()
-    monkeypatch.setenv("KBUILD_TUNE", "require")
+    kbuild_env.set(tune="require")
     p = project / "pyproject.toml"
     p.write_text(p.read_text().replace('targets = ["sm_80", "sm_90"]', 'targets = ["sm_90"]'))
     p.write_text(p.read_text().replace('name = "matmul_leaky_relu"', 'name = "matmul_leaky_relu"\nbench = "x.y:z"', 1))

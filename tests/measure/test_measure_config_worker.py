@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 
 from kbuild.errors import UsageError
+from kbuild.runtime.handover import KernelPayload
 from kbuild.tune.measure.backend import KernelRef
 from kbuild.tune.measure.client import ConfigWorkerClient
-from kbuild.tune.measure.handover import KernelPayload
 
 FAKE = Path(__file__).with_name("fake_config_worker.py")
 

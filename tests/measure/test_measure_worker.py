@@ -128,3 +128,55 @@ def test_real_worker_without_gpu_says_so(cubins: dict[int, bytes]) -> None:
     with WorkerClient(timeout_s=60, load_timeout_s=120) as c, \
             pytest.raises(GPUUnavailableError, match="no sm_90 GPU here; measurement needs one"):
         c.load(KernelRef("kbuild.bench.kernels.softmax:softmax", small=True), cubins[90])
+
+
+# ----------------------------------------------------------------------------------------------
+# What the sessions share (kbuild.tune.measure.session.BaselineSession), on the CPU: a candidate for another
+# architecture is refused before it is loaded, each candidate is given back once judged (also when the oracle
+# refuses the baseline), and timing interleaves baseline, candidate, baseline.
+
+def test_a_baseline_session_checks_times_and_gives_back_each_candidate(monkeypatch: pytest.MonkeyPatch) -> None:
+    from kbuild.tune.measure import session as sessions
+    from kbuild.tune.measure.oracle import BaselineProblem
+
+    cubin = (Path(__file__).parents[1] / "fixtures" / "cubins" / "softmax.sm86.cubin").read_bytes()
+    other = (Path(__file__).parents[1] / "fixtures" / "cubins" / "softmax.sm89.cubin").read_bytes()
+    loaded: list[str] = []
+    released: list[str] = []
+
+    class Oracle:
+        def check(self, baseline: str, candidate: str, k: int, seed: int) -> dict[str, object]:
+            if seed < 0:
+                raise BaselineProblem("the baseline is not deterministic")
+            return {"valid": True, "pair": (baseline, candidate, k, seed)}
+
+    class Stub(sessions.BaselineSession):
+        def __init__(self) -> None:
+            self.arch, self.baseline, self.oracle, self.flush = 86, "baseline", Oracle(), "flush"  # type: ignore[assignment]
+
+        def _load(self, cubin: bytes) -> str:
+            loaded.append("candidate")
+            return "candidate"
+
+        def _launchers(self, kernels: list[str]) -> list[object]:
+            return list(kernels)
+
+        def _release(self, kernel: str) -> None:
+            released.append(kernel)
+
+    def interleaved(runs: list[str], *, rounds: int, reps: int, flush: str) -> list[list[list[float]]]:
+        assert runs == ["baseline", "candidate", "baseline"] and flush == "flush"
+        return [[[float(i)] * reps] * rounds for i in range(3)]
+
+    monkeypatch.setattr(sessions.timing, "time_interleaved", interleaved)
+    s = Stub()
+    assert s.check(cubin, 3, 5) == {"valid": True, "pair": ("baseline", "candidate", 3, 5)}
+    with pytest.raises(sessions.SessionUsageError, match="not deterministic"):
+        s.check(cubin, 3, -1)
+    assert s.time(cubin, 2, 1) == {"baseline": [[0.0]] * 2, "candidate": [[1.0]] * 2, "baseline_aa": [[2.0]] * 2}
+    assert released == ["candidate"] * 3 == loaded
+    with pytest.raises(sessions.CandidateError, match="sm_89 but this GPU is sm_86"):
+        s.check(other, 3, 5)
+    with pytest.raises(sessions.CandidateError, match="not a cubin"):
+        s.time(b"not a cubin", 1, 1)
+    assert len(loaded) == 3  # refused before anything was loaded

@@ -46,7 +46,7 @@ class Runner:
 
     def __call__(self, *argv: str, cwd: Path, env: dict[str, str] | None = None) -> Result:
         self.log.unlink(missing_ok=True)
-        full = {k: v for k, v in os.environ.items() if not k.startswith("KBUILD_")}
+        full = dict(os.environ)  # no KBUILD_* setting but those a test sets (conftest.py)
         full.update({"KBUILD_STORE": str(self.store), "KBUILD_NVCC_LOG": str(self.log)})
         full.update(env or {})
         proc = subprocess.run([sys.executable, "-c", "import sys; from kbuild.nvcc.launcher import main; "

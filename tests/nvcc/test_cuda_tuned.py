@@ -21,10 +21,10 @@ from nvcc_helpers import KERNEL
 
 from kbuild.build.manifest import build_manifest, cuda_entries, manifest_bytes, read_manifest
 from kbuild.cache import Artefact, open_store
-from kbuild.config import settings_from_table
 from kbuild.errors import UsageError
 from kbuild.nvcc.tuned import KIND_TUNED, demangle, find_symbol, matches, point_label, ptxas_variant
 from kbuild.sass.elf import Cubin
+from kbuild.settings.sources import settings_from_table
 from kbuild.tune.measure.cubin import patch_text
 
 ARCH90 = ["-gencode", "arch=compute_90,code=sm_90"]
@@ -207,7 +207,8 @@ def test_the_tuner_runs_on_the_nvcc_cubin_with_the_cost_model(nvcc, launcher, tm
     cubin = ptxas_cubin(launcher, first.events, "sm_90")
     symbol = find_symbol(cubin, "scale", where="pyproject.toml", key="cuda.kernels[0].function")
     settings = settings_from_table({"budget": {"evaluations": 30, "seconds": 60}}, where="test")
-    out = tune_kernel(settings, cubin=cubin, symbol=symbol, bench="bench:scale", python_path=[], backend=None)
+    out = tune_kernel(settings.tune_request(), cubin=cubin, symbol=symbol, bench="bench:scale", python_path=[],
+                      backend=None)
     assert out.backend == MODEL_BACKEND and not out.accepted and out.cubin == cubin
     level2 = out.report["level2"]
     assert level2["evaluations"] > 0 and level2["movable_instructions"] > 0
@@ -262,10 +263,10 @@ def test_a_tuning_run_that_fails_ships_ptxas_cubin_under_auto_and_fails_under_re
     """On the H200 the measurement worker could not load a CUDA kernel's baseline (fixed since), and the MeasureError
     stopped the whole wheel build. As for Triton kernels, a failed tuning run ships the untouched cubin with a
     warning under ``auto`` and stores nothing; under ``require`` the kernel would ship untuned, which fails."""
-    from kbuild.config import load_settings
     from kbuild.device import probe
     from kbuild.errors import MeasureError, UntunedError
     from kbuild.nvcc.tuned import CudaTuning
+    from kbuild.settings.sources import load_settings
 
     src = project(tmp_path / "proj", tune=tune)
     first = launcher(nvcc, *args("a.o", *ARCH90), cwd=src)

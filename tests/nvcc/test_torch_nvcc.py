@@ -22,8 +22,8 @@ from nvcc_helpers import KERNEL
 
 from kbuild.build.manifest import wheel_manifest
 from kbuild.cache import open_store
-from kbuild.config import settings_from_table
 from kbuild.hooks.setuptools_plugin import pytorch_nvcc
+from kbuild.settings.sources import settings_from_table
 
 cpp_extension = pytest.importorskip("torch.utils.cpp_extension")
 

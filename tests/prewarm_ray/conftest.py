@@ -14,6 +14,8 @@ from typing import Any
 import pytest
 from server_helpers import Server, start_nginx, start_redis, stop
 
+from kbuild.settings.variables import Override
+
 
 def _nginx(tmp_path_factory: pytest.TempPathFactory, name: str, methods: str) -> Iterator[Server]:
     proc, server = start_nginx(tmp_path_factory.mktemp(name), methods=methods, workers=2)
@@ -82,7 +84,7 @@ def ray_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RayCluster
 
 
 @pytest.fixture
-def entry_settings(example_project: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Any:
+def entry_settings(example_project: Path, kbuild_env: Override, tmp_path: Path) -> Any:
     """The example project's settings for the runs about kernels × targets, nodes, workers and leases: an
     evaluation budget (the cost model spends it in full, a few seconds per tune, so a node can be killed in the
     middle of one) and no level-1 space (level 1 and its compile shards are test_shards.py's); the stand-in
@@ -95,10 +97,9 @@ def entry_settings(example_project: Path, monkeypatch: pytest.MonkeyPatch, tmp_p
     ray = pytest.importorskip("ray", reason="kbuild[ray] is not installed")
     import stand_in
 
-    from kbuild.config import load_settings
+    from kbuild.settings.sources import load_settings
 
-    monkeypatch.setenv("KBUILD_BUDGET_EVALUATIONS", "100")
-    monkeypatch.setenv("KBUILD_STORE", str(tmp_path / "local-store"))
+    kbuild_env.set({"budget.evaluations": 100}, store=tmp_path / "local-store")
     ray.cloudpickle.register_pickle_by_value(stand_in)  # Ray's own copy of cloudpickle
     cfg = example_project / "pyproject.toml"
     text = cfg.read_text()

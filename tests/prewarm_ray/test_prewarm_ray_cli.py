@@ -22,6 +22,7 @@ import kbuild.extras
 from kbuild.cli import main
 from kbuild.prewarm.node import resource_name
 from kbuild.prewarm.tasks import model_key
+from kbuild.settings.variables import Override
 
 
 def test_without_the_ray_extra_it_names_the_extra(example_project: Path, monkeypatch: pytest.MonkeyPatch,
@@ -172,13 +173,13 @@ def test_a_malformed_ray_address_is_one_line_naming_the_flag(example_project: Pa
 @pytest.mark.hostile(fault="bad Ray address", outcome="clean error")
 def test_a_malformed_ray_address_in_the_settings_names_its_key(example_project: Path,
                                                                capsys: pytest.CaptureFixture[str],
-                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+                                                               kbuild_env: Override) -> None:
     cfg = example_project / "pyproject.toml"
     cfg.write_text(cfg.read_text().replace('tune = "auto"', 'tune = "auto"\nprewarm = { address = "no port" }'))
     assert main(["prewarm", "--config", str(cfg), "--ray"]) == 2
     err = capsys.readouterr().err
     assert str(cfg) in err and "prewarm.address" in err and "'no port'" in err and "Traceback" not in err
-    monkeypatch.setenv("KBUILD_PREWARM_ADDRESS", "nowhere")
+    kbuild_env.set({"prewarm.address": "nowhere"})
     cfg.write_text(cfg.read_text().replace('prewarm = { address = "no port" }', ""))
     assert main(["prewarm", "--config", str(cfg), "--ray"]) == 2
     err = capsys.readouterr().err

@@ -20,10 +20,12 @@ from typing import Any
 import pytest
 
 from kbuild.build.prewarm import with_remote
-from kbuild.config import load_settings
 from kbuild.prewarm.ray_engine import prewarm_ray
 from kbuild.prewarm.shards import MAX_SHARD_CONFIGS, shard_size
 from kbuild.prewarm.tasks import shared_store
+from kbuild.settings.sources import load_settings
+from kbuild.settings.variables import Override
+from kbuild.targets import parse_target
 
 pytestmark = [pytest.mark.nginx, pytest.mark.slow]
 ray = pytest.importorskip("ray", reason="kbuild[ray] is not installed")
@@ -32,14 +34,12 @@ KERNEL, TARGET = "matmul_leaky_relu", "sm_90"
 
 
 @pytest.fixture
-def settings(example_project: Path, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Any:
+def settings(example_project: Path, kbuild_env: Override, tmp_path: Path) -> Any:
     # 150 evaluations: level 1 gets 45 and screens 6 of the 64 configurations in one batch, then halves and runs
     # the final rung; the evaluations bound level 1, not the seconds (screening has no second batch to cut), so
     # both runs search the same configurations. The 4 seconds bound level 2's SASS search, whose cost-model
     # result never replaces the cubin: it changes no figure compared here.
-    monkeypatch.setenv("KBUILD_BUDGET_EVALUATIONS", "150")
-    monkeypatch.setenv("KBUILD_BUDGET_SECONDS", "4")
-    monkeypatch.setenv("KBUILD_STORE", str(tmp_path / "local-store"))
+    kbuild_env.set({"budget.evaluations": 150, "budget.seconds": 4}, store=tmp_path / "local-store")
     return load_settings(example_project / "pyproject.toml")
 
 
@@ -49,7 +49,7 @@ def _single_process(settings: Any) -> Any:
     from kbuild.build.baselines import compile_baselines
     from kbuild.prewarm.tasks import build_for, model_tuner
 
-    b = build_for(settings, KERNEL, TARGET, "model")
+    b = build_for(settings, KERNEL, parse_target(TARGET), "model")
     assert len(b.space) == 96
 
     class Empty:

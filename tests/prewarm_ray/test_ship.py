@@ -2,7 +2,7 @@
 
 The worker node here runs a Python that has neither kbuild nor the project: a virtual environment that sees the
 test environment's site-packages through a path file, which Python does not read further, so kbuild's editable
-install (a finder that a ``.pth`` file in that site-packages installs) is not there, and ``import kbuild.config``
+install (a finder that a ``.pth`` file in that site-packages installs) is not there, and ``import kbuild.settings``
 fails in it. The head offers no CPU, so every task runs on that node, from the copies Ray unpacked in its session
 folder: the node computes the driver's keys, and the driver then finds what it stored (baselines and results)."""
 
@@ -24,9 +24,10 @@ import stand_in
 
 from kbuild.build.prewarm import with_remote
 from kbuild.build.resolve import select_kernels, select_targets, specs_and_keys
-from kbuild.config import load_settings
 from kbuild.prewarm.ray_engine import prewarm_ray
 from kbuild.prewarm.tasks import shared_store
+from kbuild.settings.sources import load_settings
+from kbuild.settings.variables import Override
 
 pytestmark = [pytest.mark.nginx, pytest.mark.slow]
 ray = pytest.importorskip("ray", reason="kbuild[ray] is not installed")
@@ -52,7 +53,7 @@ def elsewhere_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tupl
     purelib = sysconfig.get_paths(vars={"base": str(venv), "platbase": str(venv)})["purelib"]
     Path(purelib, "test-site.pth").write_text(sysconfig.get_paths()["purelib"] + "\n")
     python = str(venv / "bin" / "python")
-    probe = "import importlib.util as u, ray; print(u.find_spec('kbuild.config') is None)"
+    probe = "import importlib.util as u, ray; print(u.find_spec('kbuild.settings') is None)"
     out = subprocess.run([python, "-c", probe], capture_output=True, text=True, check=True, cwd=work)
     assert out.stdout.strip() == "True", ("the worker's Python must not see kbuild", out.stdout, out.stderr)
 
@@ -89,11 +90,10 @@ def elsewhere_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tupl
 
 
 def test_a_node_whose_copy_lives_elsewhere_computes_the_drivers_keys(elsewhere_cluster, example_project: Path,
-                                                                       dav_server, monkeypatch: pytest.MonkeyPatch,
+                                                                       dav_server, kbuild_env: Override,
                                                                        tmp_path: Path) -> None:
     address, worker = elsewhere_cluster
-    monkeypatch.setenv("KBUILD_BUDGET_EVALUATIONS", "30")
-    monkeypatch.setenv("KBUILD_STORE", str(tmp_path / "local-store"))
+    kbuild_env.set({"budget.evaluations": 30}, store=tmp_path / "local-store")
     ray.cloudpickle.register_pickle_by_value(stand_in)
     settings = load_settings(example_project / "pyproject.toml")
     remote = f"{dav_server.url}/t-{uuid.uuid4().hex[:8]}"

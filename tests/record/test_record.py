@@ -54,7 +54,7 @@ def record(tmp_path: Path, out: Path, *workload: str, args: tuple[str, ...] = ()
 
 def _declared(example: Path) -> list[Any]:
     from kbuild.build.resolve import resolve, select_targets
-    from kbuild.config import load_settings
+    from kbuild.settings.sources import load_settings
 
     settings = load_settings(example / "pyproject.toml")
     return resolve(settings, settings.kernels, select_targets(settings, None))

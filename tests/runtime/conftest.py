@@ -38,7 +38,6 @@ def _clean_runtime(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest
     import kbuild.runtime
     from kbuild.runtime.state import STATE
 
-    monkeypatch.delenv("KBUILD_RUNTIME", raising=False)
     # One Triton cache for the whole session: each test still goes through _do_compile (the
     # in-memory caches are cleared), but a repeated specialisation is a disk-cache hit.
     monkeypatch.setenv("TRITON_CACHE_DIR", str(_session_triton_cache(tmp_path_factory)))
@@ -59,7 +58,7 @@ def _session_triton_cache(factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def jit_settings(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    from kbuild.config import load_settings
+    from kbuild.settings.sources import load_settings
 
     settings = load_settings(JIT_EXAMPLE / "pyproject.toml")
     return dataclasses.replace(settings, store=tmp_path_factory.mktemp("store"), tune="off")

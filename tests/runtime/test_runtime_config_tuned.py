@@ -145,7 +145,7 @@ SCALE_KEY = [4096, "torch.float16", "torch.float16"]
 
 @pytest.fixture
 def autotuned(tmp_path: Path) -> Iterator[tuple[Any, list[Any], Any]]:
-    from kbuild.config import load_settings
+    from kbuild.settings.sources import load_settings
 
     project = tmp_path / "proj"
     (project / "kbx_at").mkdir(parents=True)

@@ -13,6 +13,7 @@ import pytest
 from runtime_helpers import FakeCuda, direct_stand_ins
 
 from kbuild.runtime import direct
+from kbuild.settings.variables import Override
 
 
 def _md(**kw: Any) -> Any:
@@ -42,19 +43,17 @@ def test_what_triton_launches_instead(sig: dict[str, Any], md: Any, why: str) ->
     assert found is not None and why in found
 
 
-def test_the_launch_setting_is_read_per_value_and_a_bad_one_turns_it_off(monkeypatch: pytest.MonkeyPatch,
+def test_the_launch_setting_is_read_per_value_and_a_bad_one_turns_it_off(kbuild_env: Override,
                                                                         caplog: pytest.LogCaptureFixture) -> None:
-    monkeypatch.delenv("KBUILD_RUNTIME", raising=False)
-    monkeypatch.delenv("KBUILD_RUNTIME_LAUNCH", raising=False)
     assert direct.direct_enabled()  # the default
-    monkeypatch.setenv("KBUILD_RUNTIME_LAUNCH", "triton")
+    kbuild_env.set(runtime_launch="triton")
     assert not direct.direct_enabled()
-    monkeypatch.setenv("KBUILD_RUNTIME_LAUNCH", "direct")
+    kbuild_env.set(runtime_launch="direct")
     assert direct.direct_enabled()
-    monkeypatch.setenv("KBUILD_RUNTIME", "off")
+    kbuild_env.set(runtime="off")
     assert not direct.direct_enabled()
-    monkeypatch.delenv("KBUILD_RUNTIME")
-    monkeypatch.setenv("KBUILD_RUNTIME_LAUNCH", "ctypes")
+    kbuild_env.set(runtime=None)
+    kbuild_env.set(runtime_launch="ctypes")
     assert not direct.direct_enabled()
     assert "KBUILD_RUNTIME_LAUNCH" in caplog.text
 
@@ -64,7 +63,6 @@ def test_without_cuda_initialised_triton_runs(monkeypatch: pytest.MonkeyPatch) -
 
     from kbuild.runtime import loader
 
-    monkeypatch.delenv("KBUILD_RUNTIME_LAUNCH", raising=False)
     monkeypatch.setattr(knobs.runtime, "jit_cache_hook", loader.cache_hook)
     assert direct.plain_triton_reason() == "torch has not initialised CUDA"  # this machine has no GPU
     knobs.runtime.launch_enter_hook.add(_hook)  # a HookChain, as Triton 3.6 has it: active once it has a call
@@ -105,8 +103,7 @@ def test_install_wraps_jit_run_once_and_uninstall_restores_it() -> None:
 
 
 @pytest.fixture
-def direct_cpu(monkeypatch: pytest.MonkeyPatch) -> Any:
-    monkeypatch.delenv("KBUILD_RUNTIME_LAUNCH", raising=False)
+def direct_cpu() -> Any:
     with direct_stand_ins() as fake:
         yield fake
 

@@ -15,6 +15,7 @@ import pytest
 from gpu_marks import needs_sm90
 
 import kbuild.runtime
+from kbuild.settings.variables import Override
 
 pytestmark = needs_sm90
 
@@ -32,11 +33,11 @@ def _launch(kernels: Any, x: Any) -> tuple[Any, Any]:
 
 @pytest.mark.parametrize("launch", ["direct", "triton"])
 def test_shipped_cubin_runs_in_a_plain_jit_launch(jit_settings: Any, baseline_builds: list[Any], kernels: Any,
-                                                  tmp_path: Path, launch: str, monkeypatch: pytest.MonkeyPatch) -> None:
+                                                  tmp_path: Path, launch: str, kbuild_env: Override) -> None:
     """``direct``: kbuild.runtime.direct launches the bytes (no Triton launcher); ``triton``: Triton's launcher."""
     import torch
 
-    monkeypatch.setenv("KBUILD_RUNTIME_LAUNCH", launch)
+    kbuild_env.set(runtime_launch=launch)
 
     from kbuild.build.package_data import write_package_data
     from kbuild.cache import Artefact

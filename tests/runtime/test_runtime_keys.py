@@ -9,8 +9,8 @@ import pytest
 
 from kbuild.bench.kernels import SUITE
 from kbuild.build.resolve import resolve, select_targets
-from kbuild.config import settings_from_table
 from kbuild.runtime.keys import specialization_for_call
+from kbuild.settings.sources import settings_from_table
 from kbuild.toolchain import ptxas_version
 
 

@@ -16,6 +16,7 @@ import kbuild.runtime
 from kbuild.build.package_data import write_package_data
 from kbuild.cli import main
 from kbuild.runtime.index import DATA_DIR, INDEX_FILE, load_index
+from kbuild.settings.variables import Override
 
 
 def tree(root: Path) -> dict[str, bytes]:
@@ -100,8 +101,8 @@ def test_package_name_is_inferred_or_required(jit_settings: Any, tuned_builds: l
         write_package_data(jit_settings, [tuned_builds[1], other], tmp_path / "q")
 
 
-def test_cli_package_data(tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("KBUILD_STORE", str(tmp_path / "store"))
+def test_cli_package_data(tmp_path: Path, capsys: pytest.CaptureFixture[str], kbuild_env: Override) -> None:
+    kbuild_env.set(store=tmp_path / "store")
     out = tmp_path / "build" / "kbx_jit"
     rc = main(["package-data", "--config", str(JIT_EXAMPLE / "pyproject.toml"), "--out", str(out), "--targets", "sm_90",
                "--kernel", "softmax", "--json"])

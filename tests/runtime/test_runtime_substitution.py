@@ -17,6 +17,7 @@ from runtime_helpers import MARKER
 import kbuild.runtime
 from kbuild.build.package_data import write_package_data
 from kbuild.key import digest
+from kbuild.settings.variables import Override
 
 
 @pytest.fixture
@@ -155,19 +156,19 @@ def test_metadata_check_is_refused(shipped: Any, kernels: Any, fake_gpu: Any) ->
     assert "shared" in only_event().reason
 
 
-def test_runtime_off(shipped: Any, kernels: Any, fake_gpu: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_runtime_off(shipped: Any, kernels: Any, fake_gpu: Any, kbuild_env: Override) -> None:
     fake_gpu(90)
-    monkeypatch.setenv("KBUILD_RUNTIME", "off")
+    kbuild_env.set(runtime="off")
     assert kbuild.runtime.enable("kbx_jit", data_dir=shipped.data_dir) is False
     assert kbuild.runtime.enabled_packages() == []
     assert not warm_softmax(kernels).kernel.endswith(MARKER)
     # Turned off after enabling: the installed hook stands aside too.
-    monkeypatch.delenv("KBUILD_RUNTIME")
+    kbuild_env.set(runtime=None)
     assert kbuild.runtime.enable("kbx_jit", data_dir=shipped.data_dir)
-    monkeypatch.setenv("KBUILD_RUNTIME", "0")
+    kbuild_env.set(runtime="0")
     assert not warm_softmax(kernels).kernel.endswith(MARKER)
     assert kbuild.runtime.events() == []
-    monkeypatch.setenv("KBUILD_RUNTIME", "on")
+    kbuild_env.set(runtime="on")
     assert warm_softmax(kernels).kernel.endswith(MARKER)
 
 

@@ -19,6 +19,7 @@ from runtime_helpers import MARKER
 import kbuild.runtime
 from kbuild.build.package_data import write_package_data
 from kbuild.runtime.index import IndexFormatError, load_index
+from kbuild.settings.variables import Override
 
 
 class CompilerCalled(AssertionError):
@@ -151,10 +152,10 @@ def test_damaged_cubin_is_not_loaded(shipped: Any, kernels: Any, fake_gpu: Any, 
 
 
 def test_runtime_off_compiles(shipped: Any, kernels: Any, fake_gpu: Any, no_compiler: list[str],
-                              monkeypatch: pytest.MonkeyPatch) -> None:
+                              kbuild_env: Override) -> None:
     fake_gpu(90)
     kbuild.runtime.enable("kbx_jit", data_dir=shipped.data_dir)
-    monkeypatch.setenv("KBUILD_RUNTIME", "off")
+    kbuild_env.set(runtime="off")
     with pytest.raises(CompilerCalled):
         launch_softmax(kernels)
 

@@ -88,14 +88,14 @@ def test_architecture_without_table(capsys, tmp_path):
     assert rc == 2 and "no SASS table for sm_75" in err
 
 
-def test_nvdisasm_missing_or_failing(capsys, tmp_path, monkeypatch):
-    monkeypatch.setenv("KBUILD_NVDISASM", str(tmp_path / "no-such-nvdisasm"))
+def test_nvdisasm_missing_or_failing(capsys, tmp_path, kbuild_env):
+    kbuild_env.set(nvdisasm=tmp_path / "no-such-nvdisasm")
     rc, _, err = run(capsys, "stats", SOFTMAX)
     assert rc == 2 and "no such file" in err
     fake = tmp_path / "nvdisasm"
     fake.write_text("#!/bin/sh\necho 'nvdisasm fatal : broken' >&2\nexit 1\n")
     fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
-    monkeypatch.setenv("KBUILD_NVDISASM", str(fake))
+    kbuild_env.set(nvdisasm=fake)
     before = set(os.listdir(tmp_path))
     rc, _, err = run(capsys, "fuzz", SOFTMAX, "--sequences", "2")
     assert rc == 3 and "nvdisasm" in err and "repro:" in err

@@ -12,7 +12,7 @@ import pytest
 from kbuild.build.resolve import resolve, select_targets
 from kbuild.cli import main
 from kbuild.compile import compile_kernel
-from kbuild.config import load_settings
+from kbuild.settings.sources import load_settings
 
 
 def test_json_report(capsys: pytest.CaptureFixture[str]) -> None:

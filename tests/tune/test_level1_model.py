@@ -4,14 +4,16 @@ ranked by the cost model (a CPU estimate, not a measurement: every result says s
 from __future__ import annotations
 
 import dataclasses
+from types import SimpleNamespace
 
 import pytest
 
 from kbuild.bench.spec import BenchSpec, Config, ast_source, compile_spec, load_spec
+from kbuild.runtime.handover import kernel_from_payload
+from kbuild.settings.sources import settings_from_table
 from kbuild.tune.level1 import ModelConfigMeasurer, search_configs
 from kbuild.tune.level1.compile import CompilePool
 from kbuild.tune.measure.backend import MODEL_BACKEND
-from kbuild.tune.measure.handover import kernel_from_payload
 
 REF = "kbuild.bench.kernels.matmul:matmul_512x512x2048"
 #: tl.dot needs K tiles of at least 16: Triton refuses this one.
@@ -107,3 +109,49 @@ def test_compile_configs_with_a_timeout_stops_one_configuration_and_compiles_the
     assert out[1].payload is not None or "ran past 0.05 s (compile_timeout)" in (out[1].error or "")
     ok = compile_configs(REF, True, (), configs[:1], 90, timeout=300.0)
     assert ok[0].error is None and ok[0].payload is not None
+
+
+def test_the_requests_compile_timeout_reaches_level_1s_compiles(small_spec: BenchSpec) -> None:
+    """The tuning request carries ``compile_timeout`` (issue 33): a measurer hands it to its process pool, and to
+    a pool made elsewhere (the Ray compile shards) through the factory."""
+    request = settings_from_table({"compile_timeout": 12.5}).tune_request(jobs=1)
+    measurer = ModelConfigMeasurer(small_spec, jobs=request.jobs, small=True, compile_timeout=request.compile_timeout)
+    try:
+        assert isinstance(measurer.pool, CompilePool) and measurer.pool.timeout == 12.5 and measurer.pool.jobs == 1
+    finally:
+        measurer.close()
+    made: list[float | None] = []
+
+    def factory(spec: BenchSpec, arch: int, timeout: float | None) -> CompilePool:
+        made.append(timeout)
+        return CompilePool(spec, arch, jobs=0, timeout=timeout)
+
+    ModelConfigMeasurer(small_spec, pool=factory, compile_timeout=request.compile_timeout).close()
+    assert made == [12.5]
+
+
+def test_a_build_hands_its_compile_timeout_to_level_1(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``tune_build`` makes the request once from the settings and level 1's measurer gets its ``compile_timeout``
+    and ``jobs`` (before, it compiled under the setting's default whatever the project set)."""
+    import kbuild.bench.spec
+    import kbuild.tune.level1
+    import kbuild.tune.two_level
+    from kbuild.build.tuning import tune_build
+
+    seen: dict[str, object] = {}
+
+    class Stop(Exception):
+        pass
+
+    def measurer(spec: object, **kwargs: object) -> None:
+        seen.update(kwargs)
+        raise Stop
+
+    monkeypatch.setattr(kbuild.bench.spec, "load_spec", lambda ref, python_path=(): ref)
+    monkeypatch.setattr(kbuild.tune.two_level, "project_spec", lambda spec, points: spec)
+    monkeypatch.setattr(kbuild.tune.level1, "ModelConfigMeasurer", measurer)
+    b = SimpleNamespace(tuned_key=object(), artefact=object(), space=[{}, {}], spec=SimpleNamespace(bench="m:f"),
+                        target=SimpleNamespace(cc=90))
+    with pytest.raises(Stop):
+        tune_build(settings_from_table({"compile_timeout": 12.5}), b, measure="model")  # type: ignore[arg-type]
+    assert seen["compile_timeout"] == 12.5 and seen["jobs"] is None

@@ -14,15 +14,24 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+from typing import Any
 
 import pytest
 
 from kbuild.bench.kernels import SUITE
 from kbuild.bench.spec import BenchSpec, Config, compile_spec, load_spec
 from kbuild.sass.hazards import WGMMA_RACE_ISSUE
+from kbuild.settings.model import Settings, TuneRequest
 from kbuild.tune.level1 import GpuConfigMeasurer, ModelConfigMeasurer, search_configs
 from kbuild.tune.level1.compile import compile_one
 from kbuild.tune.measure.backend import GPU_BACKEND, MODEL_BACKEND, CheckResult, TimeResult
+
+
+def request(**changes: Any) -> TuneRequest:
+    """The settings model's default tuning request with the SASS edit kind the tuners searched when they took keywords
+    (``moves`` alone), ``changes`` over it."""
+    return Settings().tune_request(**{"kinds": ("moves",), **changes})
+
 
 
 @functools.cache
@@ -104,7 +113,8 @@ def test_a_racy_default_is_kept_without_a_search_and_claims_no_gain() -> None:
 
     measurer = ModelConfigMeasurer(spec, jobs=0, small=True)
     try:
-        two = tune_two_level(spec, 90, measurer=measurer, backend=None, kernel_ref=None, evaluations=40, seconds=60)
+        two = tune_two_level(spec, 90, request(evaluations=40, seconds=60),
+                             measurer=measurer, backend=None, kernel_ref=None)
     finally:
         measurer.close()
     assert two.config == two.default == racy_a() and not two.accepted and two.cubin == two.baseline
@@ -183,7 +193,7 @@ class FastBackend:
 
 
 def _settings():
-    from kbuild.config import settings_from_table
+    from kbuild.settings.sources import settings_from_table
 
     return settings_from_table({"budget": {"evaluations": 4, "seconds": 60}}, where="test")
 
@@ -196,7 +206,7 @@ def test_a_racy_ptxas_variant_is_not_accepted_whatever_its_checks_say() -> None:
     bad, bad_symbol = cubin(racy_a())
     assert bad_symbol == symbol and register_wgmma_hazards(bad, symbol) and register_wgmma_hazards(good, symbol) == []
     backend = FastBackend(fastest=bad)
-    out = tune_kernel(_settings(), cubin=good, symbol=symbol, bench="x:y", python_path=[],
+    out = tune_kernel(_settings().tune_request(), cubin=good, symbol=symbol, bench="x:y", python_path=[],
                       variants={"maxrregcount=128": bad}, backend=backend)
     entry = out.report["level1"]["maxrregcount=128"]
     assert entry["status"] == "racy" and WGMMA_RACE_ISSUE in entry["reason"] and entry["wgmma_register_hazards"]
@@ -212,7 +222,7 @@ def test_a_racy_cuda_baseline_ships_as_it_is_before_anything_runs(gpu: bool) -> 
     bad, symbol = cubin(racy_a())
     good, _ = cubin(clean())
     backend = FastBackend(fastest=good) if gpu else None
-    out = tune_kernel(_settings(), cubin=bad, symbol=symbol, bench="x:y", python_path=[],
+    out = tune_kernel(_settings().tune_request(), cubin=bad, symbol=symbol, bench="x:y", python_path=[],
                       variants={"maxrregcount=128": good}, backend=backend)
     assert out.cubin == bad and not out.accepted and out.speedup is None
     assert out.reason.startswith("baseline kept: the untouched cubin has a wgmma register race")

@@ -7,11 +7,21 @@ bit-exact input sets and the interleaved timing against the A/A spread.
 
 from __future__ import annotations
 
+from typing import Any
+
 from gpu_marks import needs_sm90
 
 from kbuild.bench.spec import compile_spec, load_spec
+from kbuild.settings.model import Settings, TuneRequest
 from kbuild.tune.api import tune
 from kbuild.tune.measure.backend import K_ACCEPT, KernelRef
+
+
+def request(**changes: Any) -> TuneRequest:
+    """The settings model's default tuning request with the SASS edit kind the tuners searched when they took keywords
+    (``moves`` alone), ``changes`` over it."""
+    return Settings().tune_request(**{"kinds": ("moves",), **changes})
+
 
 pytestmark = needs_sm90
 
@@ -25,8 +35,8 @@ def test_tune_on_the_gpu_stops_at_its_budget_and_ships_only_verified_code() -> N
     compiled = compile_spec(spec, spec.configs[0], 90)
     baseline = compiled.asm["cubin"]
     with WorkerClient(timeout_s=60) as worker:
-        r = tune(baseline, kernel=compiled.metadata.name, backend=worker, kernel_ref=KernelRef(SPEC, small=True),
-                 algorithms=("random", "greedy", "ppo"), evaluations=6, seconds=60, seed=0)
+        r = tune(baseline, request(algorithms=("random", "greedy", "ppo"), evaluations=6, seconds=60, seed=0),
+                 kernel=compiled.metadata.name, backend=worker, kernel_ref=KernelRef(SPEC, small=True))
     assert r.backend == "gpu-worker"
     assert set(r.searches) == {"random", "greedy", "ppo"}
     for name, s in r.searches.items():

@@ -9,6 +9,7 @@ from __future__ import annotations
 import functools
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,9 +17,17 @@ from kbuild.cli import main
 from kbuild.sass.disasm import Instruction, disassemble
 from kbuild.sass.elf import Cubin, patch
 from kbuild.sass.hazards import WGMMA_RACE_ISSUE, async_mma_hazards, has_register_wgmma, new_hazards
+from kbuild.settings.model import Settings, TuneRequest
 from kbuild.tune.accept import decide
 from kbuild.tune.api import tune
 from kbuild.tune.measure.backend import GPU_BACKEND, K_ACCEPT, CheckResult, KernelRef, TimeResult
+
+
+def request(**changes: Any) -> TuneRequest:
+    """The settings model's default tuning request with the SASS edit kind the tuners searched when they took keywords
+    (``moves`` alone), ``changes`` over it."""
+    return Settings().tune_request(**{"kinds": ("moves",), **changes})
+
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "sass"
 ATTENTION = (FIXTURES / "attention_fwd.sm90.cubin").read_bytes()  # HGMMA with A in registers (P @ V), clean
@@ -97,8 +106,8 @@ def test_the_fixtures_are_what_the_tests_take_them_for():
 def test_a_racy_baseline_is_kept_on_the_cost_model_without_a_search():
     rs, symbol = racy()
     heard = []
-    r = tune(rs, kernel=symbol, algorithms=("greedy", "random"), evaluations=50,
-             on_progress=lambda algo, used, best: heard.append((algo, used)))
+    r = tune(rs, request(algorithms=("greedy", "random"), evaluations=50),
+             kernel=symbol, on_progress=lambda algo, used, best: heard.append((algo, used)))
     assert not r.accepted and r.cubin == rs and r.winner is None
     reason = r.decision.reason
     assert reason.startswith("baseline kept: the untouched cubin has a wgmma register race")
@@ -112,8 +121,8 @@ def test_a_racy_baseline_is_kept_on_the_cost_model_without_a_search():
 def test_a_racy_baseline_is_kept_on_a_gpu_backend_before_it_loads():
     rs, symbol = racy()
     backend = FastBackend()  # would accept any schedule
-    r = tune(rs, kernel=symbol, backend=backend, kernel_ref=KernelRef(spec="x:y"), algorithms=("random",),
-             evaluations=20)
+    r = tune(rs, request(algorithms=("random",), evaluations=20),
+             kernel=symbol, backend=backend, kernel_ref=KernelRef(spec="x:y"))
     assert not r.accepted and r.cubin == rs and WGMMA_RACE_ISSUE in r.decision.reason
     assert backend.calls == []  # not loaded, checked or timed: no budget spent
     assert r.backend == GPU_BACKEND
@@ -130,11 +139,12 @@ def test_kbuild_tune_reports_the_race_as_its_decision(capsys):
 
 
 def test_a_clean_register_wgmma_kernel_is_searched_as_before():
-    r = tune(ATTENTION, algorithms=("greedy",), evaluations=30)
+    r = tune(ATTENTION, request(algorithms=("greedy",), evaluations=30))
     assert r.searches["greedy"].evaluations > 0
     assert "wgmma" not in r.decision.reason and "wgmma_register_hazards" not in r.decision.as_dict()
     backend = FastBackend()
-    r = tune(ATTENTION, backend=backend, kernel_ref=KernelRef(spec="x:y"), algorithms=("random",), evaluations=4)
+    r = tune(ATTENTION, request(algorithms=("random",), evaluations=4),
+             backend=backend, kernel_ref=KernelRef(spec="x:y"))
     assert r.accepted and r.cubin != ATTENTION  # every candidate "3% faster": the schedule ships
     assert ("check", K_ACCEPT) in backend.calls
 
@@ -144,7 +154,7 @@ def test_a_kernel_without_a_register_wgmma_walks_no_control_flow(monkeypatch):
         raise AssertionError("the hazard walk ran on a kernel without a register-operand wgmma")
 
     monkeypatch.setattr("kbuild.sass.hazards.async_mma_hazards", walk)
-    r = tune(SOFTMAX, algorithms=("greedy",), evaluations=20)
+    r = tune(SOFTMAX, request(algorithms=("greedy",), evaluations=20))
     assert r.searches["greedy"].evaluations > 0
 
 
@@ -182,7 +192,8 @@ def test_tune_rejects_a_racy_schedule_the_rewriter_and_verifier_missed(monkeypat
     monkeypatch.setattr(Schedule, "to_cubin", broken_rewriter)
     monkeypatch.setattr(Verifier, "check", lambda self, data, **kwargs: [])
     backend = FastBackend()
-    r = tune(ATTENTION, backend=backend, kernel_ref=KernelRef(spec="x:y"), algorithms=("random",), evaluations=4)
+    r = tune(ATTENTION, request(algorithms=("random",), evaluations=4),
+             backend=backend, kernel_ref=KernelRef(spec="x:y"))
     assert r.winner == "random" and not r.accepted and r.cubin == ATTENTION
     assert "the schedule has a wgmma register race" in r.decision.reason and WGMMA_RACE_ISSUE in r.decision.reason
     assert ("check", K_ACCEPT) not in backend.calls and ("time", 15) not in backend.calls

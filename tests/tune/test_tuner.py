@@ -6,18 +6,28 @@ import json
 import math
 import warnings
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 
 from kbuild.cli import main
 from kbuild.sass.schedule import Schedule
+from kbuild.settings.model import Settings, TuneRequest
+from kbuild.settings.variables import Override
 from kbuild.tune.accept import decide
 from kbuild.tune.api import tune
 from kbuild.tune.env import SassScheduleEnv
 from kbuild.tune.evaluate import Budget, ModelEvaluator
 from kbuild.tune.measure.backend import GPU_BACKEND, CheckResult, TimeResult
 from kbuild.tune.search import greedy_search, ppo_search, random_search
+
+
+def request(**changes: Any) -> TuneRequest:
+    """The settings model's default tuning request with the SASS edit kind the tuners searched when they took keywords
+    (``moves`` alone), ``changes`` over it."""
+    return Settings().tune_request(**{"kinds": ("moves",), **changes})
+
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "sass"
 CUBIN = (FIXTURES / "softmax.sm90.cubin").read_bytes()
@@ -79,8 +89,8 @@ def test_seconds_budget_stops_the_search(schedule):
 
 
 def test_same_seed_same_result_on_the_model(schedule):
-    a = tune(CUBIN, algorithms=("ppo", "random", "greedy"), evaluations=30, seed=7)
-    b = tune(CUBIN, algorithms=("ppo", "random", "greedy"), evaluations=30, seed=7)
+    a = tune(CUBIN, request(algorithms=("ppo", "random", "greedy"), evaluations=30, seed=7))
+    b = tune(CUBIN, request(algorithms=("ppo", "random", "greedy"), evaluations=30, seed=7))
     for algo in ("ppo", "random", "greedy"):
         assert a.searches[algo].best_ratio == b.searches[algo].best_ratio
         assert a.searches[algo].best_moves == b.searches[algo].best_moves
@@ -105,7 +115,7 @@ def test_random_and_greedy_find_and_replay_improvements(schedule):
 
 
 def test_model_results_never_ship(schedule):
-    r = tune(CUBIN, algorithms=("greedy",), evaluations=40, seed=0)
+    r = tune(CUBIN, request(algorithms=("greedy",), evaluations=40, seed=0))
     assert not r.accepted
     assert r.cubin == CUBIN
     assert "cost model" in r.decision.reason or "no schedule beat" in r.decision.reason
@@ -158,7 +168,8 @@ class NoisyBackend:
 def test_noise_level_candidate_comes_back_as_baseline_kept():
     from kbuild.tune.measure.backend import KernelRef
 
-    r = tune(CUBIN, backend=NoisyBackend(), kernel_ref=KernelRef(spec="x:y"), algorithms=("random",), evaluations=10)
+    r = tune(CUBIN, request(algorithms=("random",), evaluations=10),
+             backend=NoisyBackend(), kernel_ref=KernelRef(spec="x:y"))
     assert not r.accepted and r.cubin == CUBIN
     assert "baseline kept" in r.decision.reason
 
@@ -173,8 +184,8 @@ def test_cli_bad_input(capsys, example_project: Path):
     assert "--budget-evals: must be positive, got 0" in capsys.readouterr().err
 
 
-def test_cli_model_backend_json(capsys, example_project: Path, tmp_path: Path, monkeypatch):
-    monkeypatch.setenv("KBUILD_STORE", str(tmp_path / "store"))
+def test_cli_model_backend_json(capsys, example_project: Path, tmp_path: Path, kbuild_env: Override):
+    kbuild_env.set(store=tmp_path / "store")
     code = main(["tune", "softmax", "--config", str(example_project / "pyproject.toml"), "--backend", "model",
                  "--algo", "greedy", "--budget-evals", "20", "--json", "--out", str(tmp_path / "rep")])
     out = capsys.readouterr().out
@@ -258,7 +269,8 @@ def test_the_winner_is_picked_by_its_re_timing_not_its_search_luck():
     from kbuild.tune.measure.backend import KernelRef
 
     lucky = LuckyBackend(truth=1.01)
-    r = tune(CUBIN, backend=lucky, kernel_ref=KernelRef(spec="x:y"), algorithms=("random", "greedy"), evaluations=6)
+    r = tune(CUBIN, request(algorithms=("random", "greedy"), evaluations=6),
+             backend=lucky, kernel_ref=KernelRef(spec="x:y"))
     assert not r.accepted and r.cubin == CUBIN
     assert "no search's best beat the baseline when re-timed" in r.decision.reason
     assert all(s.best_ratio == 0.95 and s.confirmed_ratio == 1.01 for s in r.searches.values())
@@ -266,7 +278,8 @@ def test_the_winner_is_picked_by_its_re_timing_not_its_search_luck():
     assert r.report()["algorithms"]["random"]["confirmed_ratio"] == 1.01
 
     real = LuckyBackend(truth=0.97)
-    r = tune(CUBIN, backend=real, kernel_ref=KernelRef(spec="x:y"), algorithms=("random",), evaluations=6)
+    r = tune(CUBIN, request(algorithms=("random",), evaluations=6),
+             backend=real, kernel_ref=KernelRef(spec="x:y"))
     assert r.accepted and r.cubin != CUBIN and r.searches["random"].confirmed_ratio == 0.97
 
 
@@ -292,7 +305,8 @@ def test_a_search_runner_up_that_re_times_faster_is_the_one_accepted():
     from kbuild.tune.measure.backend import KernelRef
 
     backend = RunnerUpBackend()
-    r = tune(CUBIN, backend=backend, kernel_ref=KernelRef(spec="x:y"), algorithms=("greedy",), evaluations=TOP_K)
+    r = tune(CUBIN, request(algorithms=("greedy",), evaluations=TOP_K),
+             backend=backend, kernel_ref=KernelRef(spec="x:y"))
     search = r.searches["greedy"]
     assert len(search.candidates) == TOP_K and search.candidates[0][0] == search.best_ratio
     assert search.confirmed_ratio == 0.96 and search.confirmed_moves != search.best_moves

@@ -3,19 +3,20 @@
 :func:`kbuild.bench.spec.compile_spec` holds a process-wide lock (``hermetic_compile``), so
 parallel compiles need processes. :class:`CompilePool` keeps ``jobs`` spawned processes
 (:class:`kbuild.compile.workers.DeadlinePool`, the build's compile processes), each compile under a deadline
-(``timeout``, the ``compile_timeout`` setting's default unless given: Triton's passes have none of their own, and
-a configuration whose compile runs past it is a failed configuration, its process stopped); each
+(``timeout``: the tuning request's ``compile_timeout``, :class:`kbuild.settings.model.TuneRequest`, or the setting's
+default when none is given; Triton's passes have none of their own, and a configuration whose compile runs past
+it is a failed configuration, its process stopped); each
 loads the bench spec by its reference once, compiles a configuration exactly as ``kbuild compile``
 does (line info off, private Triton cache) and sends back a
-:class:`~kbuild.tune.measure.handover.KernelPayload` (cubin + metadata). ``submit`` returns at once,
+:class:`~kbuild.runtime.handover.KernelPayload` (cubin + metadata). ``submit`` returns at once,
 so the searcher can ask for the next configurations while the GPU measures the current ones;
 ``result`` waits for one. ``jobs=0`` compiles in this process, on demand (specs without a
 reference, tests).
 
 The measurers take any :class:`Compiler` (``submit``, ``result``, ``close``) through a
-:data:`CompilerFactory`; :class:`CompilePool` is the one for a single machine, and ``kbuild prewarm
---ray`` hands them :class:`kbuild.prewarm.shards.ShardPool`, which compiles the same way
-(:func:`compile_configs`) in Ray CPU tasks on the cluster's nodes.
+:data:`CompilerFactory`, which they hand the request's ``compile_timeout``; :class:`CompilePool` is the one for a
+single machine, and ``kbuild prewarm --ray`` hands them :class:`kbuild.prewarm.shards.ShardPool`, which compiles
+the same way (:func:`compile_configs`, under the same deadline) in Ray CPU tasks on the cluster's nodes.
 """
 
 from __future__ import annotations
@@ -31,9 +32,9 @@ from typing import Any, Protocol
 
 from kbuild.bench.spec import BenchSpec, Config, compile_spec, load_spec
 from kbuild.compile.workers import CompileProcess, Deadline, DeadlinePool, WorkerDied
-from kbuild.config import Settings
 from kbuild.errors import KBuildError
-from kbuild.tune.measure.handover import KernelPayload, kernel_payload
+from kbuild.runtime.handover import KernelPayload, kernel_payload
+from kbuild.settings.model import Settings
 
 log = logging.getLogger(__name__)
 
@@ -146,8 +147,9 @@ class Compiler(Protocol):
     def close(self) -> None: ...
 
 
-#: ``(spec, arch) -> Compiler``: how a measurer gets its pool (default: a :class:`CompilePool` of its ``jobs``).
-CompilerFactory = Callable[[BenchSpec, int], Compiler]
+#: ``(spec, arch, timeout) -> Compiler``: how a measurer gets its pool, each compile stopped past ``timeout`` seconds
+#: (None: the ``compile_timeout`` setting's default); default, a :class:`CompilePool` of its ``jobs``.
+CompilerFactory = Callable[[BenchSpec, int, "float | None"], Compiler]
 
 
 #: Seconds one configuration's compile may take when the caller gives no ``timeout`` (``compile_timeout``'s default).

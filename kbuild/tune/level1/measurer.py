@@ -19,8 +19,10 @@ Two implementations:
 Both give a configuration whose cubin has a wgmma register race (found as it compiles, :mod:`kbuild.sass.hazards`;
 triton-lang/triton#9433) the verdict ``"racy"`` before anything runs: never checked, timed or chosen.
 
-Both take ``pool``, a :data:`~kbuild.tune.level1.compile.CompilerFactory`, to compile elsewhere than in their
-own process pool (``kbuild prewarm --ray``: Ray CPU tasks, :class:`kbuild.prewarm.shards.ShardPool`).
+Both compile each configuration under ``compile_timeout`` seconds (the tuning request's,
+:class:`kbuild.settings.model.TuneRequest`) with ``jobs`` processes, and take ``pool``, a
+:data:`~kbuild.tune.level1.compile.CompilerFactory`, to compile elsewhere than in their own process pool (``kbuild
+prewarm --ray``: Ray CPU tasks, :class:`kbuild.prewarm.shards.ShardPool`).
 """
 
 from __future__ import annotations
@@ -125,13 +127,14 @@ class ModelConfigMeasurer:
 
     def __init__(self, spec: BenchSpec, *, arch: int = DEFAULT_SM, jobs: int | None = None, small: bool = False,
                  python_path: tuple[str, ...] = (), decode: Callable[[bytes], Sequence[Any]] | None = None,
-                 pool: CompilerFactory | None = None) -> None:
+                 pool: CompilerFactory | None = None, compile_timeout: float | None = None) -> None:
         from kbuild.tune.measure.model import sass_decoder
 
         self.spec = spec
         self.arch = arch
-        self.pool: Compiler = (pool(spec, arch) if pool is not None else
-                               CompilePool(spec, arch, jobs=jobs, small=small, python_path=python_path))
+        self.pool: Compiler = (pool(spec, arch, compile_timeout) if pool is not None else
+                               CompilePool(spec, arch, jobs=jobs, small=small, python_path=python_path,
+                                           timeout=compile_timeout))
         self.decode = decode or sass_decoder()
         self._ms: dict[str, float] = {}
         self._shared: dict[str, int] = {}
@@ -210,7 +213,7 @@ class GpuConfigMeasurer:
 
     def __init__(self, spec: BenchSpec, *, small: bool = False, python_path: tuple[str, ...] = (),
                  jobs: int | None = None, timeout_s: float = 60.0, command: Sequence[str] | None = None,
-                 pool: CompilerFactory | None = None) -> None:
+                 pool: CompilerFactory | None = None, compile_timeout: float | None = None) -> None:
         from kbuild.errors import UsageError
         from kbuild.tune.measure.client import ConfigWorkerClient
 
@@ -222,8 +225,9 @@ class GpuConfigMeasurer:
         info = self.client.load_spec(KernelRef(spec.ref, small=small, python_path=python_path))
         self.arch = info.arch
         self.device = info.device
-        self.pool: Compiler = (pool(spec, self.arch) if pool is not None else
-                               CompilePool(spec, self.arch, jobs=jobs, small=small, python_path=python_path))
+        self.pool: Compiler = (pool(spec, self.arch, compile_timeout) if pool is not None else
+                               CompilePool(spec, self.arch, jobs=jobs, small=small, python_path=python_path,
+                                           timeout=compile_timeout))
 
     def prefetch(self, configs: Sequence[Config]) -> None:
         self.pool.submit(configs)

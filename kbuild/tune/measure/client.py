@@ -259,7 +259,7 @@ class WorkerClient:
 
 class ConfigWorkerClient(WorkerClient):
     """Level 1's side of the same worker process: one spec loaded, many configurations' kernels added
-    (compiled elsewhere: :mod:`kbuild.tune.measure.handover`), checked and timed in interleaved batches.
+    (compiled elsewhere: :mod:`kbuild.runtime.handover`), checked and timed in interleaved batches.
 
     A fault, crash or hang costs the configuration that caused it (status ``launch-error`` or ``timeout``)
     and the worker; the next request starts a fresh worker, replays ``cfg_load`` and re-adds the kernels it

@@ -3,7 +3,7 @@
 Runs inside the worker process only (:mod:`kbuild.tune.measure.worker`, ops ``cfg_load``, ``cfg_add``,
 ``cfg_time``). Where :class:`~kbuild.tune.measure.session.Session` holds one configuration and compares
 rewritten cubins bit for bit with it, a :class:`ConfigSession` holds many configurations, compiled
-elsewhere and handed over (:mod:`kbuild.tune.measure.handover`), and judges each by the spec's torch
+elsewhere and handed over (:mod:`kbuild.runtime.handover`), and judges each by the spec's torch
 reference within ``spec.reference_tol`` (relative error; configurations change the summation order), or,
 for a spec without a reference, against the first configuration added. Each check runs with the
 outputs poisoned, guard bands after them and the inputs compared afterwards
@@ -19,16 +19,15 @@ from typing import Any
 
 from kbuild.bench.spec import BenchSpec, Config, ast_source, load_spec, validate_inputs
 from kbuild.device import timing
+from kbuild.runtime.handover import KernelPayload, kernel_from_payload
 
-from .handover import KernelPayload, kernel_from_payload
 from .oracle import Oracle
-from .session import CandidateError, SessionUsageError
+from .session import TIMING_SEED, CandidateError, SessionUsageError, gpu_for, open_spec
 
 log = logging.getLogger(__name__)
 
-#: Seed of the inputs every configuration is checked on, and of the inputs it is timed on.
+#: Seed of the inputs every configuration is checked on (it is timed on :data:`~.session.TIMING_SEED`'s).
 CHECK_SEED = 7
-TIMING_SEED = 1_000_003
 
 
 def _rel_err(out: Any, ref: Any) -> float:
@@ -44,17 +43,9 @@ class ConfigSession:
     def __init__(self, spec_ref: str, *, small: bool = False, python_path: tuple[str, ...] = ()) -> None:
         import torch
 
-        from kbuild.errors import GPUUnavailableError, KBuildError
-
         self.torch = torch
-        try:
-            self.spec: BenchSpec = load_spec(spec_ref, small=small, python_path=python_path)
-        except KBuildError as exc:
-            raise SessionUsageError(str(exc)) from None
-        try:
-            self.arch = timing.require_gpu(self.spec.archs)
-        except GPUUnavailableError as exc:
-            raise SessionUsageError(str(exc), kind="no-gpu") from None
+        self.spec: BenchSpec = open_spec(load_spec, spec_ref, small=small, python_path=python_path)
+        self.arch = gpu_for(self.spec.archs)
         if self.spec.needs_allocator:
             timing.set_scratch_allocator()
         self.check_inputs = self.spec.make_inputs(CHECK_SEED, timing.DEVICE)

@@ -13,17 +13,15 @@ CUDA-event loop with an L2 flush.
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from kbuild.bench.cuda import CudaBenchSpec, load_cuda_spec
-from kbuild.bench.spec import validate_inputs
 from kbuild.device import cuda as cuda_driver
 from kbuild.device import timing
 
-from .cubin import CubinFormatError, cubin_arch, cubin_digest
-from .oracle import BaselineProblem, Oracle
-from .session import CandidateError, SessionUsageError
+from .oracle import Oracle
+from .session import BaselineSession, baseline_arch, gpu_for, open_spec
 
 
 class CudaFunction:
@@ -92,71 +90,33 @@ class CudaOracle(Oracle):
             inputs[name].zero_()
 
 
-class CudaSession:
+class CudaSession(BaselineSession):
     """``load``/``check``/``time`` for a CUDA kernel: the same answers as :class:`~.session.Session`."""
 
     def __init__(self, spec_ref: str, symbol: str, baseline: bytes, *, small: bool = False,
                  python_path: tuple[str, ...] = ()) -> None:
         import torch
 
-        from kbuild.errors import GPUUnavailableError, KBuildError
-
         self.torch = torch
-        try:
-            self.spec = load_cuda_spec(spec_ref, small=small, python_path=python_path)
-        except KBuildError as exc:
-            raise SessionUsageError(str(exc)) from None
-        try:
-            base_arch = cubin_arch(baseline)
-        except CubinFormatError as exc:
-            raise SessionUsageError(f"baseline: {exc}") from None
-        try:
-            self.arch = timing.require_gpu((base_arch,))
-        except GPUUnavailableError as exc:
-            raise SessionUsageError(str(exc), kind="no-gpu") from None
+        self.spec = open_spec(load_cuda_spec, spec_ref, small=small, python_path=python_path)
+        self.arch = gpu_for((baseline_arch(baseline),))
         self.symbol = symbol
-        self.baseline = CudaFunction(baseline, symbol, self.spec)
-        self.baseline_digest = cubin_digest(baseline)
-        self.flush = timing.L2Flush()
-        self.timing_inputs = self.spec.make_inputs(1_000_003, timing.DEVICE)
-        validate_inputs(self.spec, self.timing_inputs, check_reference=False)  # type: ignore[arg-type]
-        self.oracle = CudaOracle(self.spec, device=timing.DEVICE, synchronize=torch.cuda.synchronize)
-        try:
-            self.details = self.oracle.baseline_sanity(self.baseline)
-        except BaselineProblem as exc:
-            raise SessionUsageError(str(exc)) from None
+        self._ready(baseline, CudaFunction(baseline, symbol, self.spec),
+                    lambda: CudaOracle(self.spec, device=timing.DEVICE, synchronize=torch.cuda.synchronize))
 
-    def _candidate(self, cubin: bytes) -> CudaFunction:
-        try:
-            arch = cubin_arch(cubin)
-        except CubinFormatError as exc:
-            raise CandidateError(f"not a cubin: {exc}") from None
-        if arch != self.arch:
-            raise CandidateError(f"cubin is for sm_{arch} but this GPU is sm_{self.arch}")
+    def _load(self, cubin: bytes) -> CudaFunction:
         return CudaFunction(cubin, self.symbol, self.spec)
 
-    def check(self, cubin: bytes, k: int, seed: int) -> dict[str, Any]:
-        cand = self._candidate(cubin)
-        try:
-            return self.oracle.check(self.baseline, cand, k, seed)
-        except BaselineProblem as exc:
-            raise SessionUsageError(str(exc)) from None
-        finally:
-            cand.close()
-
-    def time(self, cubin: bytes, rounds: int, reps: int) -> dict[str, list[list[float]]]:
-        cand = self._candidate(cubin)
+    def _launchers(self, kernels: Sequence[Any]) -> list[Callable[[], Any]]:
         inputs = self.timing_inputs
 
         def run(fn: CudaFunction) -> Callable[[], None]:
             return lambda: fn.run(inputs)
 
-        try:
-            base, other, aa = timing.time_interleaved([run(self.baseline), run(cand), run(self.baseline)],
-                                                      rounds=rounds, reps=reps, flush=self.flush)
-        finally:
-            cand.close()
-        return {"baseline": base, "candidate": other, "baseline_aa": aa}
+        return [run(k) for k in kernels]
+
+    def _release(self, kernel: Any) -> None:
+        kernel.close()
 
 
 __all__ = ["CudaFunction", "CudaOracle", "CudaSession"]

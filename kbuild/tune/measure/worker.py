@@ -27,6 +27,15 @@ def _is_cuda_fault(exc: BaseException) -> bool:
                                    "out of resources", "accelerator"))
 
 
+def _loaded(session: Any, baseline_digest: str, details: dict[str, Any]) -> dict[str, Any]:
+    """The reply to a load: the kernel, this GPU's architecture and name, the baseline's digest and the oracle's
+    findings on it (none for level 1's configurations)."""
+    import torch
+
+    return {"ok": True, "kernel": session.spec.name, "arch": session.arch, "baseline_digest": baseline_digest,
+            "device": torch.cuda.get_device_name(0), "details": details}
+
+
 def handle(state: dict[str, Any], msg: dict[str, Any]) -> dict[str, Any]:
     """Answer one request. May raise: the caller decides between a candidate error and a fault."""
     from .session import CandidateError, Session, SessionUsageError
@@ -46,19 +55,13 @@ def handle(state: dict[str, Any], msg: dict[str, Any]) -> dict[str, Any]:
                 state["session"] = cuda = CudaSession(msg["spec"], str(msg["symbol"]), msg["baseline"],
                                                       small=bool(msg.get("small")),
                                                       python_path=tuple(msg.get("python_path", ())))
-                import torch
-
-                return {"ok": True, "kernel": cuda.spec.name, "arch": cuda.arch, "baseline_digest": cuda.baseline_digest,
-                        "device": torch.cuda.get_device_name(0), "details": cuda.details}
+                return _loaded(cuda, cuda.baseline_digest, cuda.details)
             sess = Session(msg["spec"], config if isinstance(config, dict) else int(config), msg["baseline"], small=bool(msg.get("small")),
                            python_path=tuple(msg.get("python_path", ())))
         except SessionUsageError as exc:
             return {"ok": False, "kind": exc.kind, "error": str(exc)}
         state["session"] = sess
-        import torch
-
-        return {"ok": True, "kernel": sess.spec.name, "arch": sess.arch, "baseline_digest": sess.baseline_digest,
-                "device": torch.cuda.get_device_name(0), "details": sess.details}
+        return _loaded(sess, sess.baseline_digest, sess.details)
     if op in ("cfg_load", "cfg_add", "cfg_time"):
         return handle_config(state, msg)
     current: Session | None = state.get("session")
@@ -96,10 +99,7 @@ def handle_config(state: dict[str, Any], msg: dict[str, Any]) -> dict[str, Any]:
         except SessionUsageError as exc:
             return {"ok": False, "kind": exc.kind, "error": str(exc)}
         state["configs"] = sess
-        import torch
-
-        return {"ok": True, "kernel": sess.spec.name, "arch": sess.arch, "baseline_digest": "",
-                "device": torch.cuda.get_device_name(0), "details": {}}
+        return _loaded(sess, "", {})
     current: ConfigSession | None = state.get("configs")
     if current is None:
         return {"ok": False, "kind": "usage", "error": "no spec loaded (cfg_load)"}

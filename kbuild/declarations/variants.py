@@ -15,22 +15,20 @@ Every combination of the lists (the cartesian product, in the order written) bec
 * a **constexpr**, otherwise: the entry declares ``constexprs.key = value``.
 
 An entry's name is C-safe and readable, ``rms_norm_fwd_BLOCK_SIZE_1024_dtype_bf16``; its label
-(:attr:`kbuild.config.KernelSettings.label`) is ``rms_norm_fwd[BLOCK_SIZE=1024,dtype=bf16]``, and the CLI
-takes either. Errors are :class:`VariantError` with the key below the kernel's table
-(``variants.dtype[1]``, ``signature.X``); :mod:`kbuild.config` adds the file and the table. This is the one
-place variants are expanded; it imports nothing of Triton.
+(:attr:`kbuild.declarations.kernel.KernelSettings.label`) is ``rms_norm_fwd[BLOCK_SIZE=1024,dtype=bf16]``, and the
+CLI takes either. Errors are :class:`VariantError` with the key below the kernel's table (``variants.dtype[1]``,
+``signature.X``); :mod:`kbuild.settings.sources` adds the file and the table. This is the one place variants are
+expanded; it works on a declaration's parts (its name, signature, constexprs and variants), so that
+:mod:`kbuild.declarations.kernel` imports it and not the other way round, and imports nothing of Triton.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import itertools
 import re
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from kbuild.config import KernelSettings
+from dataclasses import dataclass
+from typing import Any
 
 #: Most entries one declaration may expand to.
 MAX_VARIANTS = 1024
@@ -47,10 +45,24 @@ class VariantError(ValueError):
         super().__init__(f"{key}: {message}")
 
 
-def _texts(k: KernelSettings) -> list[tuple[str, str]]:
+@dataclass(frozen=True)
+class Variant:
+    """One combination of a declaration's ``variants``: the entry it becomes."""
+
+    name: str
+    """The entry's C-safe name (:func:`entry_name`)."""
+    values: dict[str, Any]
+    """The variant's value of each key of ``variants``, in the order written."""
+    signature: dict[str, Any]
+    """The declaration's ``signature`` with the placeholders filled in."""
+    constexprs: dict[str, Any]
+    """The declaration's ``constexprs`` with the placeholders filled in and the constexpr variants added."""
+
+
+def _texts(signature: Mapping[str, Any], constexprs: Mapping[str, Any]) -> list[tuple[str, str]]:
     """(key below the table, text) of every string a placeholder may appear in."""
-    out = [(f"signature.{n}", t) for n, t in k.signature.items() if isinstance(t, str)]
-    for n, v in k.constexprs.items():
+    out = [(f"signature.{n}", t) for n, t in signature.items() if isinstance(t, str)]
+    for n, v in constexprs.items():
         if isinstance(v, str):
             out.append((f"constexprs.{n}", v))
         elif isinstance(v, Mapping) and isinstance(v.get("dtype"), str):
@@ -58,10 +70,11 @@ def _texts(k: KernelSettings) -> list[tuple[str, str]]:
     return out
 
 
-def placeholders(k: KernelSettings) -> dict[str, str]:
-    """Each placeholder name ``{name}`` used in ``k``, with the first key it appears under."""
+def placeholders(signature: Mapping[str, Any], constexprs: Mapping[str, Any]) -> dict[str, str]:
+    """Each placeholder name ``{name}`` used in a declaration's ``signature`` and ``constexprs``, with the first key
+    it appears under."""
     found: dict[str, str] = {}
-    for key, text in _texts(k):
+    for key, text in _texts(signature, constexprs):
         for m in _PLACEHOLDER.finditer(text):
             found.setdefault(m.group(1), key)
     return found
@@ -101,31 +114,32 @@ def _substitute(text: str, values: Mapping[str, Any]) -> Any:
     return _PLACEHOLDER.sub(lambda m: value_text(values[m.group(1)]) if m.group(1) in values else m.group(0), text)
 
 
-def expand(k: KernelSettings) -> list[KernelSettings]:
-    """The entries ``k`` declares: itself when it has no ``variants``, else one per combination (see the module
-    docstring), each with ``variants`` emptied and ``variant``/``variant_of`` set. :class:`VariantError`
+def expand(base: str, signature: Mapping[str, Any], constexprs: Mapping[str, Any],
+           variants: Mapping[str, Any]) -> list[Variant]:
+    """The combinations the declaration ``base`` (its ``signature``, ``constexprs`` and ``variants``) declares, one
+    :class:`Variant` each (see the module docstring); none when it has no ``variants``. :class:`VariantError`
     naming the key: an empty or non-list value, a placeholder no variant gives, a constexpr variant also
     declared under ``constexprs`` or ``signature``, too many combinations."""
-    used = placeholders(k)
-    if not k.variants:
+    used = placeholders(signature, constexprs)
+    if not variants:
         if used:
             name, key = next(iter(used.items()))
             raise VariantError(key, f"placeholder {{{name}}} but the kernel has no variants; declare "
                                     f"variants = {{ {name} = [...] }}")
-        return [k]
+        return []
     lists: list[list[Any]] = []
     total = 1
-    for name, given in k.variants.items():
+    for name, given in variants.items():
         values: Any = given
         if not name.isidentifier():
             raise VariantError(f"variants.{name}", "not a name (an identifier)")
         if not isinstance(values, list) or not values:
             raise VariantError(f"variants.{name}", "expected a non-empty list of values")
         if name not in used:
-            if name in k.constexprs:
+            if name in constexprs:
                 raise VariantError(f"variants.{name}", f"{name!r} is declared under constexprs too; a variant sets "
                                                        "it (or use it as a placeholder, \"{" + name + "}\")")
-            if name in k.signature:
+            if name in signature:
                 raise VariantError(f"variants.{name}", f"{name!r} is a runtime parameter (under signature); "
                                                        "variants set constexprs or fill {placeholders}")
         seen: list[Any] = []
@@ -140,17 +154,17 @@ def expand(k: KernelSettings) -> list[KernelSettings]:
         total *= len(values)
     if total > MAX_VARIANTS:
         raise VariantError("variants", f"{total} combinations (the product of the lists); at most {MAX_VARIANTS}")
-    missing = sorted(set(used) - set(k.variants))
+    missing = sorted(set(used) - set(variants))
     if missing:
         raise VariantError(used[missing[0]], f"placeholder {{{missing[0]}}} is not a key of variants "
-                                             f"({', '.join(k.variants)})")
-    names = list(k.variants)
+                                             f"({', '.join(variants)})")
+    names = list(variants)
     out = []
     for combo in itertools.product(*lists):
         point: dict[str, Any] = dict(zip(names, combo))
-        sig = {n: _substitute(t, point) if isinstance(t, str) else t for n, t in k.signature.items()}
+        sig = {n: _substitute(t, point) if isinstance(t, str) else t for n, t in signature.items()}
         cx: dict[str, Any] = {}
-        for n, v in k.constexprs.items():
+        for n, v in constexprs.items():
             if isinstance(v, str):
                 cx[n] = _substitute(v, point)
             elif isinstance(v, Mapping) and isinstance(v.get("dtype"), str):
@@ -158,9 +172,9 @@ def expand(k: KernelSettings) -> list[KernelSettings]:
             else:
                 cx[n] = v
         cx.update({n: v for n, v in point.items() if n not in used})
-        out.append(dataclasses.replace(k, name=entry_name(k.name, point), signature=sig, constexprs=cx, variants={},
-                                       variant=point, variant_of=k.name))
+        out.append(Variant(entry_name(base, point), point, sig, cx))
     return out
 
 
-__all__ = ["MAX_VARIANTS", "VariantError", "c_safe", "entry_name", "expand", "label", "placeholders", "value_text"]
+__all__ = ["MAX_VARIANTS", "Variant", "VariantError", "c_safe", "entry_name", "expand", "label", "placeholders",
+           "value_text"]

@@ -348,7 +348,7 @@ def check_names(grid: Grid, *, integers: Iterable[str], others: Mapping[str, str
 
 #: C helpers of the generated launchers (emitted once, before the first kernel with a grid).
 C_HELPERS = """\
-/* ---- grid expressions: 64-bit integer arithmetic, every failure flagged (kbuild/grid.py); inline, so that
+/* ---- grid expressions: 64-bit integer arithmetic, every failure flagged (kbuild/declarations/grid.py); inline, so that
  * helpers a file does not use raise no warning ---- */
 #define KB_OVERFLOW 1
 #define KB_DIV_ZERO 2

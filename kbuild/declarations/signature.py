@@ -1,6 +1,6 @@
 """The kernel-declaration grammar: Triton's AOT type of one runtime parameter, and ``ASTSource``'s arguments.
 
-Both declarations of a kernel use it: ``[tool.kbuild.kernels].signature`` (:mod:`kbuild.config`, compiled by
+Both declarations of a kernel use it: ``[tool.kbuild.kernels].signature`` (:mod:`kbuild.declarations.kernel`, compiled by
 :mod:`kbuild.compile.triton_aot`) and a bench spec's ``signature`` (:mod:`kbuild.bench.spec`). Each is read
 here and nowhere else, so the type a project declares, the type it is compiled with and the type its
 inputs are checked against agree.

@@ -1,6 +1,6 @@
 """Configuration spaces: the launch configurations a kernel may ship, and their one dict shape.
 
-A kernel declaration (``[[tool.kbuild.kernels]]``, :class:`kbuild.config.KernelSettings`) names one point,
+A kernel declaration (``[[tool.kbuild.kernels]]``, :class:`kbuild.declarations.kernel.KernelSettings`) names one point,
 the *default* configuration (``constexprs``, ``num_warps``, ``num_stages``, ``maxnreg``, ``num_ctas``),
 which is what ships untuned. It may add a space around it, in one of three ways:
 
@@ -25,7 +25,7 @@ normalised string) only when it is set, so that points, spaces and tuned keys wi
     {"constexprs": {...every constexpr...}, "num_warps": 4, "num_stages": 3, "maxnreg": None, "num_ctas": 1}
 
 :func:`expand` gives the points, the default first, each once. Errors are :class:`SpaceError` with the
-dotted key below the kernel's table (``space.BLOCK_M[1]``); :mod:`kbuild.config` adds file and table.
+dotted key below the kernel's table (``space.BLOCK_M[1]``); the settings model (:mod:`kbuild.settings.sources`) adds file and table.
 This module imports nothing of Triton.
 """
 
