@@ -169,6 +169,9 @@ def _stage_package_data(settings: Settings, builds: list[KernelBuild], out_dir: 
 
     package = infer_package(settings, builds)
     data = write_package_data(settings, builds, out_dir / PACKAGE_DATA_DIR / package, package=package)
+    loud = data.nothing_ships(settings)
+    if loud:
+        _say(f"warning: {loud}")
     shipped = sum(1 for e in data.index["entries"].values() if e["tuned"])
     _say(f"kbuild: package data for {package}: {len(data.index['entries'])} kernel × target "
          f"({shipped} tuned) in {package}/{data.data_dir.name}/")

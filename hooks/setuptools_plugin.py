@@ -376,6 +376,9 @@ def write_for_build(build_lib: str | Path, *, config: str | Path = "pyproject.to
     package = infer_package(settings, result.builds)
     folder = package_dir_in(build_lib, package, config=settings.config_file)
     data = write_package_data(settings, result.builds, folder, package=package)
+    loud = data.nothing_ships(settings)
+    if loud:
+        _say(f"warning: {loud}")
     return data.files, manifest_bytes(result.manifest)
 
 
@@ -421,6 +424,30 @@ def kbuild_build_py(base: type | None = None, *, config: str = "pyproject.toml")
     return KBuildBuildPy
 
 
+def _refuse_to_ship_nothing() -> None:
+    """A project that declares Triton kernels and ships them in an extension (``ship = "extension"``, the default)
+    but builds no extension module would get a wheel without a single kernel, and exit 0: stop instead, with one
+    ``error:`` line naming the setting, and exit status 2 (before setuptools writes anything into the wheel)."""
+    from kbuild.errors import ExitCode, KBuildError
+    from kbuild.settings.sources import load_settings
+
+    if _ships_package_data():
+        return
+    try:
+        settings = load_settings("pyproject.toml")
+    except KBuildError:  # the backend's plan, or kbuild's own commands, report a broken [tool.kbuild]
+        return
+    if settings.ship != "extension" or not settings.kernels:
+        return
+    count = len(settings.kernels)
+    _say(f'error: {settings.config_file}: [tool.kbuild] ship = "extension" (the default) embeds the kernels in an '
+         f"extension module, and this project builds none, so none of its {count} declared Triton kernel"
+         f"{'s' if count != 1 else ''} would ship; for a package that runs its @triton.jit kernels just in time "
+         'set ship = "package-data" (the cubins go into <package>/_kbuild/ and kbuild.runtime loads them), or add '
+         "an extension module for kbuild's launchers (ext_modules)")
+    raise SystemExit(int(ExitCode.USAGE))
+
+
 def finalize_distribution_options(dist: Any) -> None:
     """Entry point ``setuptools.finalize_distribution_options``: for kbuild projects, wrap ``build_py`` (package
     data) and, when there are extensions, ``build_ext`` (launchers)."""
@@ -430,6 +457,7 @@ def finalize_distribution_options(dist: Any) -> None:
     if _ships_package_data() and (base_py is None or not getattr(base_py, "_kbuild_wrapped", False)):
         dist.cmdclass["build_py"] = kbuild_build_py(base_py)
     if not getattr(dist, "ext_modules", None):
+        _refuse_to_ship_nothing()
         return
     base = dist.cmdclass.get("build_ext")
     if base is not None and getattr(base, "_kbuild_wrapped", False):

@@ -85,6 +85,19 @@ class PackageData:
     """``(kernel, target, note)`` of each shipped entry with a note (no autotune key, or the default shipped in
     place of a tuned configuration the caller cannot reach); the index entry carries the same ``note``."""
 
+    def nothing_ships(self, settings: Settings) -> str | None:
+        """The loud warning for package data that names no kernel although the project declares some (every
+        kernel × target skipped, e.g. ``package_data = "tuned"`` with nothing tuned), naming the setting; None
+        when something ships or nothing was declared."""
+        if self.index["entries"] or not self.skipped:
+            return None
+        why = sorted({reason for _, _, reason in self.skipped})
+        hint = ('; package_data = "all" (the default) ships the baselines so that no call compiles'
+                if settings.package_data == "tuned" else "")
+        return (f"{settings.config_file}: [tool.kbuild] package_data = {settings.package_data!r}: none of the "
+                f"{len(self.skipped)} kernel × target ships, so {self.package}/{DATA_DIR}/ answers no call and every "
+                f"kernel compiles just in time as without kbuild ({'; '.join(why)}){hint}")
+
     def relative_files(self, root: str | os.PathLike[str]) -> list[str]:
         """The files relative to ``root`` (e.g. the wheel's root), with ``/`` separators."""
         return [p.relative_to(root).as_posix() for p in self.files]

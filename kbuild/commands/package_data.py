@@ -55,6 +55,9 @@ def run(args: argparse.Namespace) -> int:
         name = f" {exc.filename}" if exc.filename else ""
         raise UsageError(f"--out {out}: cannot write{name}: {exc.strerror or exc}") from None
     entries = result.index["entries"]
+    loud = result.nothing_ships(settings)
+    if loud and not args.include_untuned:
+        warn(loud)
     if args.json:
         emit_json({"package": result.package, "data_dir": str(result.data_dir),
                    "files": [str(p) for p in result.files],

@@ -1,0 +1,82 @@
+"""Adoption without surprises (issue 34, part 4): a build that declares Triton kernels and would ship none stops or
+warns loudly, naming the setting.
+
+A tiny flat-layout setuptools project (one ``@triton.jit`` kernel, declared in ``[tool.kbuild]``), built through
+kbuild's PEP 517 backend with ``pip wheel --no-build-isolation`` (real Triton compile, real setuptools):
+
+* ``ship`` left at its default ``"extension"`` and no extension module: the build fails with one ``error:`` line
+  naming ``ship`` and ``"package-data"``, and no wheel is written (before the fix it exited 0 with a wheel holding no
+  kernel, no manifest and no warning);
+* ``ship = "package-data"``: the wheel carries ``lk/_kbuild/`` with the kernel's cubin, no warning;
+* ``ship = "package-data"`` with ``package_data = "tuned"`` and nothing tuned (no GPU here): the wheel is built but the
+  build says loudly that no kernel ships, naming ``package_data``.
+"""
+
+from __future__ import annotations
+
+import zipfile
+from pathlib import Path
+
+import pytest
+from hooks_helpers import build_env, pip_wheel
+
+pytestmark = pytest.mark.slow
+
+KERNEL = """import triton
+import triton.language as tl
+
+
+@triton.jit
+def scale(x_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    tl.store(x_ptr + offs, tl.load(x_ptr + offs, mask=mask) * 2.0, mask=mask)
+"""
+
+
+def _project(root: Path, kbuild_lines: str) -> Path:
+    (root / "lk").mkdir(parents=True)
+    (root / "lk" / "__init__.py").write_text("")
+    (root / "lk" / "k.py").write_text(KERNEL)
+    (root / "pyproject.toml").write_text(
+        '[build-system]\nrequires = ["kbuild", "setuptools>=64"]\nbuild-backend = "kbuild.hooks.backend"\n'
+        "[project]\nname = 'lk'\nversion = '0'\n"
+        f"[tool.kbuild]\ntargets = ['sm_90']\ntune = 'off'\n{kbuild_lines}"
+        "[[tool.kbuild.kernels]]\nname = 'scale'\nsource = 'lk.k:scale'\n"
+        "signature = { x_ptr = '*fp32:16', n = 'i32' }\nconstexprs = { BLOCK = 128 }\n")
+    return root
+
+
+def _build(tmp_path: Path, kbuild_lines: str) -> tuple[int, str, list[Path]]:
+    project = _project(tmp_path / "lk-project", kbuild_lines)
+    out = tmp_path / "dist"
+    env = build_env(tmp_path / "store", XDG_CACHE_HOME=str(tmp_path / "xdg"), TRITON_CACHE_DIR=str(tmp_path / "tc"))
+    proc = pip_wheel(project, out, env, check=False)
+    return proc.returncode, proc.stdout + proc.stderr, sorted(out.glob("*.whl")) if out.is_dir() else []
+
+
+def test_default_ship_without_an_extension_fails_naming_the_setting(tmp_path: Path) -> None:
+    rc, log, wheels = _build(tmp_path, "")
+    assert rc != 0 and wheels == [], log[-3000:]
+    errors = [line.strip() for line in log.splitlines() if line.strip().startswith("error: ") and "[tool.kbuild]" in line]
+    assert len(errors) == 1, log[-3000:]
+    assert 'ship = "extension" (the default)' in errors[0] and 'ship = "package-data"' in errors[0], errors[0]
+    assert "1 declared Triton kernel would ship" in errors[0] and "pyproject.toml" in errors[0], errors[0]
+
+
+def test_package_data_ships_the_kernel_quietly(tmp_path: Path) -> None:
+    rc, log, wheels = _build(tmp_path, 'ship = "package-data"\n')
+    assert rc == 0 and len(wheels) == 1, log[-3000:]
+    names = zipfile.ZipFile(wheels[0]).namelist()
+    assert "lk/_kbuild/index.json" in names and any(n.endswith(".cubin") for n in names), names
+    assert "none of the" not in log, log[-3000:]
+
+
+def test_tuned_only_package_data_with_nothing_tuned_warns_naming_the_setting(tmp_path: Path) -> None:
+    rc, log, wheels = _build(tmp_path, 'ship = "package-data"\npackage_data = "tuned"\n')
+    assert rc == 0 and len(wheels) == 1, log[-3000:]
+    names = zipfile.ZipFile(wheels[0]).namelist()
+    assert not any(n.endswith(".cubin") for n in names), names
+    warnings = [line for line in log.splitlines() if "warning:" in line and "none of the 1 kernel × target ships" in line]
+    assert len(warnings) == 1, log[-3000:]
+    assert "package_data = 'tuned'" in warnings[0] and 'package_data = "all" (the default)' in warnings[0], warnings[0]
