@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import json
 import shutil
 import sys
 import tempfile
@@ -232,6 +233,25 @@ def _ship_cuda(config_settings: ConfigSettings, project: Mapping[str, Any], reco
     _say(f"kbuild: {len(entries)} CUDA kernel × target in {wheel.name}'s manifest")
 
 
+def _require_kernels_in(wheel: Path, planned: Path) -> None:
+    """After a scikit-build-core build of a project that declares Triton kernels (``ship = "extension"``): the
+    wheel must carry them (``kbuild_add_kernels`` installs the manifest beside the extension). A CMakeLists.txt
+    that never calls it gives a wheel without a single kernel: the wheel is removed and the build fails, naming
+    the call and the setting."""
+    from kbuild.build.manifest import wheel_manifest
+    from kbuild.errors import UsageError
+
+    inside = wheel_manifest(wheel, missing_ok=True)
+    if inside is not None and inside.get("kernels"):
+        return
+    count = len(json.loads(planned.read_text()).get("kernels", []))
+    wheel.unlink(missing_ok=True)
+    raise UsageError(f'pyproject.toml: [tool.kbuild] ship = "extension" (the default): {count} kernel × target '
+                     f"planned, and {wheel.name} holds none of them: CMakeLists.txt never calls "
+                     "kbuild_add_kernels(<target> CONFIG pyproject.toml), which compiles them into an extension "
+                     "module; the wheel was removed")
+
+
 @contextlib.contextmanager
 def _planned(config_settings: ConfigSettings) -> Iterator[tuple[ModuleType, dict[str, Any], Any]]:
     """Run :func:`plan`; yield the real backend, the config settings for it (with the plan handed over) and the
@@ -259,6 +279,8 @@ def _planned(config_settings: ConfigSettings) -> Iterator[tuple[ModuleType, dict
                 def finish(wheel: Path) -> None:
                     with _reported():
                         _ship_cuda(config_settings, project, records, wheel)
+                        if manifest is not None:
+                            _require_kernels_in(wheel, manifest)
 
                 yield backend, settings, finish
         elif manifest is None:  # CUDA C++ only: the wrapped build_ext lists what kbuild-nvcc compiled

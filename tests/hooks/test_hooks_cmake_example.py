@@ -184,3 +184,22 @@ def test_inspect_refuses_a_wheel_without_a_manifest(tmp_path: Path, session_stor
     proc = kbuild_cli("inspect", str(bare), env=build_env(session_store))
     assert proc.returncode == 2
     assert f"{bare}: has no .dist-info/kbuild.json" in proc.stderr
+
+
+def test_a_cmakelists_that_never_adds_the_kernels_fails_and_leaves_no_wheel(session_store: Path, tmp_path: Path):
+    """Issue 34 part 4: kernels declared, ship = "extension", and a CMakeLists.txt without kbuild_add_kernels gave a
+    wheel without a single kernel and exit 0; now the build fails naming the call and the setting, and no wheel is
+    left in the output folder."""
+    project = copy_project(CMAKE_EXAMPLE, tmp_path / "nokernels")
+    cm = project / "CMakeLists.txt"
+    cm.write_text(cm.read_text().replace("kbuild_add_kernels(_kbx CONFIG pyproject.toml)", ""))
+    (project / "src" / "_kbx.c").write_text(
+        "#include <Python.h>\nstatic struct PyModuleDef m = {PyModuleDef_HEAD_INIT, \"_kbx\", NULL, -1, NULL};\n"
+        "PyMODINIT_FUNC PyInit__kbx(void) { return PyModule_Create(&m); }\n")
+    proc = pip_wheel(project, tmp_path / "dist", build_env(session_store), check=False)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode != 0, out[-3000:]
+    errors = [line.strip() for line in out.splitlines() if line.strip().startswith("error: pyproject.toml")]
+    assert len(errors) == 1, out[-3000:]
+    assert 'ship = "extension"' in errors[0] and "never calls kbuild_add_kernels" in errors[0], errors[0]
+    assert list((tmp_path / "dist").glob("*.whl")) == []
