@@ -24,6 +24,7 @@ from typing import Any
 # CUDA driver API enumerations (cuda.h).
 CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK = 0
 CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES = 1
+CU_FUNC_ATTRIBUTE_NUM_REGS = 4
 CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
 CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75
 CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76
@@ -105,6 +106,9 @@ class CudaDriver:
         self.lib = lib
         self._pointer_attribute = lib.cuPointerGetAttribute  # the two calls of every launch, looked up once
         self._launch_ex = lib.cuLaunchKernelEx
+        self.launch_raw = lib.cuLaunchKernelEx
+        """``cuLaunchKernelEx`` itself, for a caller that checks the status (:meth:`check`) on its own: the run
+        time's generated launchers (:class:`kbuild.runtime.direct.DirectLauncher`), once per kernel launch."""
 
     @classmethod
     def open(cls) -> CudaDriver:
