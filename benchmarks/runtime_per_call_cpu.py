@@ -57,7 +57,7 @@ def build_standin(work: Path) -> Path:
 def build_package_data(work: Path) -> Path:
     from kbuild.build.package_data import write_package_data
     from kbuild.build.pipeline import run_pipeline
-    from kbuild.config import load_settings
+    from kbuild.settings.sources import load_settings
 
     settings = load_settings(EXAMPLE / "pyproject.toml")
     settings = dataclasses.replace(settings, targets=["sm_90"], tune="off", store=work / "store", remotes=[])
@@ -166,7 +166,7 @@ def run_child(variant: str, data_dir: Path, calls: int) -> dict[str, Any]:
         second = time.perf_counter() - t0
         frames: list[str] = []
 
-        def profile(frame: Any, event: str, arg: Any) -> None:
+        def profile(frame: Any, event: str, arg: Any, frames: list[str] = frames) -> None:
             if event in ("call", "c_call"):
                 module = frame.f_globals.get("__name__", "")
                 if event == "call" and str(module).startswith("kbuild"):

@@ -40,7 +40,7 @@ import json
 import logging
 import sys
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -200,18 +200,18 @@ def strict_message(function: str, spec: Mapping[str, Any] | str, action: str, re
 _registered: list[bool] = []
 
 
-def register_at_exit() -> None:
-    """Write the report when the process exits (once per process; what to write is read then)."""
+def register_at_exit(report: Callable[[], Mapping[str, Any]]) -> None:
+    """Write ``report()`` when the process exits (once per process; where to write it is read then)."""
     if not _registered:
         _registered.append(True)
-        atexit.register(write_configured)
+        atexit.register(write_configured, report)
 
 
-def write_configured() -> None:
-    """``KBUILD_RUNTIME_REPORT``'s report: the JSON to each path, the summary to stderr for ``-``. Never raises
-    (it runs at exit): a problem is a warning."""
-    from kbuild.settings.variables import env_setting
+def write_configured(report: Callable[[], Mapping[str, Any]]) -> None:
+    """``KBUILD_RUNTIME_REPORT``'s report (``report()``): the JSON to each path, the summary to stderr for ``-``.
+    Never raises (it runs at exit): a problem is a warning."""
     from kbuild.errors import ConfigError
+    from kbuild.settings.variables import env_setting
 
     try:
         targets = env_setting("runtime_report")
@@ -220,9 +220,7 @@ def write_configured() -> None:
         return
     if not targets:
         return
-    from kbuild.runtime.state import current_report
-
-    doc = current_report()
+    doc = report()
     for target in targets:
         try:
             if target == STDERR:

@@ -83,8 +83,8 @@ def launchable(signature: dict[str, Any], md: Any) -> str | None:
 def direct_enabled() -> bool:
     """``KBUILD_RUNTIME`` on and ``KBUILD_RUNTIME_LAUNCH=direct`` (asked when a shipped kernel is first loaded). A
     bad value turns direct launch off (``runtime_disabled`` warns about its own)."""
-    from kbuild.settings.variables import env_setting
     from kbuild.errors import ConfigError
+    from kbuild.settings.variables import env_setting
 
     try:
         return not runtime_disabled() and env_setting("runtime_launch") == "direct"
@@ -355,9 +355,6 @@ def plain_triton_reason() -> str | None:
     (it then sees Triton's path exactly), or torch has not initialised CUDA."""
     from triton import knobs
 
-    from kbuild.runtime.hook import post_compile_hook
-    from kbuild.runtime.loader import cache_hook
-
     if not direct_enabled():
         return "direct launch is off"
     rt = knobs.runtime
@@ -365,9 +362,9 @@ def plain_triton_reason() -> str | None:
         return "launch hooks are set"
     if _active(rt.kernel_load_start_hook) or _active(rt.kernel_load_end_hook):
         return "kernel load hooks are set"
-    if rt.jit_cache_hook is not cache_hook or STATE.previous_cache_hook is not None:
+    if rt.jit_cache_hook is None or rt.jit_cache_hook is not STATE.cache_hook or STATE.previous_cache_hook is not None:
         return "another jit_cache_hook is set"
-    if rt.jit_post_compile_hook not in (None, post_compile_hook):
+    if rt.jit_post_compile_hook is not None and rt.jit_post_compile_hook is not STATE.post_compile_hook:
         return "another jit_post_compile_hook is set"
     from triton.runtime import _async_compile
 

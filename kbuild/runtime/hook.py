@@ -59,6 +59,7 @@ def install() -> None:
 
     with STATE.lock:
         current = knobs.runtime.jit_post_compile_hook
+        STATE.post_compile_hook = post_compile_hook
         if current is post_compile_hook:
             STATE.post_compile_installed = True
             return

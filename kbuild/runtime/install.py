@@ -21,7 +21,7 @@ from pathlib import Path
 
 from kbuild.runtime.coverage import CoverageError, register_at_exit
 from kbuild.runtime.index import DATA_DIR, INDEX_FILE, load_index
-from kbuild.runtime.state import RUNTIME_ENV, STATE, runtime_disabled, strict
+from kbuild.runtime.state import RUNTIME_ENV, STATE, current_report, runtime_disabled, strict
 
 log = logging.getLogger("kbuild.runtime")
 
@@ -36,7 +36,7 @@ def enable(package: str, *, data_dir: str | Path | None = None) -> bool:
     if runtime_disabled():
         log.debug("%s=off: not enabling tuned cubins for %s", RUNTIME_ENV, package)
         return False
-    register_at_exit()
+    register_at_exit(current_report)
     folder = Path(data_dir) if data_dir is not None else _package_data_dir(package)
     if folder is None or not (folder / INDEX_FILE).is_file():
         log.debug("%s ships no %s/%s: Triton's own cubins are used", package, DATA_DIR, INDEX_FILE)

@@ -93,6 +93,7 @@ def install() -> None:
     from triton.runtime.autotuner import Autotuner
 
     with STATE.lock:
+        STATE.cache_hook = cache_hook
         if knobs.runtime.jit_cache_hook is not cache_hook:
             STATE.previous_cache_hook = knobs.runtime.jit_cache_hook
             knobs.runtime.jit_cache_hook = cache_hook

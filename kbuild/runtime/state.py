@@ -89,8 +89,12 @@ class RuntimeState:
         per-function caches start afresh)."""
         # installed: kbuild's hooks, and what they replaced
         self.post_compile_installed = False
+        self.post_compile_hook: Any = None
+        """kbuild's ``jit_post_compile_hook`` (:mod:`.hook`), once installed: what the direct path compares with."""
         self.previous_post_compile_hook: Any = None
         self.loader_installed = False
+        self.cache_hook: Any = None
+        """kbuild's ``jit_cache_hook`` (:mod:`.loader`), once installed."""
         self.previous_cache_hook: Any = None
         self.original_autotuner_run: Any = None
         self.direct_installed = False

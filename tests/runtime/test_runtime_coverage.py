@@ -21,6 +21,7 @@ from test_runtime_steady_state import _autotuned, ship_autotune_key, softmax
 import kbuild.runtime
 from kbuild.build.package_data import write_package_data
 from kbuild.runtime import CoverageError
+from kbuild.settings.variables import Override
 
 HERE = Path(__file__).resolve().parent
 SOFTMAX = "kbx_jit.kernels:softmax"
@@ -116,9 +117,9 @@ def test_autotuning_keys_answered_and_autotuned(shipped: Any, kernels: Any, fake
 
 
 def test_strict_passes_inside_the_wheel_and_fails_outside_before_triton_compiles(
-        shipped: Any, kernels: Any, fake_gpu: Any, no_compile: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
+        shipped: Any, kernels: Any, fake_gpu: Any, no_compile: list[str], kbuild_env: Override) -> None:
     fake = fake_gpu(90)
-    monkeypatch.setenv("KBUILD_RUNTIME", "strict")
+    kbuild_env.set(runtime="strict")
     assert kbuild.runtime.enable("kbx_jit", data_dir=shipped.data_dir)
     softmax(kernels)  # shipped: answered, launched
     assert len(fake.launches) == 1
@@ -134,12 +135,13 @@ def test_strict_passes_inside_the_wheel_and_fails_outside_before_triton_compiles
 
 
 def test_strict_fails_an_autotuning_the_wheel_does_not_answer(shipped: Any, kernels: Any, fake_gpu: Any,
-                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+                                                              monkeypatch: pytest.MonkeyPatch,
+                                                              kbuild_env: Override) -> None:
     import torch
 
     ship_autotune_key(shipped, [1024, "torch.float16", "torch.float16"])
     fake_gpu(90)
-    monkeypatch.setenv("KBUILD_RUNTIME", "strict")
+    kbuild_env.set(runtime="strict")
     assert kbuild.runtime.enable("kbx_jit", data_dir=shipped.data_dir)
     tuner = _autotuned(kernels)
     benched: list[Any] = []
@@ -151,11 +153,11 @@ def test_strict_fails_an_autotuning_the_wheel_does_not_answer(shipped: Any, kern
     assert benched == []
 
 
-def test_strict_without_an_index_is_an_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    monkeypatch.setenv("KBUILD_RUNTIME", "strict")
-    with pytest.raises(CoverageError, match="package nothing_here ships no _kbuild/index.json"):
+def test_strict_without_an_index_is_an_error(kbuild_env: Override, tmp_path: Path) -> None:
+    kbuild_env.set(runtime="strict")
+    with pytest.raises(CoverageError, match=r"package nothing_here ships no _kbuild/index\.json"):
         kbuild.runtime.enable("nothing_here", data_dir=tmp_path)
-    monkeypatch.setenv("KBUILD_RUNTIME", "on")
+    kbuild_env.set(runtime="on")
     assert not kbuild.runtime.enable("nothing_here", data_dir=tmp_path)  # not strict: Triton's own, quietly
 
 
@@ -180,12 +182,11 @@ for cols in (1024, 1024, 1000):
 '''
 
 
-def test_the_report_is_written_at_exit(shipped: Any, tmp_path: Path) -> None:
+def test_the_report_is_written_at_exit(shipped: Any, tmp_path: Path, kbuild_env: Override) -> None:
     report = tmp_path / "out" / "coverage.json"
     report.parent.mkdir()
-    env = dict(os.environ, KBUILD_RUNTIME_REPORT=f"{report},-",
-               PYTHONPATH=os.pathsep.join([str(HERE), str(JIT_EXAMPLE), os.environ.get("PYTHONPATH", "")]))
-    env.pop("KBUILD_RUNTIME", None)
+    kbuild_env.set(runtime_report=[str(report), "-"])
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE), str(JIT_EXAMPLE), os.environ.get("PYTHONPATH", "")]))
     done = subprocess.run([sys.executable, "-c", _WORKLOAD, str(shipped.data_dir)], env=env, capture_output=True,
                           text=True, timeout=600, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -204,10 +205,15 @@ def test_the_report_is_written_at_exit(shipped: Any, tmp_path: Path) -> None:
 
 
 def test_the_runtime_settings() -> None:
-    from kbuild.config import env_setting, json_schema
+    from kbuild.errors import ConfigError
+    from kbuild.schema import json_schema
+    from kbuild.settings.variables import env_setting
 
     assert env_setting("runtime", {"KBUILD_RUNTIME": " Strict "}) == "strict"
     assert env_setting("runtime", {"KBUILD_RUNTIME": "0"}) is False
+    assert env_setting("runtime", {"KBUILD_RUNTIME": "on"}) is True and env_setting("runtime", {}) is True
+    with pytest.raises(ConfigError, match=r"KBUILD_RUNTIME: expected a boolean .* or 'strict', got 'sometimes'"):
+        env_setting("runtime", {"KBUILD_RUNTIME": "sometimes"})
     assert env_setting("runtime_report", {"KBUILD_RUNTIME_REPORT": "cov.json,-"}) == ["cov.json", "-"]
     assert env_setting("runtime_report", {}) == []
     props = json_schema()["properties"]

@@ -91,7 +91,7 @@ def test_a_shipped_specialisation_is_tritons_own_after_its_first_call(shipped: A
     assert kbuild.runtime.enable("kbx_jit", data_dir=shipped.data_dir)
     first = softmax(kernels)
     assert JITFunction.run.__module__ == "triton.runtime.jit"  # kbuild's first-call wrapper is gone
-    ((key, cached),) = kernels.softmax.device_caches[0][0].items()
+    ((_key, cached),) = kernels.softmax.device_caches[0][0].items()
     assert cached is first and type(cached) is CompiledKernel and cached.kbuild_entry
     assert cached._run.__name__ == "direct_launch"  # kbuild's launcher, no C module
     lookups = counting(monkeypatch, loader, "before_compile")
