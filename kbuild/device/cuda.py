@@ -96,6 +96,10 @@ _ARGTYPES: dict[str, list[Any]] = {
 }
 
 
+#: ``cuLaunchKernelEx`` as a prototype of four ``void *`` (:attr:`CudaDriver.launch_raw`).
+_LAUNCH_BY_ADDRESS = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
+
+
 class CudaDriver:
     """The driver calls kbuild makes, each checked (:class:`CudaError` names the call that failed).
 
@@ -106,9 +110,13 @@ class CudaDriver:
         self.lib = lib
         self._pointer_attribute = lib.cuPointerGetAttribute  # the two calls of every launch, looked up once
         self._launch_ex = lib.cuLaunchKernelEx
-        self.launch_raw = lib.cuLaunchKernelEx
-        """``cuLaunchKernelEx`` itself, for a caller that checks the status (:meth:`check`) on its own: the run
-        time's generated launchers (:class:`kbuild.runtime.direct.DirectLauncher`), once per kernel launch."""
+        raw = lib.cuLaunchKernelEx
+        address = ctypes.cast(raw, ctypes.c_void_p).value if isinstance(lib, ctypes.CDLL) else None
+        self.launch_raw = _LAUNCH_BY_ADDRESS(address) if address else raw
+        """``cuLaunchKernelEx`` taking its four arguments as plain addresses (``int``: the launch configuration,
+        the function, the parameter array, ``None``) and returning the status unchecked (:meth:`check`), for the
+        run time's generated launchers (:class:`kbuild.runtime.direct.DirectLauncher`), once per kernel launch: no
+        ``byref`` and no type check per call (a stand-in ``lib`` gets the same integers)."""
 
     @classmethod
     def open(cls) -> CudaDriver:

@@ -17,14 +17,21 @@ later calls are Triton's own, with no kbuild frame on the path:
 * :class:`shipped kernels <ShippedKernel>` are the ``CompiledKernel`` the compile slot returns, whose
   ``_init_handles`` loads the cubin with ``cuModuleLoadData`` (as Triton's ``load_binary``: primary context, dynamic
   shared memory above 48 KiB, the same out-of-resources checks and load hooks) through kbuild's CUDA driver binding
-  (:mod:`kbuild.device.cuda`), and whose launcher (:class:`DirectLauncher`) is Python generated once per kernel
-  that packs the parameters as Triton 3.6's generated C launcher does (``triton/backends/nvidia/driver.py``
-  ``make_launcher``: grid x times ``num_ctas``, ``32 * num_warps`` threads, the metadata's shared memory, the
-  non-constexpr arguments in order, then the two scratch pointers, null) and calls ``cuLaunchKernelEx`` on the
-  stream Triton's ``run`` passes (torch's current stream, ``torch._C._cuda_getCurrentRawStream``), with the launch
-  enter and exit hooks called as Triton's launcher calls them. Its host cost per call is Triton's C launcher's
-  plus about half a microsecond (``benchmarks/results/runtime_per_call_cpu.json``; the GPU plan measures it).
-  Triton's own launcher would need ``gcc`` at the first launch; ``KBUILD_RUNTIME_LAUNCH=triton`` chooses it.
+  (:mod:`kbuild.device.cuda`), and whose launcher is, in this order of preference:
+
+  - **Triton's own** (:func:`cached_triton_launcher`), when Triton's cache already holds its C module for this
+    signature (an earlier process built it): the same ``CudaLauncher`` object Triton would make, loaded without a
+    host compiler, so a later call is exactly Triton's path and cost;
+  - else **kbuild's** (:class:`DirectLauncher`), Python generated once per kernel that writes the launch
+    configuration and the parameters as Triton 3.6's generated C launcher does (``triton/backends/nvidia/driver.py``
+    ``make_launcher``: grid x times ``num_ctas``, ``32 * num_warps`` threads, the metadata's shared memory, the
+    non-constexpr arguments in order, then the two scratch pointers, null) with one ``struct`` call, and calls
+    ``cuLaunchKernelEx`` on the stream Triton's ``run`` passes (torch's current stream,
+    ``torch._C._cuda_getCurrentRawStream``), with the launch enter and exit hooks called as Triton's launcher calls
+    them. Its host cost per call is about a microsecond more than Triton's C launcher on the CPU stand-in
+    (``benchmarks/results/runtime_per_call_cpu.json``; ``benchmarks/gpu_runtime_steady.py`` measures it on a GPU).
+    Building Triton's launcher instead would run ``gcc`` at the first launch; ``KBUILD_RUNTIME_LAUNCH=triton``
+    chooses that.
 * Triton's driver is created without ``cuda_utils`` (:func:`install_lazy_driver`): Triton 3.6's ``CudaDriver``
   whose ``utils`` module is built on first use, i.e. only when Triton itself loads a kernel it compiled (or
   someone asks for ``driver.active.utils``). Its device, stream and target come from torch, as Triton's own.
@@ -125,9 +132,13 @@ class DirectLauncher:
     function, packed_metadata, launch_metadata, enter_hook, exit_hook, *args)`` with every argument of the
     function (constexprs included, as ``JITFunction.run`` passes them).
 
-    The parameter values live in one buffer packed with ``struct`` (C alignment), ``kernelParams`` points into it,
-    and the launch configuration is kept between calls; a lock guards both while the driver reads them (ctypes
-    releases the GIL during the call). The call itself is a function generated for this kernel's signature."""
+    One buffer holds the launch configuration (``CUlaunchConfig``) followed by the parameter values, and one
+    ``struct`` call per launch writes both (C alignment; the kernel's constants, block size, shared memory and
+    attributes, are literals of the generated code); ``kernelParams`` points into the buffer, and
+    ``cuLaunchKernelEx`` gets plain addresses (:attr:`kbuild.device.cuda.CudaDriver.launch_raw`). A lock guards
+    the buffer while the driver reads it (ctypes releases the GIL during the call, as Triton's launcher does). A
+    pointer argument that is a CUDA tensor is its ``data_ptr()``, as Triton's launcher takes it; anything else
+    (None, an int, another object with ``data_ptr``) goes through :func:`_pointer`, with Triton's check."""
 
     def __init__(self, signature: dict[str, Any], md: Any, driver: cuda.CudaDriver) -> None:
         import torch
@@ -146,14 +157,16 @@ class DirectLauncher:
                                                        cuda.CU_CLUSTER_SCHEDULING_POLICY_SPREAD)
             n += 2
         self.attrs = attrs
-        self.config = cuda.LaunchConfig(0, 1, 1, 32 * int(md.num_warps), 1, 1, int(md.shared), None, attrs, n)
         codes = ["Q" if ty.startswith("*") else _STRUCT_CODES[ty] for ty in signature.values() if ty != "constexpr"]
-        fmt = "@" + "".join(codes) + "QQ"  # then the global and profile scratch pointers (null)
-        every = [*codes, "Q", "Q"]  # each field ends at the size of the format up to it (C alignment)
-        offsets = [struct.calcsize("@" + "".join(every[:i + 1])) - struct.calcsize(code)
+        head = _config_format()
+        every = [*codes, "Q", "Q"]  # the parameters, then the global and profile scratch pointers (null)
+        fmt = head + "".join(every)
+        # each field ends where the format up to it ends (native alignment from the buffer's start)
+        offsets = [struct.calcsize(head + "".join(every[:i + 1])) - struct.calcsize("@" + code)
                    for i, code in enumerate(every)]
-        self.buffer = ctypes.create_string_buffer(max(struct.calcsize(fmt), 8))
+        self.buffer = ctypes.create_string_buffer(struct.calcsize(fmt))
         base = ctypes.addressof(self.buffer)
+        self.config = cuda.LaunchConfig.from_buffer(self.buffer)
         self.params = (ctypes.c_void_p * len(offsets))(*[base + off for off in offsets])
         values, names = [], []
         for i, ty in enumerate(signature.values()):
@@ -166,30 +179,94 @@ class DirectLauncher:
                               f"else pointer({arg}, {i}, driver))")
             else:
                 values.append(arg)
-        env = {"__name__": __name__, "Tensor": torch.Tensor, "pointer": _pointer, "driver": driver, "lock": threading.Lock(),
-               "pack": struct.Struct("@" + "".join(codes)).pack_into, "buffer": self.buffer,
-               "config": self.config, "config_ref": ctypes.byref(self.config), "params": self.params,
-               "launch": driver.launch_raw, "check": driver.check, "num_ctas": num_ctas}
-        pack = f"        pack(buffer, 0, {', '.join(values)})\n" if values else ""
+        grid_x = "gx" if num_ctas == 1 else f"gx * {num_ctas}"
+        constants = (f"{32 * int(md.num_warps)}, 1, 1, {int(md.shared)}, stream, {ctypes.addressof(attrs)}, {n}")
+        env = {"__name__": __name__, "Tensor": torch.Tensor, "pointer": _pointer, "driver": driver,
+               "lock": threading.Lock(), "pack": struct.Struct(head + "".join(codes)).pack_into,
+               "buffer": self.buffer, "launch": driver.launch_raw, "check": driver.check,
+               "keep": (self.params, attrs, self.config)}  # the code has their addresses: they live as long as it
         source = (
             f"def direct_launch(gx, gy, gz, stream, function, packed_metadata, launch_metadata, enter_hook, "
             f"exit_hook{''.join(', ' + a for a in names)}):\n"
             "    if enter_hook is not None:\n"
             "        enter_hook(launch_metadata)\n"
             "    if gx * gy * gz > 0:\n"
-            "      with lock:\n"
-            f"{pack}"
-            "        config.gridDimX = gx * num_ctas\n"
-            "        config.gridDimY = gy\n"
-            "        config.gridDimZ = gz\n"
-            "        config.hStream = stream\n"
-            "        status = launch(config_ref, function, params, None)\n"
-            "      if status:\n"
-            "        check(status, 'cuLaunchKernelEx')\n"
+            "        with lock:\n"
+            f"            pack(buffer, 0, {grid_x}, gy, gz, {constants}{''.join(', ' + v for v in values)})\n"
+            f"            status = launch({base}, function, {ctypes.addressof(self.params)}, None)\n"
+            "        if status:\n"
+            "            check(status, 'cuLaunchKernelEx')\n"
             "    if exit_hook is not None:\n"
             "        exit_hook(launch_metadata)\n")
+        self.source = source
         exec(compile(source, f"<kbuild direct launcher of {md.name}>", "exec"), env)
         self.launch = env["direct_launch"]
+
+
+def _config_format() -> str:
+    """``CUlaunchConfig`` as a ``struct`` format (:class:`kbuild.device.cuda.LaunchConfig`'s fields, then its tail
+    padding), checked against ctypes' layout."""
+    fmt = "@IIIIIIIQQI"
+    size = ctypes.sizeof(cuda.LaunchConfig)
+    fmt += f"{size - struct.calcsize(fmt)}x"
+    fields = [name for name, *_ in cuda.LaunchConfig._fields_]
+    offsets = [getattr(cuda.LaunchConfig, name).offset for name in fields]
+    mine = [struct.calcsize(fmt[:i + 2]) - struct.calcsize("@" + fmt[i + 1]) for i in range(len(fields))]
+    assert struct.calcsize(fmt) == size and mine == offsets, (fmt, mine, offsets)
+    return fmt
+
+
+# ----------------------------------------------------------------------------------------------
+# Triton's own launcher, where its cache already holds it
+
+
+def cached_triton_launcher(kernel: Any) -> Any | None:
+    """Triton's own launcher for ``kernel`` (a ``CudaLauncher``, what ``CompiledKernel._init_handles`` makes) when
+    Triton's cache already holds its C module for this signature (an earlier process built it: Triton's own run,
+    ``KBUILD_RUNTIME_LAUNCH=triton``), so that nothing is compiled; else None.
+
+    Read from Triton 3.6 (``triton/backends/nvidia/driver.py`` ``CudaLauncher.__init__``, ``triton/runtime/build.py``
+    ``compile_module_from_src``): the module is ``__triton_launcher`` under the key
+    ``sha256(make_launcher(constants, signature, tensordesc_meta) + platform_key())`` in Triton's cache manager.
+    The launcher is made as ``CudaLauncher.__init__`` makes it, less its ``library_dirs()`` (``ldconfig -p``, a
+    subprocess of some milliseconds, only needed to build the module), and the module is loaded from where Triton's
+    cache has it. Only for a Triton this was checked against (:data:`kbuild.runtime.specialize.CHECKED_TRITON`)."""
+    import hashlib
+    import sysconfig
+
+    from triton.backends.nvidia import driver as nvidia
+    from triton.runtime import build
+    from triton.runtime.cache import get_cache_manager
+
+    from kbuild.runtime.specialize import checked
+
+    if not checked():
+        return None
+    src, md = kernel.src, kernel.metadata
+    constants = src.constants if hasattr(src, "constants") else {}
+    constants = {((src.fn.arg_names.index(k),) if isinstance(k, str) else k): v for k, v in constants.items()}
+    signature = dict(src.signature)
+    tensordesc_meta = getattr(md, "tensordesc_meta", None)
+    source = nvidia.make_launcher(constants, signature, tensordesc_meta)
+    key = hashlib.sha256((source + build.platform_key()).encode("utf-8")).hexdigest()
+    path = get_cache_manager(key).get_file(f"{LAUNCHER_MODULE}{sysconfig.get_config_var('EXT_SUFFIX')}")
+    if path is None:
+        return None
+    module = build._load_module_from_path(LAUNCHER_MODULE, path)
+    launcher = nvidia.CudaLauncher.__new__(nvidia.CudaLauncher)
+    launcher.num_ctas = getattr(md, "num_ctas", 1)
+    launcher.launch = nvidia.wrap_handle_tensordesc(module.launch, signature, tensordesc_meta)
+    launcher.global_scratch_size = md.global_scratch_size
+    launcher.global_scratch_align = md.global_scratch_align
+    launcher.profile_scratch_size = md.profile_scratch_size
+    launcher.profile_scratch_align = md.profile_scratch_align
+    launcher.launch_cooperative_grid = md.launch_cooperative_grid
+    launcher.launch_pdl = md.launch_pdl
+    return launcher
+
+
+#: The name of Triton's generated launcher module (``CudaLauncher``).
+LAUNCHER_MODULE = "__triton_launcher"
 
 
 # ----------------------------------------------------------------------------------------------
@@ -243,8 +320,8 @@ def make_direct(kernel: Any) -> Any:
 
 
 def load_direct(kernel: Any) -> bool:
-    """Load ``kernel``'s cubin on the current device through kbuild's driver binding and give it a
-    :class:`DirectLauncher`, with Triton's checks (shared memory, threads: ``OutOfResources``) and load hooks
+    """Load ``kernel``'s cubin on the current device through kbuild's driver binding and give it Triton's launcher
+    from Triton's cache (:func:`cached_triton_launcher`) or a :class:`DirectLauncher`, with Triton's checks (shared memory, threads: ``OutOfResources``) and load hooks
     (False when the CUDA driver or torch is not there: Triton loads it)."""
     from triton import knobs
     from triton.runtime.errors import OutOfResources
@@ -279,17 +356,24 @@ def load_direct(kernel: Any) -> bool:
     threads = driver.function_attribute(function, cuda.CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK)
     if int(md.num_warps) * 32 > threads:
         raise OutOfResources(int(md.num_warps) * 32, threads, "threads")
-    launcher = DirectLauncher(dict(kernel.src.signature), md, driver)
+    try:
+        triton_launcher = cached_triton_launcher(kernel)
+    except Exception:  # Triton's cache unreadable, a module that does not load: kbuild's launcher
+        log.debug("Triton's cached launcher cannot be used; kbuild's launcher runs the shipped kernel", exc_info=True)
+        triton_launcher = None
     kernel.n_regs = driver.function_attribute(function, cuda.CU_FUNC_ATTRIBUTE_NUM_REGS)
     kernel.n_spills, kernel.n_max_threads = 0, threads
-    kernel._run = launcher.launch
+    kernel._run = triton_launcher if triton_launcher is not None else DirectLauncher(dict(kernel.src.signature), md,
+                                                                                     driver).launch
     kernel.function = int(function.value or 0)
     kernel.module = int(module.value or 0)
     if knobs.runtime.kernel_load_end_hook is not None:
         knobs.runtime.kernel_load_end_hook(kernel.module, kernel.function, kernel.name, kernel.metadata_group,
                                            kernel.hash)
-    STATE.record(Event(function_name(kernel.src.fn), True, "direct launch: shipped cubin launched without a host "
-                       "compiler", key=getattr(kernel, "kbuild_entry", None), stage="direct-launch"))
+    how = ("Triton's launcher, from Triton's cache" if triton_launcher is not None else "kbuild's launcher")
+    STATE.record(Event(function_name(kernel.src.fn), True, f"direct launch: shipped cubin loaded without a host "
+                       f"compiler, launched by {how}", key=getattr(kernel, "kbuild_entry", None),
+                       stage="direct-launch"))
     return True
 
 

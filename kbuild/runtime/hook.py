@@ -59,7 +59,6 @@ def install() -> None:
 
     with STATE.lock:
         current = knobs.runtime.jit_post_compile_hook
-        STATE.post_compile_hook = post_compile_hook
         if current is post_compile_hook:
             STATE.post_compile_installed = True
             return
@@ -144,6 +143,9 @@ def _count(function: str, found: Any, shipped: int, *, hit: bool, reason: str | 
                                   stage="post-compile" if hit else None, entry=entry.key if entry else None,
                                   reason=reason, nearest=coverage.nearest_of(getattr(found, "nearest", None),
                                                                              getattr(found, "differences", ())))
+
+
+STATE.post_compile_hook = post_compile_hook  # kbuild's own hook, as :mod:`kbuild.runtime.direct` tells it from another's
 
 
 __all__ = ["install", "post_compile_hook", "uninstall"]

@@ -93,7 +93,6 @@ def install() -> None:
     from triton.runtime.autotuner import Autotuner
 
     with STATE.lock:
-        STATE.cache_hook = cache_hook
         if knobs.runtime.jit_cache_hook is not cache_hook:
             STATE.previous_cache_hook = knobs.runtime.jit_cache_hook
             knobs.runtime.jit_cache_hook = cache_hook
@@ -396,6 +395,9 @@ def answer_autotuner(tuner: Any, *, arch: int | None = None) -> int:
                                 package=choice.shipped.index.package, shipped=len(candidates),
                                 entry=choice.shipped.key)
     return answered
+
+
+STATE.cache_hook = cache_hook  # kbuild's own hook, as :mod:`kbuild.runtime.direct` tells it from another's
 
 
 __all__ = ["ShippedCompile", "answer_autotuner", "cache_hook", "install", "shipped_kernel", "uninstall",

@@ -90,11 +90,12 @@ class RuntimeState:
         # installed: kbuild's hooks, and what they replaced
         self.post_compile_installed = False
         self.post_compile_hook: Any = None
-        """kbuild's ``jit_post_compile_hook`` (:mod:`.hook`), once installed: what the direct path compares with."""
+        """kbuild's ``jit_post_compile_hook`` (:mod:`.hook`, set when it is imported): what the direct path compares
+        Triton's hook with, without importing the module that installs it."""
         self.previous_post_compile_hook: Any = None
         self.loader_installed = False
         self.cache_hook: Any = None
-        """kbuild's ``jit_cache_hook`` (:mod:`.loader`), once installed."""
+        """kbuild's ``jit_cache_hook`` (:mod:`.loader`, set when it is imported)."""
         self.previous_cache_hook: Any = None
         self.original_autotuner_run: Any = None
         self.direct_installed = False

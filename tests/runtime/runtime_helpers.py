@@ -195,8 +195,13 @@ class FakeCuda:
         return 0
 
     def cuLaunchKernelEx(self, pconfig: Any, fn: Any, params: Any, extra: Any) -> int:
-        c = pconfig._obj
+        from kbuild.device import cuda
+
         ct = self.ctypes
+        # kbuild's binding passes a byref'd config and a pointer array, the run time's launchers plain addresses
+        c = cuda.LaunchConfig.from_address(pconfig) if isinstance(pconfig, int) else pconfig._obj
+        if isinstance(params, int):
+            params = (ct.c_void_p * 7).from_address(params)
         addr = [params[i] for i in range(7)]  # out, in, 3 x i32, global/profile scratch
         self.launches.append({
             "grid": (c.gridDimX, c.gridDimY, c.gridDimZ), "block": c.blockDimX, "shared": c.sharedMemBytes,

@@ -13,18 +13,22 @@ kbuild's), ``JITFunction.run`` is Triton's again, a later call enters no kbuild 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from runtime_helpers import FakeCuda, direct_stand_ins
+from runtime_helpers import JIT_EXAMPLE, FakeCuda, direct_stand_ins
 
 import kbuild.runtime
 from kbuild.build.package_data import write_package_data
 from kbuild.runtime import hook, loader
 from kbuild.runtime.state import STATE
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[1]
 
 #: The kbuild functions a steady-state launch of a shipped kernel may enter: its generated launcher and, for a
 #: pointer that is not a CUDA tensor (the CPU tensors here), the driver's pointer check Triton's launcher makes too.
@@ -177,3 +181,41 @@ def test_tritons_driver_is_created_without_building_cuda_utils(monkeypatch: pyte
     assert active.get_current_device() == 0 and built == []
     assert isinstance(active.utils, CountingUtils) and active.utils is active.utils and built == [1]
     assert not install_lazy_driver()  # a driver exists: left alone
+
+
+@pytest.mark.slow
+def test_the_launcher_is_tritons_own_where_tritons_cache_has_it(shipped: Any, tmp_path: Path) -> None:
+    """Fresh processes against a libcuda stand-in (``benchmarks/standin``, built with cc; labelled): with an empty
+    Triton cache a shipped kernel is launched by kbuild's launcher and nothing is built; once a Triton process
+    (``KBUILD_RUNTIME=off``) has built Triton's launcher for the signature (gcc, against the stand-in), a kbuild
+    process launches the shipped kernel with that launcher, loaded from Triton's cache: nothing built, the same
+    object Triton's constructor makes, no kbuild frame on a later call."""
+    import subprocess
+
+    standin = tmp_path / "libcuda"
+    standin.mkdir()
+    subprocess.run(["cc", "-O2", "-shared", "-fPIC", "-o", str(standin / "libcuda.so.1"),
+                    str(ROOT / "benchmarks" / "standin" / "libcuda_standin.c")], check=True)
+    cache = tmp_path / "triton-cache"
+
+    def probe(runtime: str) -> dict[str, Any]:
+        env = {**os.environ, "LD_LIBRARY_PATH": str(standin), "TRITON_LIBCUDA_PATH": str(standin),
+               "TRITON_CACHE_DIR": str(cache), "KBUILD_RUNTIME": runtime,
+               "PYTHONPATH": os.pathsep.join([str(HERE), str(JIT_EXAMPLE)])}
+        done = subprocess.run([sys.executable, str(HERE / "launcher_handover_probe.py"), str(shipped.data_dir)],
+                              env=env, capture_output=True, text=True, timeout=600, check=False)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+
+    fresh = probe("on")
+    assert fresh["launcher"] == "kbuild.runtime.direct.direct_launch" and fresh["kbuild_entry"]
+    assert (fresh["built"], fresh["asked"], fresh["launches"]) == ([], [], 3)
+    assert set(fresh["frames"]) <= LAUNCH_PATH and fresh["stages"] == ["zero-jit", "direct-launch"]
+    triton = probe("off")  # Triton's own run: builds cuda_utils and the launcher, compiles the kernel
+    assert triton["launcher"] == "triton.backends.nvidia.driver.CudaLauncher" and not triton["kbuild_entry"]
+    assert sorted(triton["built"]) == ["__triton_launcher", "cuda_utils"]
+    warm = probe("on")
+    assert warm["launcher"] == "triton.backends.nvidia.driver.CudaLauncher" and warm["kbuild_entry"]
+    assert warm["built"] == [] and warm["asked"] == ["__triton_launcher"]  # only the equality check asks Triton
+    assert warm["same_as_tritons"] and warm["frames"] == [] and warm["launches"] == 3
+    assert warm["stages"] == ["zero-jit", "direct-launch"]
