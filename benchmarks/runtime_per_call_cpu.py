@@ -11,17 +11,23 @@ processes, interleaved (each repeat runs every variant once, in turn):
   launcher (compiled with gcc against the stand-in's headers and library, once, into a shared Triton cache);
 * ``kbuild-before``: kbuild's runtime at ``--before`` (default: where this branch left ``main``), exported with
   ``git archive``: its ``JITFunction.run`` wrapper on every call, launching through ctypes;
-* ``kbuild``: kbuild's runtime in this checkout: after a specialisation's first call, Triton's own ``run`` with the
-  shipped kernel in its ``kernel_cache``, launched by kbuild's generated ctypes launcher.
+* ``kbuild``: kbuild's runtime in this checkout, Triton's cache holding its launcher for the signature (as left by
+  the ``triton`` variant): after a specialisation's first call, Triton's own ``run`` with the shipped kernel in its
+  ``kernel_cache``, launched by Triton's own launcher loaded from its cache (no host compiler runs);
+* ``kbuild-own-launcher``: the same with an empty Triton cache per process (a fresh machine): launched by kbuild's
+  generated ctypes launcher (``kbuild.runtime.direct.DirectLauncher``).
 
 **Stand-ins** (there is no GPU here): ``libcuda.so.1`` is ``benchmarks/standin/libcuda_standin.c`` built with cc
 (every driver call returns at once; a launch only counts itself); torch's CUDA queries (available, initialised,
 device 0, sm_90, the current stream) are lambdas; tensors are CPU tensors, so both launchers ask the stand-in driver
-for each pointer (on a GPU, kbuild's launcher skips that query for a CUDA tensor). What is measured is the host work
+for each pointer: Triton's C launcher always does, in C; kbuild's launcher does so through ctypes only for what is
+not a CUDA tensor (``pointer_query_us`` per pointer; on a GPU a CUDA tensor skips it, so ``kbuild-own-launcher``
+less that per pointer argument estimates its GPU host cost: ``us_per_call_less_pointer_queries``, derived). What is measured is the host work
 of a call around the driver: binding and specialising the arguments, the cache lookup, packing and the driver call.
 
 Per variant and kernel: the first and second call (host seconds, Triton's cache warm), the median over repeats of
-the mean µs per call over ``--calls`` calls, the C modules Triton built or loaded (``compile_module_from_src``),
+the mean µs per call over ``--calls`` calls (each repeat's median of 10 chunks), the least disturbed chunk of all
+repeats (``us_per_call_min_chunk``: the machine is shared, ``load_average_1_5_15_min`` says how busy it was), the C modules Triton built or loaded (``compile_module_from_src``),
 ``triton.compile`` calls, the stand-in's launch count, and the kbuild frames a steady-state call enters
 (``sys.setprofile``). Not a GPU measurement: benchmarks/gpu_session.md has the GPU step.
 """
@@ -44,7 +50,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLE = ROOT / "examples" / "jit-package"
 STANDIN = ROOT / "benchmarks" / "standin" / "libcuda_standin.c"
-VARIANTS = ("triton", "kbuild-before", "kbuild")
+VARIANTS = ("triton", "kbuild-before", "kbuild", "kbuild-own-launcher")
 
 
 def build_standin(work: Path) -> Path:
@@ -78,6 +84,8 @@ def export(ref: str, work: Path) -> Path:
 
 
 def child(variant: str, data_dir: Path, calls: int, src: Path, libcuda: Path, cache: Path) -> dict[str, Any]:
+    if variant == "kbuild-own-launcher":  # an empty Triton cache: nothing of Triton's is built or loaded
+        cache = Path(tempfile.mkdtemp(prefix="triton-empty-", dir=cache.parent))
     env = dict(os.environ, LD_LIBRARY_PATH=str(libcuda), TRITON_LIBCUDA_PATH=str(libcuda),
                TRITON_CACHE_DIR=str(cache), KBUILD_RUNTIME="off" if variant == "triton" else "on",
                PYTHONPATH=str(EXAMPLE), KBUILD_BENCH_SRC=str(src))
@@ -99,6 +107,16 @@ def use_source(src: str) -> None:
     redirecting finder."""
     sys.meta_path[:] = [f for f in sys.meta_path if type(f).__name__ != "ScikitBuildRedirectingFinder"]
     sys.path.insert(0, src)
+
+
+def launcher_of(jit: Any) -> str:
+    """What launches the function's cached kernel: Triton's ``CudaLauncher`` or kbuild's ``direct_launch``."""
+    kernels = list(jit.device_caches[0][0].values()) if 0 in jit.device_caches else []
+    if len(kernels) != 1:
+        return f"{len(kernels)} kernels in Triton's kernel_cache"
+    run = kernels[0]._run
+    return f"{run.__module__}.{run.__name__}" if hasattr(run, "__code__") else \
+        f"{type(run).__module__}.{type(run).__qualname__}"
 
 
 def run_child(variant: str, data_dir: Path, calls: int) -> dict[str, Any]:
@@ -185,7 +203,8 @@ def run_child(variant: str, data_dir: Path, calls: int) -> dict[str, Any]:
         rows[name] = {"first_call_s": first, "second_call_s": second, "us_per_call": statistics.median(chunks),
                       "us_per_call_chunks": chunks, "calls": per * 10,
                       "c_modules": modules[before[0]:], "triton_compiles": len(compiles) - before[1],
-                      "standin_launches": lib.standin_launches() - before[2], "kbuild_frames_per_call": frames}
+                      "standin_launches": lib.standin_launches() - before[2], "kbuild_frames_per_call": frames,
+                      "launcher": launcher_of(k.softmax if name == "softmax" else k.matmul_leaky_relu)}
     stages = [e.stage for e in kbuild.runtime.events()]
     # What one pointer argument of a CPU tensor costs kbuild's launcher here: the stand-in driver's
     # cuPointerGetAttribute through ctypes (a CUDA tensor on a GPU skips it; Triton's C launcher asks in C).
@@ -225,11 +244,13 @@ def main() -> int:
     head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "HEAD"], check=True, capture_output=True,
                           text=True).stdout.strip()
     samples: dict[str, list[dict[str, Any]]] = {v: [] for v in VARIANTS}
+    load_before = os.getloadavg()  # the machine is shared: how busy it was says how noisy the numbers are
     with tempfile.TemporaryDirectory(prefix="kbuild-per-call-") as tmp:
         work = Path(tmp)
         libcuda = build_standin(work)
         data_dir = build_package_data(work)
-        srcs = {"triton": ROOT, "kbuild-before": export(ref, work), "kbuild": ROOT}  # ROOT: kbuild/ lives there
+        srcs = {"triton": ROOT, "kbuild-before": export(ref, work), "kbuild": ROOT,  # ROOT: kbuild/ lives there
+                "kbuild-own-launcher": ROOT}
         cache = work / "triton-cache"
         for v in VARIANTS:  # untimed: Triton's cache gets its C modules (the stand-in's) and compiled kernels
             child(v, data_dir, 100, srcs[v], libcuda, cache)
@@ -244,25 +265,36 @@ def main() -> int:
             ks = [s["kernels"][kernel] for s in samples[v]]
             rows[v][kernel] = {
                 "us_per_call": statistics.median(s["us_per_call"] for s in ks),
+                # the least disturbed chunk of all repeats: on a shared machine, the closest to the host cost itself
+                "us_per_call_min_chunk": min(c for s in ks for c in s["us_per_call_chunks"]),
                 "first_call_s": statistics.median(s["first_call_s"] for s in ks),
                 "second_call_s": statistics.median(s["second_call_s"] for s in ks),
                 "c_modules": sorted({m for s in ks for m in s["c_modules"]}),
                 "triton_compiles": max(s["triton_compiles"] for s in ks),
-                "kbuild_frames_per_call": ks[-1]["kbuild_frames_per_call"]}
+                "kbuild_frames_per_call": ks[-1]["kbuild_frames_per_call"],
+                "launcher": ks[-1]["launcher"]}
         rows[v]["pointer_query_us"] = statistics.median(s["pointer_query_us"] for s in samples[v])
-    doc = {"machine": "CPU, no GPU: libcuda.so.1 is a stand-in (benchmarks/standin/libcuda_standin.c), torch's CUDA "
+    own = rows["kbuild-own-launcher"]
+    for kernel, pointers in (("softmax", 2), ("matmul", 3)):
+        for stat in ("us_per_call", "us_per_call_min_chunk"):
+            own[kernel][f"{stat}_less_pointer_queries"] = own[kernel][stat] - pointers * own["pointer_query_us"]
+    doc = {"label": "CPU stand-in (no GPU): host cost per call only, not a GPU measurement",
+           "machine": "CPU, no GPU: libcuda.so.1 is a stand-in (benchmarks/standin/libcuda_standin.c), torch's CUDA "
                       "queries are stand-ins, tensors are CPU tensors; host cost only",
+           "load_average_1_5_15_min": {"before": load_before, "after": os.getloadavg(), "cpus": os.cpu_count()},
            "command": " ".join(["python", *sys.argv]), "date": time.strftime("%Y-%m-%d"), "head": head,
            "before": ref, "calls": args.calls, "repeats": args.repeats, "rows": rows, "samples": samples}
     text = json.dumps(doc, indent=1, sort_keys=True) + "\n"
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(text)
-    print(f"{'variant':<15} {'kernel':<8} {'us/call':>8} {'first':>9} {'second':>9}  C modules, kbuild frames/call")
+    print(f"{'variant':<20} {'kernel':<8} {'us/call':>8} {'min':>6} {'first':>9} {'second':>9}  C modules, "
+          "kbuild frames/call")
     for v in VARIANTS:
         for kernel, r in rows[v].items():
             if kernel == "pointer_query_us":
                 continue
-            print(f"{v:<15} {kernel:<8} {r['us_per_call']:>8.2f} {r['first_call_s'] * 1e3:>7.1f}ms "
+            print(f"{v:<20} {kernel:<8} {r['us_per_call']:>8.2f} {r['us_per_call_min_chunk']:>6.2f} "
+                  f"{r['first_call_s'] * 1e3:>7.1f}ms "
                   f"{r['second_call_s'] * 1e3:>7.1f}ms  {r['c_modules']}, {len(r['kbuild_frames_per_call'])}")
     return 0
 
