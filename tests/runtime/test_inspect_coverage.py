@@ -106,3 +106,13 @@ def test_inspect_with_a_recording_says_what_the_wheel_answers_and_why_not(
     assert (doc["recording"]["specializations"], doc["recording"]["answered"]) == (1, 1)
     assert main(["inspect", str(wheel), "--recording", str(covered)]) == 0
     assert "1 of 1 recorded specialisation(s)" in " ".join(capsys.readouterr().err.split())
+
+
+def test_inspect_with_a_bad_recording_is_one_error_line(wheel: Path, tmp_path: Path,
+                                                        capsys: pytest.CaptureFixture[str]) -> None:
+    bad = tmp_path / "rec.json"
+    bad.write_text('{"format": "kbuild-recording", "version": 99}')
+    assert main(["inspect", str(wheel), "--recording", str(bad)]) == 2
+    out, err = capsys.readouterr()
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("error: ") and str(bad) in lines[0], err
