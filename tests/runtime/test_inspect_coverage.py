@@ -115,4 +115,4 @@ def test_inspect_with_a_bad_recording_is_one_error_line(wheel: Path, tmp_path: P
     assert main(["inspect", str(wheel), "--recording", str(bad)]) == 2
     out, err = capsys.readouterr()
     lines = [line for line in err.splitlines() if line.strip()]
-    assert len(lines) == 1 and lines[0].startswith("error: ") and str(bad) in lines[0], err
+    assert out == "" and len(lines) == 1 and lines[0].startswith("error: ") and str(bad) in lines[0], err
