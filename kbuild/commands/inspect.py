@@ -9,8 +9,14 @@ and sha256, its ELF (architecture, kernel symbol, block size, parameter layout, 
 with the entry, and named by no entry of another key. The wheel's member names must be safe to install
 (relative, no ``..``, no backslash, each once), and a ``_kbuild/`` folder must hold only what kbuild writes.
 
+It also shows what a JIT package's wheel covers (:mod:`kbuild.runtime.covers`): its kernels × specialisations ×
+targets, from the indexes (``"covers"`` in ``--json``), and with ``--recording FILE`` (a ``kbuild record``
+recording) which recorded specialisations and autotuning keys the wheel answers, and why not the others
+(``"recording"``).
+
 Exit status, as a verifier's: 0 when every check holds, 1 when one fails (each failure is a warning line, and
-the ``--json`` document lists them under ``"problems"``), 2 when the input cannot be read at all.
+the ``--json`` document lists them under ``"problems"``; with ``--recording``, a recorded specialisation or tuning
+the wheel does not answer is such a failure), 2 when the input cannot be read at all.
 """
 
 from __future__ import annotations
@@ -39,6 +45,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                                    "\"package-data\") also the entries of each <package>/_kbuild/index.json, "
                                    "with each cubin checked against its sha256.")
     p.add_argument("wheel", metavar="WHEEL", help="a .whl file (or a kbuild.json manifest)")
+    p.add_argument("--recording", metavar="FILE",
+                   help="a recording from `kbuild record`: say which recorded specialisations and autotuning keys "
+                        "the wheel answers, and why not the others (exit status 1 when one is not answered)")
     p.add_argument("--json", action="store_true",
                    help="print the manifest as one JSON document on stdout (with a \"package_data\" list for a "
                         "wheel that ships package data, and \"problems\": every failed check); the exit status is "
@@ -59,6 +68,21 @@ def run(args: argparse.Namespace) -> int:
     else:
         has_manifest, package_data, problems = wheel_package_data(args.wheel)
         manifest = wheel_manifest(args.wheel) if has_manifest or not package_data else None
+    covers: list[dict[str, Any]] = []
+    recorded: dict[str, Any] | None = None
+    if package_data or args.recording:
+        from kbuild.runtime.covers import recording_coverage, shipped_specializations
+
+        indexes = [] if args.wheel.endswith(".json") else wheel_indexes(args.wheel)
+        covers = shipped_specializations(indexes)
+        if args.recording:
+            from kbuild.record.format import load
+
+            recorded = {"file": args.recording, **recording_coverage(indexes, load(args.recording))}
+            problems += [f"recorded {r['function']} [{r['target']}] {_sig(r['signature'])}: {r['reason']}"
+                         for r in recorded["rows"] if not r["answered"]]
+            problems += [f"recorded tuning {r['function']} [{r['target']}] key {r['key']}: {r['reason']}"
+                         for r in recorded["tuning_rows"] if not r["answered"]]
     for problem in problems:
         warn(f"{table_text(args.wheel)}!{table_text(problem)}")
     status = ExitCode.FAILED if problems else ExitCode.OK
@@ -66,6 +90,9 @@ def run(args: argparse.Namespace) -> int:
         doc = dict(manifest) if manifest is not None else {}
         if package_data:
             doc["package_data"] = package_data
+            doc["covers"] = covers
+        if recorded is not None:
+            doc["recording"] = recorded
         doc["problems"] = problems
         emit_json(doc)
         return status
@@ -74,7 +101,64 @@ def run(args: argparse.Namespace) -> int:
                                       if package_data else ""), manifest)
     for data in package_data:
         _print_package_data(args.wheel, data)
+    if covers:
+        _print_covers(args.wheel, covers)
+    if recorded is not None:
+        _print_recording(recorded)
     return status
+
+
+def _sig(signature: dict[str, Any]) -> str:
+    return "(" + ", ".join(f"{n}: {t}" for n, t in signature.items()) + ")"
+
+
+def _print_covers(wheel: str, covers: list[dict[str, Any]]) -> None:
+    rows = []
+    for r in covers:
+        const = ", ".join(f"{k}={v}" for k, v in r["constexprs"].items())
+        opts = ", ".join(f"{k}={v}" for k, v in r["options"].items())
+        autotune = "; ".join(f"{t}: {k}" for t, k in r["autotune"].items()) or "–"
+        cells = (r["function"], _sig(r["signature"]), const, opts, ", ".join(r["targets"]),
+                 "zero-JIT" if r["zero_jit"] else "after a compile", autotune)
+        rows.append(tuple(table_text(c) for c in cells))
+    targets = sorted({t for r in covers for t in r["targets"]})
+    title = (f"{wheel} covers {len({r['function'] for r in covers})} kernel(s) × {len(covers)} specialisation(s) × "
+             f"{len(targets)} target(s) ({', '.join(targets)})")
+    print_table(table_text(title), ["function", "signature", "constexprs", "options", "targets", "answered",
+                                    "autotune key"], rows)
+
+
+def _print_recording(recorded: dict[str, Any]) -> None:
+    rows = []
+    for r in recorded["rows"]:
+        cells = (r["function"], r["target"], _sig(r["signature"]),
+                 ", ".join(f"{k}={v}" for k, v in r["constexprs"].items()), r["calls"],
+                 r["stage"] if r["answered"] else "no", r["reason"] or "")
+        rows.append(tuple(table_text(c) for c in cells))
+    for r in recorded["tuning_rows"]:
+        cells = (r["function"], r["target"], f"autotune key {r['key']}", "", "", "yes" if r["answered"] else "no",
+                 r["reason"] or "")
+        rows.append(tuple(table_text(c) for c in cells))
+    title = (f"{recorded['file']}: {recorded['answered']} of {recorded['specializations']} recorded specialisation(s) "
+             f"and {recorded['tunings_answered']} of {recorded['tunings']} tuning(s) answered by the wheel")
+    print_table(table_text(title), ["function", "target", "signature", "constexprs", "calls", "answered", "why not"],
+                rows)
+
+
+def wheel_indexes(wheel: str | Path) -> list[Any]:
+    """The wheel's ``<package>/_kbuild/index.json`` files, parsed (:func:`kbuild.runtime.index.parse_index`)."""
+    from kbuild.build.manifest import open_wheel
+    from kbuild.jsonio import DEFAULT_MAX_BYTES
+    from kbuild.runtime.index import parse_index
+
+    path = Path(wheel)
+    out = []
+    with open_wheel(path) as zf:
+        for name in sorted(n for n in set(zf.namelist()) if _is_index_name(n)):
+            where = f"{path}!{name}"
+            raw = _read_member(zf, zf.getinfo(name), DEFAULT_MAX_BYTES, where=where)
+            out.append(parse_index(raw, data_dir=Path(PurePosixPath(name).parent.as_posix()), where=where))
+    return out
 
 
 def _print_manifest(wheel: str, manifest: dict[str, Any]) -> None:

@@ -24,6 +24,7 @@ from typing import Any
 # CUDA driver API enumerations (cuda.h).
 CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK = 0
 CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES = 1
+CU_FUNC_ATTRIBUTE_NUM_REGS = 4
 CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8
 CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR = 75
 CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR = 76
@@ -95,6 +96,10 @@ _ARGTYPES: dict[str, list[Any]] = {
 }
 
 
+#: ``cuLaunchKernelEx`` as a prototype of four ``void *`` (:attr:`CudaDriver.launch_raw`).
+_LAUNCH_BY_ADDRESS = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
+
+
 class CudaDriver:
     """The driver calls kbuild makes, each checked (:class:`CudaError` names the call that failed).
 
@@ -105,6 +110,13 @@ class CudaDriver:
         self.lib = lib
         self._pointer_attribute = lib.cuPointerGetAttribute  # the two calls of every launch, looked up once
         self._launch_ex = lib.cuLaunchKernelEx
+        raw = lib.cuLaunchKernelEx
+        address = ctypes.cast(raw, ctypes.c_void_p).value if isinstance(lib, ctypes.CDLL) else None
+        self.launch_raw = _LAUNCH_BY_ADDRESS(address) if address else raw
+        """``cuLaunchKernelEx`` taking its four arguments as plain addresses (``int``: the launch configuration,
+        the function, the parameter array, ``None``) and returning the status unchecked (:meth:`check`), for the
+        run time's generated launchers (:class:`kbuild.runtime.direct.DirectLauncher`), once per kernel launch: no
+        ``byref`` and no type check per call (a stand-in ``lib`` gets the same integers)."""
 
     @classmethod
     def open(cls) -> CudaDriver:

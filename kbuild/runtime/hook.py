@@ -44,6 +44,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+from kbuild.runtime import coverage
 from kbuild.runtime.lookup import Miss, after_compile
 from kbuild.runtime.state import STATE, Event, function_name, runtime_disabled
 from kbuild.runtime.verify import REFUSED, Refused
@@ -115,17 +116,36 @@ def _on_compiled(key: Any, fn: Any, compile_info: Mapping[str, Any]) -> None:
             STATE.record(Event.of_entry(function, found.shipped, substituted=False, reason=found.reason))
         else:
             STATE.record(Event(function, False, found.reason, target=found.target))
+        _count(function, found, len(candidates), hit=False, reason=found.reason)
         return
     try:
         cubin = STATE.verified_cubin(found.shipped, call=found.expected)
     except Refused as exc:
         STATE.record(Event.of_entry(function, found.shipped, substituted=False, reason=f"{REFUSED}: {exc}"))
+        _count(function, found, len(candidates), hit=False, reason=f"{REFUSED}: {exc}")
         return
     kernel.kernel = cubin
     kernel.asm["cubin"] = cubin
     kernel.asm.pop("sass", None)  # AsmDict recomputes it from the new cubin on demand
     STATE.record(Event.of_entry(function, found.shipped, substituted=True, reason="key, checks and digest match",
                                 stage="post-compile"))
+    _count(function, found, len(candidates), hit=True)
+
+
+def _count(function: str, found: Any, shipped: int, *, hit: bool, reason: str | None = None) -> None:
+    """The coverage of a compiled specialisation: its shipped cubin swapped in (a hit of stage ``post-compile``:
+    Triton compiled, the cubin is the wheel's) or not."""
+    if found.call is None:
+        return
+    entry = found.shipped if hit else None
+    STATE.coverage.specialization(function, coverage.describe(found.call), hit=hit,
+                                  package=STATE.package_of(function), shipped=shipped,
+                                  stage="post-compile" if hit else None, entry=entry.key if entry else None,
+                                  reason=reason, nearest=coverage.nearest_of(getattr(found, "nearest", None),
+                                                                             getattr(found, "differences", ())))
+
+
+STATE.post_compile_hook = post_compile_hook  # kbuild's own hook, as :mod:`kbuild.runtime.direct` tells it from another's
 
 
 __all__ = ["install", "post_compile_hook", "uninstall"]

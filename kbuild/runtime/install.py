@@ -6,7 +6,11 @@ fall back to each other: the post-compile substitution (:mod:`.hook`), then zero
 answer (:mod:`.loader`), then the direct launcher (:mod:`.direct`). :func:`disable` takes a package's index out,
 and the loading paths out of Triton once no package is left. The loading paths are imported by the first
 :func:`enable` that installs them: importing kbuild.runtime (a package that ships no index, ``KBUILD_RUNTIME=off``)
-loads none of them.
+loads none of them. The first :func:`enable` also registers the coverage report written at exit
+(``KBUILD_RUNTIME_REPORT``, :mod:`.coverage`).
+
+Under ``KBUILD_RUNTIME=strict``, a package that ships no readable index cannot answer anything, so :func:`enable`
+raises :class:`~kbuild.runtime.coverage.CoverageError` for it instead of returning False.
 """
 
 from __future__ import annotations
@@ -15,8 +19,9 @@ import importlib.util
 import logging
 from pathlib import Path
 
+from kbuild.runtime.coverage import CoverageError, register_at_exit
 from kbuild.runtime.index import DATA_DIR, INDEX_FILE, load_index
-from kbuild.runtime.state import RUNTIME_ENV, STATE, runtime_disabled
+from kbuild.runtime.state import RUNTIME_ENV, STATE, current_report, runtime_disabled, strict
 
 log = logging.getLogger("kbuild.runtime")
 
@@ -31,14 +36,21 @@ def enable(package: str, *, data_dir: str | Path | None = None) -> bool:
     if runtime_disabled():
         log.debug("%s=off: not enabling tuned cubins for %s", RUNTIME_ENV, package)
         return False
+    register_at_exit(current_report)
     folder = Path(data_dir) if data_dir is not None else _package_data_dir(package)
     if folder is None or not (folder / INDEX_FILE).is_file():
         log.debug("%s ships no %s/%s: Triton's own cubins are used", package, DATA_DIR, INDEX_FILE)
+        if strict():
+            raise CoverageError(f"KBUILD_RUNTIME=strict: package {package} ships no {DATA_DIR}/{INDEX_FILE}, so "
+                                "every call of its kernels would compile (build it with ship = \"package-data\")")
         return False
     try:
         index = load_index(folder / INDEX_FILE)
     except Exception as exc:  # a damaged index must not break the package's import
         log.warning("ignoring the tuned cubins of %s: %s", package, exc)
+        if strict():
+            raise CoverageError(f"KBUILD_RUNTIME=strict: the index of package {package} cannot be read: "
+                                f"{' '.join(str(exc).split())}") from None
         return False
     from kbuild.runtime import direct, hook, loader
 

@@ -49,11 +49,20 @@ has none, so an entry compiled with extra ptxas flags is never an autotuner's an
 ``cache`` entry is never overwritten. Triton's ``run`` then finds the key, benchmarks nothing, and
 launches that config, which the ``compile`` wrapper answers. A key not shipped (other shapes,
 dtypes, GPU, or keyword order: Triton's key follows the call's argument order) is autotuned by Triton.
+The wrapper answers an autotuner once: its first call gives it Triton's own ``run`` back as an instance attribute
+(until the enabled indexes change), and wraps its ``_bench``, which Triton calls only to benchmark a key missing
+from its cache: that key is counted as autotuned (:mod:`kbuild.runtime.coverage`), and is an error under
+``KBUILD_RUNTIME=strict``.
+
+Everything here runs once per specialisation (a compile Triton is about to make) or per autotuner: a later call is
+Triton's own. Each decision is counted in the coverage report, with the reason of a miss and where the nearest
+shipped entry differs (:func:`kbuild.runtime.lookup.nearest`); under ``KBUILD_RUNTIME=strict`` a compile the wheel
+does not answer raises :class:`~kbuild.runtime.coverage.CoverageError` before Triton compiles.
 
 Triton's launcher (``driver.active.launcher_cls``) and its ``cuda_utils`` module are C code compiled with
 the host compiler on first use (``triton/runtime/build.py`` ``compile_module_from_src``), 0.6 s of a 0.78 s
-first call on the H200 with an empty Triton cache: :mod:`kbuild.runtime.direct` launches the kernels
-:func:`shipped_kernel` finds without them; with ``KBUILD_RUNTIME_LAUNCH=triton`` Triton's launcher runs them.
+first call on the H200 with an empty Triton cache: the kernels :func:`shipped_kernel` finds are launched without
+them (:func:`kbuild.runtime.direct.make_direct`); with ``KBUILD_RUNTIME_LAUNCH=triton`` Triton's launcher runs them.
 ``benchmarks/gpu_runtime_coldstart.py`` measures both cases.
 """
 
@@ -61,12 +70,14 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Mapping
+import types
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from kbuild.runtime import keys
+from kbuild.runtime import coverage, keys
+from kbuild.runtime.coverage import CoverageError
 from kbuild.runtime.lookup import Miss, autotune_choices, before_compile
-from kbuild.runtime.state import STATE, Event, function_name, runtime_disabled
+from kbuild.runtime.state import STATE, Event, function_name, runtime_disabled, strict
 from kbuild.runtime.verify import REFUSED, Refused
 
 log = logging.getLogger("kbuild.runtime")
@@ -110,21 +121,56 @@ def uninstall() -> None:
 
 def cache_hook(*, key: Any, repr: Any, fn: Any, compile: Any, is_manual_warmup: bool,
                already_compiled: bool) -> Any:
-    """Triton's ``jit_cache_hook``: wrap the compile slot of a function with shipped entries, then call the hook
-    that was there before."""
+    """Triton's ``jit_cache_hook``: wrap the compile slot of a function with shipped entries (zero-JIT), or count a
+    compile kbuild cannot answer (no shipped entry with Triton's metadata for the function; under
+    ``KBUILD_RUNTIME=strict`` an error, unless the hook that was there before, called next, skips the compile)."""
+    unanswered: str | None = None
     try:
-        jit = fn.jit_function
-        if not runtime_disabled() and STATE.candidates(function_name(jit), "triton_metadata"):
-            current = jit.__dict__.get("compile")
-            if current is not None and not isinstance(current, ShippedCompile):
-                jit.compile = ShippedCompile(current)
+        if not runtime_disabled():
+            jit = fn.jit_function
+            function = function_name(jit)
+            if STATE.candidates(function, "triton_metadata"):
+                current = jit.__dict__.get("compile")
+                if current is not None and not isinstance(current, ShippedCompile):
+                    jit.compile = ShippedCompile(current)
+            else:
+                unanswered = _count_unanswered(jit, function, compile)
     except Exception:  # never break the user's kernel launch
         log.debug("jit_cache_hook failed; Triton compiles as usual", exc_info=True)
     previous = STATE.previous_cache_hook
+    skip = False
     if previous is not None:
-        return previous(key=key, repr=repr, fn=fn, compile=compile, is_manual_warmup=is_manual_warmup,
+        skip = previous(key=key, repr=repr, fn=fn, compile=compile, is_manual_warmup=is_manual_warmup,
                         already_compiled=already_compiled)
-    return False
+    if unanswered is not None and not skip and strict():
+        raise CoverageError(unanswered)
+    return skip
+
+
+def _count_unanswered(jit: Any, function: str, compile_info: Mapping[str, Any]) -> str:
+    """Count a compile of ``function``, which has no zero-JIT entry, and return the strict-mode message for it."""
+    package = STATE.package_of(function)
+    shipped = STATE.candidates(function)
+    module = function.partition(":")[0]
+    if shipped:
+        reason = (f"its {len(shipped)} shipped entr{'y has' if len(shipped) == 1 else 'ies have'} no Triton "
+                  "metadata (index version 1): every call compiles, then the cubin is swapped")
+    elif package is not None:
+        reason = f"package {package} ships no entry for this function"
+    else:
+        reason = f"no enabled package ships kernels of {module} (package {module.partition('.')[0]} ships no " \
+                 "kbuild index, or was not imported)"
+    spec: dict[str, Any] | str
+    try:
+        call = keys.specialization_from_hook(jit, compile_info, cc=keys.current_cc(compile_info.get("device")),
+                                             triton_version=keys.current_triton_version())
+        spec = coverage.describe(call)
+    except Exception:  # a call kbuild cannot describe is still counted
+        spec = {"target": None, "signature": {str(k): str(v) for k, v in dict(compile_info.get("signature") or {})
+                                              .items()}, "constexprs": {}, "options": {}}
+    if not shipped:  # the post-compile substitution counts the rest
+        STATE.coverage.specialization(function, spec, hit=False, package=package, reason=reason)
+    return coverage.strict_message(function, spec, "compile", reason)
 
 
 class ShippedCompile:
@@ -136,9 +182,14 @@ class ShippedCompile:
     def __call__(self, src: Any, target: Any = None, options: Any = None, **kwargs: Any) -> Any:
         try:
             kernel = shipped_kernel(src, target, options or {})
+        except CoverageError:
+            raise
         except Exception as exc:  # never break the user's kernel launch
             log.debug("shipped-kernel lookup failed; Triton compiles", exc_info=True)
             STATE.fallback(function_name(src.fn), f"lookup failed: {type(exc).__name__}: {exc}")
+            if strict():
+                raise CoverageError(coverage.strict_message(function_name(src.fn), "this call", "compile",
+                                                            f"the lookup failed: {type(exc).__name__}: {exc}")) from None
             kernel = None
         if kernel is not None:
             return kernel
@@ -150,7 +201,10 @@ class ShippedCompile:
 
 
 def shipped_kernel(src: Any, target: Any, options: Mapping[str, Any]) -> Any | None:
-    """The shipped ``CompiledKernel`` for what Triton is about to compile, or None (Triton compiles)."""
+    """The shipped ``CompiledKernel`` for what Triton is about to compile, or None (Triton compiles), counted in
+    the coverage; under ``KBUILD_RUNTIME=strict`` a miss raises :class:`~kbuild.runtime.coverage.CoverageError`.
+    The kernel launches directly (:func:`kbuild.runtime.direct.make_direct`) unless ``KBUILD_RUNTIME_LAUNCH=triton``."""
+    from kbuild.runtime.direct import make_direct
     from kbuild.runtime.handover import KernelPayload, kernel_from_payload
 
     if runtime_disabled():
@@ -161,12 +215,12 @@ def shipped_kernel(src: Any, target: Any, options: Mapping[str, Any]) -> Any | N
         return None
     found = before_compile(candidates, src, target, options)
     if isinstance(found, Miss):
-        STATE.fallback(function, found.reason)
+        _miss(function, found.reason, found, len(candidates))
         return None
     try:
         cubin = STATE.verified_cubin(found.shipped, call=found.expected)
     except Refused as exc:
-        STATE.fallback(function, f"{REFUSED}: {exc}")
+        _miss(function, f"{REFUSED}: {exc}", found, len(candidates))
         return None
     entry = found.shipped.entry
     md = entry["triton_metadata"]
@@ -176,7 +230,24 @@ def shipped_kernel(src: Any, target: Any, options: Mapping[str, Any]) -> Any | N
     kernel.kbuild_entry = found.shipped.key  # the post-compile hook leaves it alone
     STATE.record(Event.of_entry(function, found.shipped, substituted=True,
                                 reason="zero-JIT: shipped cubin loaded without compiling", stage="zero-jit"))
-    return kernel
+    if found.call is not None:
+        STATE.coverage.specialization(function, coverage.describe(found.call), hit=True,
+                                      package=found.shipped.index.package, shipped=len(candidates),
+                                      stage="zero-jit", entry=found.shipped.key)
+    return make_direct(kernel)
+
+
+def _miss(function: str, reason: str, found: Any, shipped: int) -> None:
+    """A call the wheel does not answer: logged once, counted, and under strict mode an error."""
+    STATE.fallback(function, reason)
+    call = getattr(found, "call", None)
+    spec: dict[str, Any] | str = coverage.describe(call) if call is not None else "this call"
+    close = getattr(found, "nearest", None)
+    STATE.coverage.specialization(function, spec if isinstance(spec, dict) else {"target": None}, hit=False,
+                                  package=STATE.package_of(function), shipped=shipped, reason=reason,
+                                  nearest=coverage.nearest_of(close, getattr(found, "differences", ())))
+    if strict():
+        raise CoverageError(coverage.strict_message(function, spec, "compile", reason))
 
 
 # ----------------------------------------------------------------------------------------------
@@ -184,16 +255,100 @@ def shipped_kernel(src: Any, target: Any, options: Mapping[str, Any]) -> Any | N
 
 
 def _autotuner_run(self: Any, *args: Any, **kwargs: Any) -> Any:
-    try:
-        answer_autotuner(self)
-    except Exception:  # never break the user's kernel launch
-        log.debug("autotuner answer failed; Triton autotunes as usual", exc_info=True)
+    """Stands in ``Autotuner.run`` for an autotuner's first call: put the shipped choices into its cache, watch
+    its benchmarking (coverage; strict mode), and give the autotuner Triton's own ``run`` back (its instance
+    attribute) for every later call, until the enabled indexes change."""
     original = STATE.original_autotuner_run
     if original is None:  # uninstalled while this call was on its way
         from triton.runtime.autotuner import Autotuner
 
         original = Autotuner.run
+    try:
+        answer_autotuner(self)
+        watch_benchmarks(self)
+    except Exception:  # never break the user's kernel launch
+        log.debug("autotuner answer failed; Triton autotunes as usual", exc_info=True)
+    if getattr(original, "__qualname__", "") == "Autotuner.run":
+        with STATE.lock:
+            self.run = types.MethodType(original, self)
+            STATE.answered_tuners.add(self)
     return original(self, *args, **kwargs)
+
+
+def watch_benchmarks(tuner: Any) -> None:
+    """Wrap the autotuner's ``_bench`` (its instance attribute), which Triton 3.6's ``Autotuner.run`` calls only to
+    benchmark a key that is not in its cache: the key is counted as autotuned, with why no shipped choice answered
+    it, and under ``KBUILD_RUNTIME=strict`` the benchmark is an error."""
+    bench = getattr(tuner, "_bench", None)
+    if not callable(bench) or getattr(bench, "kbuild_watch", False):
+        return
+
+    def _bench(*args: Any, config: Any, **meta: Any) -> Any:
+        if not STATE.loader_installed or runtime_disabled():
+            return bench(*args, config=config, **meta)
+        message = _count_autotuned(tuner, meta)
+        if message is not None and strict():
+            raise CoverageError(message)
+        return bench(*args, config=config, **meta)
+
+    _bench.kbuild_watch = True  # type: ignore[attr-defined]
+    tuner._bench = _bench
+
+
+def _tuning_key(tuner: Any, meta: Mapping[str, Any]) -> tuple[tuple[Any, ...], list[str]]:
+    """The autotuning key of the call being benchmarked, as Triton 3.6's ``Autotuner.run`` builds it, and the name
+    of each of its parts."""
+    all_args = {**(tuner.nargs or {}), **meta}
+    args = {k: v for k, v in all_args.items() if k in tuner.arg_names}
+    names = [k for k in tuner.keys if k in args]
+    key = [args[k] for k in names]
+    for name, arg in args.items():
+        if hasattr(arg, "dtype"):
+            key.append(str(arg.dtype))
+            names.append(f"{name}.dtype")
+    return tuple(key), names
+
+
+def _count_autotuned(tuner: Any, meta: Mapping[str, Any]) -> str | None:
+    """Count the key being autotuned (once per key); the strict-mode message the first time, else None."""
+    jit = _jit_of(getattr(tuner, "fn", None))
+    if jit is None:
+        return None
+    function = function_name(jit)
+    key, names = _tuning_key(tuner, meta)
+    arch = keys.current_cc()
+    target = f"sm_{arch}"
+    shipped = [c for c in STATE.candidates(function, "autotune")
+               if c.entry["target"].get("cc") == arch and c.entry["triton_version"] == keys.current_triton_version()]
+    near: dict[str, Any] | None = None
+    if shipped:
+        best = min(shipped, key=lambda c: len(_key_differences(key, c.entry["autotune"]["key"], names)))
+        diffs = _key_differences(key, best.entry["autotune"]["key"], names)
+        near = coverage.nearest_of(best, diffs)
+        where = "; ".join(diffs[:3]) or "nothing (its config is not among the autotuner's)"
+        reason = (f"no shipped choice for this key; the nearest shipped key {tuple(best.entry['autotune']['key'])} "
+                  f"differs in {where}")
+    elif STATE.candidates(function):
+        reason = f"no entry of this function ships an autotuning choice for {target} and Triton " \
+                 f"{keys.current_triton_version()}"
+    else:
+        package = STATE.package_of(function)
+        reason = (f"package {package} ships no entry for this function" if package is not None else
+                  f"no enabled package ships kernels of {function.partition(':')[0]}")
+    new = STATE.coverage.autotune(function, key, answered=False, target=target, package=STATE.package_of(function),
+                                  shipped=len(STATE.candidates(function)), reason=reason, nearest=near)
+    if not new:
+        return None
+    STATE.fallback(function, f"autotuning key {key}: {reason}")
+    return coverage.strict_message(function, f"key {key} on {target}", "autotune", reason)
+
+
+def _key_differences(call: Sequence[Any], shipped: Sequence[Any], names: Sequence[str]) -> list[str]:
+    out = [f"{names[i] if i < len(names) else i}: call {a!r}, shipped {b!r}"
+           for i, (a, b) in enumerate(zip(call, shipped)) if a != b]
+    if len(call) != len(shipped):
+        out.append(f"length: call {len(call)}, shipped {len(shipped)}")
+    return out
 
 
 def _jit_of(obj: Any) -> Any:
@@ -236,7 +391,14 @@ def answer_autotuner(tuner: Any, *, arch: int | None = None) -> int:
         answered += 1
         STATE.record(Event.of_entry(function, choice.shipped, substituted=True,
                                     reason=f"autotune: shipped choice for key {choice.key}", stage="autotune"))
+        STATE.coverage.autotune(function, choice.key, answered=True, target=f"sm_{arch}",
+                                package=choice.shipped.index.package, shipped=len(candidates),
+                                entry=choice.shipped.key)
     return answered
 
 
-__all__ = ["ShippedCompile", "answer_autotuner", "cache_hook", "install", "shipped_kernel", "uninstall"]
+STATE.cache_hook = cache_hook  # kbuild's own hook, as :mod:`kbuild.runtime.direct` tells it from another's
+
+
+__all__ = ["ShippedCompile", "answer_autotuner", "cache_hook", "install", "shipped_kernel", "uninstall",
+           "watch_benchmarks"]

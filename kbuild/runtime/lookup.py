@@ -42,6 +42,8 @@ class Hit:
 
     shipped: ShippedEntry
     expected: Expected
+    call: keys.CallSpecialization | None = None
+    """The call in kbuild's terms (what the coverage report counts)."""
 
 
 @dataclass(frozen=True)
@@ -53,6 +55,13 @@ class Miss:
     """The entry with the call's key, when a check after the key failed."""
     target: str | None = None
     """The call's architecture (``"sm_90"``), when the call was understood but no entry has its key."""
+    call: keys.CallSpecialization | None = None
+    """The call in kbuild's terms, when it was understood."""
+    nearest: ShippedEntry | None = None
+    """The candidate whose key differs from the call's in the fewest fields, when no key matched."""
+    differences: tuple[str, ...] = ()
+    """Where ``nearest``'s key components differ from the call's, most telling first
+    (``"kernel.signature.n_cols: call 'i32', index 'i32:16'"``)."""
 
     @property
     def refused(self) -> bool:
@@ -77,22 +86,43 @@ def cuda_arch(target: Any) -> int | None:
 
 
 def find(candidates: Sequence[ShippedEntry], call: keys.CallSpecialization, *,
-         explain: bool = False) -> ShippedEntry | list[str]:
+         explain: bool = False, distribution: Any = keys.installed_distribution) -> ShippedEntry | list[str]:
     """The first candidate whose key is the call's baseline key; else, with ``explain``, where the closest
-    candidate's key components differ from the call's (most telling first), or an empty list."""
-    closest: list[str] | None = None
+    candidate's key components differ from the call's (most telling first), or an empty list.
+
+    ``distribution``: the ``distribution`` key component of the call for an entry (default: the installed
+    distribution at the entry's version, :func:`kbuild.runtime.keys.installed_distribution`)."""
+    found, closest = _search(candidates, call, explain=explain, distribution=distribution)
+    if found is not None:
+        return found
+    return closest[1] if closest is not None else []
+
+
+def nearest(candidates: Sequence[ShippedEntry], call: keys.CallSpecialization, *,
+            distribution: Any = keys.installed_distribution) -> tuple[ShippedEntry | None, list[str]]:
+    """The candidate with the call's key and no differences; else the candidate whose key components differ from
+    the call's in the fewest fields, and those fields (most telling first); ``(None, [])`` without candidates."""
+    found, closest = _search(candidates, call, explain=True, distribution=distribution)
+    if found is not None:
+        return found, []
+    return closest if closest is not None else (None, [])
+
+
+def _search(candidates: Sequence[ShippedEntry], call: keys.CallSpecialization, *, explain: bool,
+            distribution: Any) -> tuple[ShippedEntry | None, tuple[ShippedEntry, list[str]] | None]:
+    closest: tuple[ShippedEntry, list[str]] | None = None
     for shipped in candidates:
         entry = shipped.entry
         comps = entry["key_components"]
         mine = call.key(ptxas_version=comps["compiler"]["ptxas"], declared=entry.get("signature"),
-                        distribution=keys.installed_distribution(entry))
+                        distribution=distribution(entry))
         if mine.hex == shipped.key:
-            return shipped
+            return shipped, None
         if explain:
             diffs = sorted(_differences(json.loads(canonical_json(mine.components)), comps), key=_priority)
-            if closest is None or len(diffs) < len(closest):
-                closest = diffs
-    return closest or []
+            if closest is None or len(diffs) < len(closest[1]):
+                closest = (shipped, diffs)
+    return None, closest
 
 
 def before_compile(candidates: Sequence[ShippedEntry], src: Any, target: Any, options: Mapping[str, Any]) -> Hit | Miss:
@@ -108,17 +138,19 @@ def before_compile(candidates: Sequence[ShippedEntry], src: Any, target: Any, op
     call = keys.specialization_from_source(jit, src, options, cc=arch, triton_version=triton_version)
     if call.unsupported:
         return Miss(f"call not declarable: {call.unsupported}")
-    found = find(candidates, call)
-    if not isinstance(found, ShippedEntry):
-        return Miss(f"no shipped entry has this call's key (signature {call.signature}, constexprs "
-                    f"{call.constexprs}, num_warps {call.options.get('num_warps')}, sm_{call.cc})")
+    found, diffs = nearest(candidates, call)
+    if found is None or diffs:  # a candidate without differences has the call's key
+        close = found
+        where = f"; nearest entry {close.entry.get('kernel')} differs in {'; '.join(diffs[:3])}" if close else ""
+        return Miss(f"no shipped entry has this call's key{where}", target=call.target.arch, call=call,
+                    nearest=close, differences=tuple(diffs))
     md = found.entry["triton_metadata"]
     problem = metadata_mismatch(md, options, arch, triton_version) or _checks_mismatch(md, found.entry)
     if problem is not None:
-        return Miss(problem, found)
+        return Miss(problem, found, call=call)
     expected = Expected(cc=arch, params=call_params(getattr(src, "signature", None) or {}),
                         num_warps=options.get("num_warps"), name=getattr(jit.fn, "__name__", None))
-    return Hit(found, expected)
+    return Hit(found, expected, call)
 
 
 def after_compile(candidates: Sequence[ShippedEntry], jit: Any, compile_info: Mapping[str, Any], kernel: Any) -> Hit | Miss:
@@ -132,16 +164,18 @@ def after_compile(candidates: Sequence[ShippedEntry], jit: Any, compile_info: Ma
     call = keys.specialization_from_hook(jit, compile_info, cc=arch, triton_version=keys.current_triton_version())
     if call.unsupported:
         return Miss(f"call not declarable: {call.unsupported}")
-    found = find(candidates, call, explain=True)
-    if not isinstance(found, ShippedEntry):
-        detail = "; ".join(found[:4]) if candidates else "no entry"
-        return Miss(f"no index entry has this call's key ({detail})", target=call.target.arch)
+    close, diffs = nearest(candidates, call)
+    if close is None or diffs:  # a candidate without differences has the call's key
+        detail = "; ".join(diffs[:4]) if candidates else "no entry"
+        return Miss(f"no index entry has this call's key ({detail})", target=call.target.arch, call=call,
+                    nearest=close, differences=tuple(diffs))
+    found = close
     problem = compiled_mismatch(md, found.entry)
     if problem is None and (not kernel.kernel or kernel.kernel[:4] != b"\x7fELF"):
         problem = "Triton's kernel is not an ELF cubin"
     if problem is not None:
-        return Miss(problem, found)
-    return Hit(found, expected_of_compiled(kernel.kernel, md))
+        return Miss(problem, found, call=call)
+    return Hit(found, expected_of_compiled(kernel.kernel, md), call)
 
 
 def autotune_choices(candidates: Sequence[ShippedEntry], configs: Sequence[Any], *, arch: int,
@@ -255,4 +289,4 @@ def _differences(mine: Any, theirs: Any, path: str = "") -> list[str]:
 
 
 __all__ = ["Choice", "Hit", "Miss", "after_compile", "autotune_choices", "before_compile", "compiled_mismatch",
-           "config_matches", "cuda_arch", "find", "metadata_mismatch"]
+           "config_matches", "cuda_arch", "find", "metadata_mismatch", "nearest"]

@@ -11,20 +11,24 @@ objects, which are valid for one :attr:`~RuntimeState.generation`.
 * **What happened**: an :class:`Event` per decision (the last 1000, :func:`events`), logged once per kernel and
   decision (:meth:`~RuntimeState.record`); the once-per-kernel log of a call Triton compiles
   (:meth:`~RuntimeState.fallback`).
-* **Caches**: the shipped cubins whose digest held (:meth:`~RuntimeState.verified_cubin`), and the launch setting
-  per value of its variables.
+* **Coverage**: per kernel, each specialisation answered or compiled and each autotuning key answered or tuned,
+  with the reasons (:class:`~kbuild.runtime.coverage.Coverage`, :func:`current_report`).
+* **Caches**: the shipped cubins whose digest held (:meth:`~RuntimeState.verified_cubin`).
 
-``KBUILD_RUNTIME=off`` (:func:`runtime_disabled`, the settings' ``runtime`` field) turns every path off.
+``KBUILD_RUNTIME`` (:func:`runtime_mode`, the settings' ``runtime`` field): off turns every path off; ``strict``
+makes a call that would compile or autotune an error (:mod:`kbuild.runtime.coverage`).
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import weakref
 from dataclasses import asdict, dataclass
 from typing import Any
 
 from kbuild.errors import ConfigError
+from kbuild.runtime.coverage import Coverage
 from kbuild.runtime.index import Index, ShippedEntry
 from kbuild.runtime.verify import REFUSED, Expected, Refused, cubin_mismatch, read_cubin
 from kbuild.settings.variables import env_setting
@@ -85,20 +89,28 @@ class RuntimeState:
         per-function caches start afresh)."""
         # installed: kbuild's hooks, and what they replaced
         self.post_compile_installed = False
+        self.post_compile_hook: Any = None
+        """kbuild's ``jit_post_compile_hook`` (:mod:`.hook`, set when it is imported): what the direct path compares
+        Triton's hook with, without importing the module that installs it."""
         self.previous_post_compile_hook: Any = None
         self.loader_installed = False
+        self.cache_hook: Any = None
+        """kbuild's ``jit_cache_hook`` (:mod:`.loader`, set when it is imported)."""
         self.previous_cache_hook: Any = None
         self.original_autotuner_run: Any = None
         self.direct_installed = False
         self.original_jit_run: Any = None
+        self.answered_tuners: weakref.WeakSet[Any] = weakref.WeakSet()
+        """Autotuners kbuild answered whose ``run`` is Triton's own again (the instance's attribute), until the
+        enabled indexes change."""
         # what happened
         self.events: list[Event] = []
         self.logged: set[tuple[str, str]] = set()
         self.fallbacks_logged: set[str] = set()
         self.direct_declined_logged: set[str] = set()
+        self.coverage = Coverage()
         # caches
         self.cubins: dict[tuple[str, str], bytes] = {}
-        self.launch_modes: dict[tuple[str | None, ...], bool] = {}
 
     # -- enabled
 
@@ -123,6 +135,9 @@ class RuntimeState:
                 by_function.setdefault(function, []).extend(shipped)
         self.by_function = by_function
         self.generation += 1
+        for tuner in list(self.answered_tuners):  # answered again, from the new set of indexes, on their next call
+            tuner.__dict__.pop("run", None)
+        self.answered_tuners.clear()
 
     def candidates(self, function: str, field: str | None = None) -> list[ShippedEntry]:
         """The entries the enabled packages ship for ``function`` (``module:qualname``), those that have ``field``
@@ -164,12 +179,24 @@ class RuntimeState:
         level = logging.WARNING if reason.startswith(REFUSED) else logging.INFO
         log.log(level, "%s: no shipped cubin for this call (%s); Triton compiles it", function, reason)
 
+    def package_of(self, function: str) -> str | None:
+        """The enabled package that ships entries for ``function`` (``module:qualname``), else the enabled package
+        its module belongs to, else None."""
+        with self.lock:
+            found = self.by_function.get(function)
+            if found:
+                return found[0].index.package
+            module = function.partition(":")[0]
+            return next((p for p in sorted(self.indexes) if module == p or module.startswith(p + ".")), None)
+
     def reset_events(self) -> None:
-        """Forget the events and what was logged once (the next decisions are logged again)."""
+        """Forget the events, what was logged once (the next decisions are logged again) and the coverage."""
         with self.lock:
             self.events.clear()
             self.logged.clear()
             self.fallbacks_logged.clear()
+            self.direct_declined_logged.clear()
+        self.coverage.clear()
 
     # -- caches
 
@@ -198,18 +225,40 @@ class RuntimeState:
 STATE = RuntimeState()
 
 
-def runtime_disabled() -> bool:
-    """Whether ``KBUILD_RUNTIME`` turns the substitution off. A bad value (neither true nor false) does too, with a
-    warning once: Triton's own cubins are always correct, and the hook never fails a package's import."""
+def runtime_mode() -> bool | str:
+    """``KBUILD_RUNTIME``: True (on), False (off) or ``"strict"``. A bad value (neither a boolean nor ``strict``)
+    is off, with a warning once: Triton's own cubins are always correct, and the hook never fails a package's
+    import."""
     try:
-        return not env_setting("runtime")
+        mode: bool | str = env_setting("runtime")
+        return mode
     except ConfigError as exc:
         with STATE.lock:
             once = (RUNTIME_ENV, str(exc))
             if once not in STATE.logged:
                 STATE.logged.add(once)
                 log.warning("%s; tuned cubins are not substituted", exc)
-        return True
+        return False
+
+
+def runtime_disabled() -> bool:
+    """Whether ``KBUILD_RUNTIME`` turns the substitution off (:func:`runtime_mode`)."""
+    return runtime_mode() is False
+
+
+def strict() -> bool:
+    """Whether ``KBUILD_RUNTIME=strict``: a call that would compile or autotune raises
+    :class:`~kbuild.runtime.coverage.CoverageError`."""
+    return runtime_mode() == "strict"
+
+
+def current_report() -> dict[str, Any]:
+    """The coverage report so far (:mod:`kbuild.runtime.coverage`)."""
+    mode = runtime_mode()
+    with STATE.lock:
+        packages = {p: {"index": str(i.data_dir / "index.json"), "entries": len(i.entries)}
+                    for p, i in STATE.indexes.items()}
+    return STATE.coverage.report(mode="strict" if mode == "strict" else "on" if mode else "off", packages=packages)
 
 
 def events() -> list[Event]:
@@ -233,5 +282,5 @@ def function_name(jit: Any) -> str:
     return f"{jit.fn.__module__}:{jit.fn.__qualname__}"
 
 
-__all__ = ["RUNTIME_ENV", "STATE", "Event", "RuntimeState", "events", "function_name", "reset_events",
-           "runtime_disabled", "substitutions"]
+__all__ = ["RUNTIME_ENV", "STATE", "Event", "RuntimeState", "current_report", "events", "function_name",
+           "reset_events", "runtime_disabled", "runtime_mode", "strict", "substitutions"]

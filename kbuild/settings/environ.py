@@ -44,9 +44,11 @@ def parse_bool(raw: str) -> bool | None:
     return True if word in TRUE_WORDS else False if word in FALSE_WORDS else None
 
 
-def bool_message(raw: str) -> str:
-    """What is wrong with ``raw`` where a boolean was expected (:func:`parse_bool` gave None), for an error."""
-    return f"expected a boolean ({', '.join(TRUE_WORDS)} or {', '.join(FALSE_WORDS)}, any case), got {raw!r}"
+def bool_message(raw: str, also: tuple[str, ...] = ()) -> str:
+    """What is wrong with ``raw`` where a boolean (or one of the words ``also``) was expected (:func:`parse_bool`
+    gave None), for an error."""
+    more = "".join(f" or {w!r}" for w in also)
+    return f"expected a boolean ({', '.join(TRUE_WORDS)} or {', '.join(FALSE_WORDS)}, any case){more}, got {raw!r}"
 
 
 def env_flag(name: str, environ: Mapping[str, str] | None = None) -> bool:

@@ -201,7 +201,24 @@ def from_string(raw: str, tp: Any, conv: Converter, key: str) -> Any:
         if flag is None:
             raise conv.error(key, bool_message(raw))
         return flag
+    words = bool_or_words(tp)
+    if words:  # a boolean or some words (``KBUILD_RUNTIME``: the boolean words, or ``strict``)
+        flag = parse_bool(raw)
+        if flag is not None:
+            return flag
+        word = raw.strip().lower()
+        if word not in words:
+            raise conv.error(key, bool_message(raw, also=words))
+        return word
     return conv.convert(_parse_env(raw, tp), tp, key)
+
+
+def bool_or_words(tp: Any) -> tuple[str, ...]:
+    """The words of a field typed "a boolean or some words" (``bool | Literal["strict"]``), else ``()``."""
+    args = get_args(tp) if get_origin(tp) in (Union, types.UnionType) else ()
+    if bool not in args:
+        return ()
+    return tuple(str(w) for a in args if get_origin(a) is Literal for w in get_args(a))
 
 
 def _parse_env(raw: str, tp: Any) -> Any:
@@ -233,4 +250,4 @@ def key_fields(cls: type) -> list[str]:
     return [f.name for f in dataclasses.fields(cls) if f.metadata.get("key")]
 
 
-__all__ = ["Check", "Converter", "from_string", "key_fields", "setting", "type_hints", "type_name", "value_name"]
+__all__ = ["Check", "Converter", "bool_or_words", "from_string", "key_fields", "setting", "type_hints", "type_name", "value_name"]

@@ -36,6 +36,9 @@ ShipMode = Literal["extension", "package-data"]
 PackageDataMode = Literal["all", "tuned"]
 PrewarmEngine = Literal["local", "ray"]
 RuntimeLaunch = Literal["direct", "triton"]
+#: ``KBUILD_RUNTIME``: off (False), on (True) or must-hit (``"strict"``); the boolean words stay accepted
+#: (:func:`kbuild.settings.fields.from_string`: a boolean or some words).
+RuntimeMode = bool | Literal["strict"]
 WgmmaHazardMode = Literal["warn", "error"]
 
 
@@ -311,9 +314,18 @@ class Settings:
     cuobjdump: Path | None = field(default=None, metadata={"env": "KBUILD_CUOBJDUMP", "env_only": _THIS_MACHINE})
     """The ``cuobjdump`` to run instead of the one bundled with Triton. Environment only."""
 
-    runtime: bool = field(default=True, metadata={"env": "KBUILD_RUNTIME", "env_only": _WHERE_IT_RUNS})
-    """Whether :mod:`kbuild.runtime` substitutes the tuned cubins an installed package ships for the ones
-    Triton compiles (``KBUILD_RUNTIME=off``: Triton's own run). Environment only, read where the package runs."""
+    runtime: RuntimeMode = field(default=True, metadata={"env": "KBUILD_RUNTIME", "env_only": _WHERE_IT_RUNS})
+    """Whether :mod:`kbuild.runtime` answers Triton's JIT from the cubins an installed package ships: on (``1``,
+    ``true``, ``on``...), off (``0``, ``false``, ``off``...: Triton's own run), or ``strict``: on, and the first
+    call that would compile or autotune raises ``kbuild.runtime.CoverageError`` naming the kernel, the
+    specialisation and where the nearest shipped entry differs (CI proves a wheel covers a workload). Read when a
+    specialisation is first called. Environment only, read where the package runs."""
+
+    runtime_report: list[str] = field(default_factory=list, metadata={"env": "KBUILD_RUNTIME_REPORT",
+                                                                      "env_only": _WHERE_IT_RUNS})
+    """Where :mod:`kbuild.runtime` writes its coverage report when the process exits: a file path gets the JSON
+    document (written atomically), ``-`` a short summary on stderr; comma-separated for both
+    (``KBUILD_RUNTIME_REPORT=coverage.json,-``). Environment only, read where the package runs."""
 
     nvcc_cache: bool = field(default=True, metadata={"env": "KBUILD_NVCC_CACHE", "env_only": _ONE_PROCESS})
     """Whether the nvcc launcher (``kbuild-nvcc``, :mod:`kbuild.nvcc`) answers cicc and ptxas from the store

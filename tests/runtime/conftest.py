@@ -45,6 +45,23 @@ def _clean_runtime(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest
     kbuild.runtime.disable()
     kbuild.runtime.reset_events()
     STATE.cubins.clear()
+    _forget_kernels()
+
+
+def _forget_kernels() -> None:
+    """Clear Triton's in-memory kernel caches of the example's functions: since issue 34 a shipped kernel lives in
+    Triton's own ``kernel_cache``, and ``create_binder`` keeps the ``triton.compile`` of the moment (which a test
+    may have replaced) as the function's ``compile``."""
+    import sys
+
+    from triton.runtime.jit import JITFunction
+
+    module = sys.modules.get("kbx_jit.kernels")
+    for obj in vars(module).values() if module is not None else ():
+        jit = obj if isinstance(obj, JITFunction) else getattr(obj, "fn", None)  # an autotuner's function too
+        if isinstance(jit, JITFunction):
+            jit.device_caches.clear()
+            jit.__dict__.pop("compile", None)
 
 
 _TRITON_CACHE: list[Path] = []

@@ -102,11 +102,29 @@ def make_tuned(settings: Any, build: Any, *, speedup: float = 1.25, marker: byte
 # ----------------------------------------------------------------------------------------------
 # Stand-ins for the direct path on the CPU (labelled; tests and the first-call probe only): torch's CUDA queries
 # (an sm_90 device 0), libcuda under kbuild's driver binding (FakeCuda records the module load and decodes the
-# launch's parameters from the addresses the packing produced), and a Triton driver that fails on any use: the
-# direct path must not touch it (on a GPU, its first use builds C modules with gcc).
+# launch's parameters from the addresses the packing produced), and a Triton driver that answers only what Triton's
+# GPUDriver answers from torch (the current device and stream, the target) and fails on any other use: the direct
+# path must not build or use Triton's C modules (cuda_utils, the launcher: on a GPU their first use runs gcc).
 
 
 class _NoDriver:
+    def get_current_device(self) -> int:
+        import torch
+
+        return int(torch.cuda.current_device())
+
+    def get_current_stream(self, device: int | None = None) -> int:
+        import torch
+
+        return int(torch._C._cuda_getCurrentRawStream(device))
+
+    def get_current_target(self) -> Any:
+        import torch
+        from triton.backends.compiler import GPUTarget
+
+        major, minor = torch.cuda.get_device_capability(self.get_current_device())
+        return GPUTarget("cuda", major * 10 + minor, 32)
+
     def __getattr__(self, name: str) -> Any:
         raise AssertionError(f"Triton's driver was used ({name})")
 
@@ -177,8 +195,13 @@ class FakeCuda:
         return 0
 
     def cuLaunchKernelEx(self, pconfig: Any, fn: Any, params: Any, extra: Any) -> int:
-        c = pconfig._obj
+        from kbuild.device import cuda
+
         ct = self.ctypes
+        # kbuild's binding passes a byref'd config and a pointer array, the run time's launchers plain addresses
+        c = cuda.LaunchConfig.from_address(pconfig) if isinstance(pconfig, int) else pconfig._obj
+        if isinstance(params, int):
+            params = (ct.c_void_p * 7).from_address(params)
         addr = [params[i] for i in range(7)]  # out, in, 3 x i32, global/profile scratch
         self.launches.append({
             "grid": (c.gridDimX, c.gridDimY, c.gridDimZ), "block": c.blockDimX, "shared": c.sharedMemBytes,
