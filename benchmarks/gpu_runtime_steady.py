@@ -17,9 +17,12 @@ Run on the GPU machine from the repository root, kbuild from the tree (no pip in
    * ``on``: kbuild.runtime on (zero-JIT first call) with that same Triton cache: the shipped kernel sits in
      Triton's ``kernel_cache`` and is launched by Triton's own launcher loaded from Triton's cache
      (``kbuild.runtime.direct.cached_triton_launcher``);
-   * ``on-own-launcher``: kbuild.runtime on with an empty Triton cache per child (a fresh machine): the shipped
-     kernel is launched by kbuild's generated launcher (``kbuild.runtime.direct.DirectLauncher``); nothing is
-     built with the host compiler.
+   * ``on-own-launcher``: kbuild.runtime on with an empty Triton cache per child (a fresh machine) and
+     ``KBUILD_RUNTIME_HANDOVER=0``: the shipped kernel is launched by kbuild's generated launcher
+     (``kbuild.runtime.direct.DirectLauncher``) on every call; nothing is built with the host compiler;
+   * ``on-hand-over``: the same fresh machine with ``KBUILD_RUNTIME_HANDOVER`` at :data:`HAND_OVER_CALLS`: kbuild's
+     launcher runs the first calls, then Triton's launcher, built in a background thread, takes over (the child
+     waits for that build after the warm-up and reports the wait).
 
    Each child calls the kernels as examples/jit-package's entry points do, into preallocated outputs (so that only
    the launch path is timed, no allocation): ``softmax`` on 64×1024 fp16 and ``matmul_leaky_relu`` on 512³ fp16.
@@ -52,8 +55,11 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 from gpu_runtime_coldstart import EXAMPLE, build  # noqa: E402
 
-VARIANTS = ("off", "on", "on-own-launcher")
+VARIANTS = ("off", "on", "on-own-launcher", "on-hand-over")
 OPS = ("softmax", "matmul")
+#: ``on-hand-over``'s ``KBUILD_RUNTIME_HANDOVER``: fewer than the warm-up's calls, so that Triton's launcher, built
+#: in the background, runs every timed call (the child waits for the build after the warm-up).
+HAND_OVER_CALLS = 100
 
 _CHILD = r'''
 import hashlib, json, sys, time
@@ -90,12 +96,19 @@ for name, (op, jit, out) in ops.items():
     for _ in range({warmup}):
         op()
     torch.cuda.synchronize()
+    import threading
+    t0 = time.perf_counter()
+    for t in threading.enumerate():  # on-hand-over: Triton's launcher is being built in the background
+        if t.name.startswith("kbuild-hand-over-"):
+            t.join(timeout=120)
+    hand_over_wait = time.perf_counter() - t0
     digest = hashlib.sha256(out.contiguous().view(torch.uint8).cpu().numpy().tobytes()).hexdigest()
     cached = list(jit.device_caches[torch.cuda.current_device()][0].values())
     run = getattr(cached[0], "_run", None) if len(cached) == 1 else None
     launcher = (f"{{run.__module__}}.{{run.__name__}}" if hasattr(run, "__code__") else
                 f"{{type(run).__module__}}.{{type(run).__qualname__}}")
     rows[name] = {{"first_call_s": first, "second_call_s": second, "out_sha256": digest, "kernels_cached": len(cached),
+                  "hand_over_wait_s": hand_over_wait,
                   "kbuild_kernel": [getattr(k, "kbuild_entry", None) is not None for k in cached],
                   "launcher": launcher, "host_us": [], "event_us": [], "wall_us": []}}
 calls = {calls}
@@ -128,7 +141,9 @@ def child_code(src: str, *, calls: int, inner: int, warmup: int) -> str:
 def child(code: str, variant: str, cache: Path) -> dict[str, Any]:
     """One fresh process of ``variant`` (``strict`` too) with Triton's cache at ``cache``."""
     env = dict(os.environ, TRITON_CACHE_DIR=str(cache),
-               KBUILD_RUNTIME={"off": "off", "strict": "strict"}.get(variant, "on"))
+               KBUILD_RUNTIME={"off": "off", "strict": "strict"}.get(variant, "on"),
+               # kbuild's launcher throughout, or handing over to Triton's after HAND_OVER_CALLS (within the warm-up)
+               KBUILD_RUNTIME_HANDOVER={"on-own-launcher": "0", "on-hand-over": str(HAND_OVER_CALLS)}.get(variant, ""))
     env.pop("KBUILD_RUNTIME_LAUNCH", None)
     started = time.perf_counter()
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600,
@@ -205,7 +220,7 @@ def main() -> int:
         for r in range(args.rounds):
             order = VARIANTS[r % len(VARIANTS):] + VARIANTS[:r % len(VARIANTS)]
             for variant in order:
-                where = Path(tempfile.mkdtemp(prefix="empty-", dir=work)) if variant == "on-own-launcher" else cache
+                where = (Path(tempfile.mkdtemp(prefix="empty-", dir=work)) if variant.startswith("on-") else cache)
                 samples[variant].append(child(code, variant, where))
             print(f"round {r + 1}/{args.rounds} done at {time.perf_counter() - started:.0f} s", file=sys.stderr)
         doc["strict"] = child(child_code(built["src"], calls=10, inner=1, warmup=10), "strict", cache)

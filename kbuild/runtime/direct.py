@@ -32,7 +32,10 @@ later calls are Triton's own, with no kbuild frame on the path:
     pointer argument the ctypes pointer query a CPU tensor needs and a CUDA tensor skips
     (``benchmarks/results/runtime_per_call_cpu.json``; ``benchmarks/gpu_runtime_steady.py`` measures it on a GPU).
     Building Triton's launcher instead would run ``gcc`` at the first launch; ``KBUILD_RUNTIME_LAUNCH=triton``
-    chooses that.
+    chooses that. On an H100 kbuild's launcher costs 1.4-1.9 µs more per call than Triton's (+6.3% on 22-30 µs
+    host-bound launches, ``benchmarks/results/h100/issue34/``), so a hot specialisation hands over: after
+    ``KBUILD_RUNTIME_HANDOVER`` calls (1000) Triton's launcher is built in a background thread and runs the later
+    calls (:func:`hand_over_in_background`); the first call still builds nothing.
 * Triton's driver is created without ``cuda_utils`` (:func:`install_lazy_driver`): Triton 3.6's ``CudaDriver``
   whose ``utils`` module is built on first use, i.e. only when Triton itself loads a kernel it compiled (or
   someone asks for ``driver.active.utils``). Its device, stream and target come from torch, as Triton's own.
@@ -141,7 +144,10 @@ class DirectLauncher:
     pointer argument that is a CUDA tensor is its ``data_ptr()``, as Triton's launcher takes it; anything else
     (None, an int, another object with ``data_ptr``) goes through :func:`_pointer`, with Triton's check."""
 
-    def __init__(self, signature: dict[str, Any], md: Any, driver: cuda.CudaDriver) -> None:
+    def __init__(self, signature: dict[str, Any], md: Any, driver: cuda.CudaDriver, *,
+                 hand_over: Any = None, after: int = 0) -> None:
+        """``hand_over``: called once, on the calling thread, when the ``after``-th call has been launched (0 or
+        no callback: never); it must return at once (:func:`hand_over_in_background`)."""
         import torch
 
         self.driver = driver
@@ -185,7 +191,10 @@ class DirectLauncher:
         env = {"__name__": __name__, "Tensor": torch.Tensor, "pointer": _pointer, "driver": driver,
                "lock": threading.Lock(), "pack": struct.Struct(head + "".join(codes)).pack_into,
                "buffer": self.buffer, "launch": driver.launch_raw, "check": driver.check,
-               "keep": (self.params, attrs, self.config)}  # the code has their addresses: they live as long as it
+               "keep": (self.params, attrs, self.config),  # the code has their addresses: they live as long as it
+               "calls": [0], "hand_over": hand_over}
+        counting = (f"    calls[0] += 1\n    if calls[0] == {int(after)}:\n        hand_over()\n"
+                    if hand_over is not None and after > 0 else "")
         source = (
             f"def direct_launch(gx, gy, gz, stream, function, packed_metadata, launch_metadata, enter_hook, "
             f"exit_hook{''.join(', ' + a for a in names)}):\n"
@@ -198,7 +207,8 @@ class DirectLauncher:
             "        if status:\n"
             "            check(status, 'cuLaunchKernelEx')\n"
             "    if exit_hook is not None:\n"
-            "        exit_hook(launch_metadata)\n")
+            "        exit_hook(launch_metadata)\n"
+            + counting)
         self.source = source
         exec(compile(source, f"<kbuild direct launcher of {md.name}>", "exec"), env)
         self.launch = env["direct_launch"]
@@ -364,8 +374,19 @@ def load_direct(kernel: Any) -> bool:
         triton_launcher = None
     kernel.n_regs = driver.function_attribute(function, cuda.CU_FUNC_ATTRIBUTE_NUM_REGS)
     kernel.n_spills, kernel.n_max_threads = 0, threads
-    kernel._run = triton_launcher if triton_launcher is not None else DirectLauncher(dict(kernel.src.signature), md,
-                                                                                     driver).launch
+    if triton_launcher is None:
+        from kbuild.errors import ConfigError
+        from kbuild.settings.variables import env_setting
+
+        try:
+            after = int(env_setting("runtime_handover"))
+        except ConfigError as exc:  # a bad KBUILD_RUNTIME_HANDOVER: the kernel still runs, without a hand-over
+            log.warning("%s; kbuild's launcher runs every call", exc)
+            after = 0
+        kernel._run = DirectLauncher(dict(kernel.src.signature), md, driver, after=after,
+                                     hand_over=lambda: hand_over_in_background(kernel, after)).launch
+    else:
+        kernel._run = triton_launcher
     kernel.function = int(function.value or 0)
     kernel.module = int(module.value or 0)
     if knobs.runtime.kernel_load_end_hook is not None:
@@ -376,6 +397,38 @@ def load_direct(kernel: Any) -> bool:
                        f"compiler, launched by {how}", key=getattr(kernel, "kbuild_entry", None),
                        stage="direct-launch"))
     return True
+
+
+def hand_over_in_background(kernel: Any, calls: int) -> threading.Thread:
+    """Build Triton's own launcher for ``kernel`` in a daemon thread and, once built, make it the kernel's
+    launcher (``kernel._run``: ``CompiledKernel.run`` reads it on every call, so the next call takes Triton's path
+    with no kbuild frame). Started by a :class:`DirectLauncher` after ``calls`` calls of one specialisation
+    (``KBUILD_RUNTIME_HANDOVER``): the first call stays free of the host compiler, and a hot kernel's steady
+    state becomes Triton's own (kbuild's launcher costs 1.4-1.9 µs more per call on an H100,
+    ``benchmarks/results/h100/issue34/``). The build is Triton's ``CudaLauncher`` as ``_init_handles`` makes it
+    (``gcc``, cached in Triton's cache, where later processes find it: :func:`cached_triton_launcher`). Without a
+    host compiler, or on any error, kbuild's launcher stays, with one event saying why."""
+    name = function_name(kernel.src.fn)
+
+    def build() -> None:
+        try:
+            from triton.backends.nvidia.driver import CudaLauncher
+
+            launcher = CudaLauncher(kernel.src, kernel.metadata)
+        except Exception as exc:  # no gcc, no Python headers, a failed build: kbuild's launcher goes on
+            log.info("%s: Triton's launcher could not be built (%s); kbuild's launcher goes on", name, exc)
+            STATE.record(Event(name, True, f"hand-over declined: Triton's launcher could not be built ({exc}); "
+                               "kbuild's launcher goes on", key=getattr(kernel, "kbuild_entry", None),
+                               stage="hand-over"))
+            return
+        kernel._run = launcher
+        STATE.record(Event(name, True, f"hand-over: after {calls} calls Triton's launcher was built in the "
+                           "background and runs the later calls", key=getattr(kernel, "kbuild_entry", None),
+                           stage="hand-over"))
+
+    thread = threading.Thread(target=build, name=f"kbuild-hand-over-{name}", daemon=True)
+    thread.start()
+    return thread
 
 
 # ----------------------------------------------------------------------------------------------

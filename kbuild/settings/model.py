@@ -66,6 +66,11 @@ def _check_positive(value: float, conv: Converter, path: str) -> None:
         raise conv.error(path, f"must be positive, got {value}")
 
 
+def _check_not_negative(value: float, conv: Converter, path: str) -> None:
+    if value < 0:
+        raise conv.error(path, f"must be 0 or more, got {value}")
+
+
 def _check_ray_address(value: str | None, conv: Converter, path: str) -> None:
     if value is None:
         return
@@ -350,6 +355,14 @@ class Settings:
     """How :mod:`kbuild.runtime` launches a shipped kernel: ``direct`` through the CUDA driver API, so that the
     first call builds nothing with the host compiler (:mod:`kbuild.runtime.direct`); ``triton`` through Triton's
     own launcher (a C module Triton compiles once per signature and caches). Environment only."""
+
+    runtime_handover: int = field(default=1000, metadata={"env": "KBUILD_RUNTIME_HANDOVER", "env_only": _WHERE_IT_RUNS,
+                                                           "check": _check_not_negative, "schema": {"minimum": 0}})
+    """With ``runtime_launch = "direct"``: after this many calls of one shipped specialisation that kbuild's own
+    launcher runs (a process where Triton's cache has no launcher for its signature), Triton's launcher is built in
+    a background thread (the host compiler, as Triton's own first call would build it, but off the calling
+    thread) and takes over, so that a hot kernel's steady state is Triton's own; ``0``: never. Without a host
+    compiler kbuild's launcher stays. Environment only, read where the package runs."""
 
     python_path: list[str] = field(default_factory=lambda: [".", "src"])
     """Directories (relative to ``pyproject.toml``) put on ``sys.path`` to import kernel sources."""

@@ -3,6 +3,9 @@ times against a libcuda stand-in (``benchmarks/standin/libcuda_standin.c``, on `
 
     python launcher_handover_probe.py DATA_DIR      # kbuild.runtime enabled from DATA_DIR (KBUILD_RUNTIME decides)
 
+With ``KBUILD_RUNTIME_HANDOVER`` set, the probe then waits for kbuild's hand-over thread and profiles a fourth call
+(``after_hand_over``).
+
 Stand-ins (labelled; there is no GPU): libcuda.so.1, and torch's CUDA queries (an sm_90 device 0, stream 77).
 Prints one JSON object: the C modules Triton built with the host compiler (``build._build``) and those it asked
 for (``compile_module_from_src``), the launches the stand-in counted, what launches the cached kernel, the kbuild
@@ -14,6 +17,7 @@ from __future__ import annotations
 
 import ctypes
 import json
+import os
 import sys
 from typing import Any
 
@@ -77,6 +81,24 @@ def main() -> None:
         "launcher": f"{run.__module__}.{run.__name__}" if hasattr(run, "__code__") else
         f"{type(run).__module__}.{type(run).__qualname__}",
         "stages": [e.stage for e in kbuild.runtime.events()]}
+    if os.environ.get("KBUILD_RUNTIME_HANDOVER"):  # wait for the hand-over thread, then a fourth call, profiled
+        import threading
+
+        for thread in threading.enumerate():
+            if thread.name.startswith("kbuild-hand-over-"):
+                thread.join(timeout=300)
+        after: list[str] = []
+        sys.setprofile(lambda frame, event, arg: after.append(f"{frame.f_globals.get('__name__')}:{frame.f_code.co_name}")
+                       if event == "call" and str(frame.f_globals.get("__name__", "")).startswith("kbuild") else None)
+        call()
+        sys.setprofile(None)
+        later = kernel._run
+        doc["after_hand_over"] = {
+            "frames": after, "launches": lib.standin_launches(), "built": list(built),
+            "launcher": f"{type(later).__module__}.{type(later).__qualname__}" if not hasattr(later, "__code__")
+            else f"{later.__module__}.{later.__name__}",
+            "stages": [e.stage for e in kbuild.runtime.events()],
+            "reasons": [e.reason for e in kbuild.runtime.events() if e.stage == "hand-over"]}
     if isinstance(run, nvidia.CudaLauncher) and doc["kbuild_entry"]:
         tritons = nvidia.CudaLauncher(kernel.src, kernel.metadata)  # Triton's constructor: the cached module again
         mine = {n: v for n, v in vars(run).items() if n != "launch"}

@@ -4,7 +4,8 @@ real run on an sm_90 GPU.
 The dry run builds examples/jit-package for sm_90 on the CPU (real Triton compiles), checks the index and compiles
 the child's program. The GPU test runs one round of every variant: the outputs must be the same bytes, the shipped
 kernel must be launched by Triton's launcher where Triton's cache has it and by kbuild's otherwise, and nothing
-may be built with the host compiler on the ``on-own-launcher`` side.
+may be built with the host compiler on the ``on-own-launcher`` side; on the ``on-hand-over`` side only Triton's
+launchers, in the background, after the first calls.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ def test_the_dry_run_builds_the_example_and_checks_the_child(tmp_path: Path) -> 
     doc = json.loads(out.read_text())
     assert doc["dry_run"] and doc["build"]["index_version"] == 2
     assert doc["build"]["kernels"] == ["matmul_leaky_relu", "softmax"]
-    assert doc["variants"] == ["off", "on", "on-own-launcher"]
+    assert doc["variants"] == ["off", "on", "on-own-launcher", "on-hand-over"]
 
 
 def _sample(host: float, digest: str = "d", launcher: str = "L") -> dict[str, Any]:
@@ -66,8 +67,11 @@ def test_one_round_on_the_gpu(tmp_path: Path) -> None:
         assert row["bit_identical"], op
         assert row["launchers"] == {"off": ["triton.backends.nvidia.driver.CudaLauncher"],
                                     "on": ["triton.backends.nvidia.driver.CudaLauncher"],
-                                    "on-own-launcher": ["kbuild.runtime.direct.direct_launch"]}, op
+                                    "on-own-launcher": ["kbuild.runtime.direct.direct_launch"],
+                                    "on-hand-over": ["triton.backends.nvidia.driver.CudaLauncher"]}, op
     (own,) = doc["samples"]["on-own-launcher"]
     assert own["built"] == [] and own["stages"].count("zero-jit") == 2
+    (handed,) = doc["samples"]["on-hand-over"]  # Triton's launchers only, built after the first calls
+    assert handed["built"] == ["__triton_launcher", "__triton_launcher"] and handed["stages"].count("hand-over") == 2
     assert all(all(s["rows"][op]["kbuild_kernel"] == [True] for op in ("softmax", "matmul"))
                for v in ("on", "on-own-launcher") for s in doc["samples"][v])

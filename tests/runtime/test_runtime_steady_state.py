@@ -198,8 +198,8 @@ def test_the_launcher_is_tritons_own_where_tritons_cache_has_it(shipped: Any, tm
                     str(ROOT / "benchmarks" / "standin" / "libcuda_standin.c")], check=True)
     cache = tmp_path / "triton-cache"
 
-    def probe(runtime: str) -> dict[str, Any]:
-        env = {**os.environ, "LD_LIBRARY_PATH": str(standin), "TRITON_LIBCUDA_PATH": str(standin),
+    def probe(runtime: str, **extra: str) -> dict[str, Any]:
+        env = {**os.environ, **extra, "LD_LIBRARY_PATH": str(standin), "TRITON_LIBCUDA_PATH": str(standin),
                "TRITON_CACHE_DIR": str(cache), "KBUILD_RUNTIME": runtime,
                "PYTHONPATH": os.pathsep.join([str(HERE), str(JIT_EXAMPLE)])}
         done = subprocess.run([sys.executable, str(HERE / "launcher_handover_probe.py"), str(shipped.data_dir)],
@@ -219,3 +219,40 @@ def test_the_launcher_is_tritons_own_where_tritons_cache_has_it(shipped: Any, tm
     assert warm["built"] == [] and warm["asked"] == ["__triton_launcher"]  # only the equality check asks Triton
     assert warm["same_as_tritons"] and warm["frames"] == [] and warm["launches"] == 3
     assert warm["stages"] == ["zero-jit", "direct-launch"]
+
+
+@pytest.mark.slow
+def test_a_hot_kernel_hands_over_to_tritons_launcher_built_in_the_background(shipped: Any, tmp_path: Path) -> None:
+    """A fresh machine (empty Triton cache, the libcuda stand-in; labelled): kbuild's launcher runs the first calls
+    and builds nothing; after ``KBUILD_RUNTIME_HANDOVER`` calls Triton's launcher is built in a background thread
+    (gcc, against the stand-in) and runs the later calls, with no kbuild frame; ``KBUILD_RUNTIME_HANDOVER=0`` never
+    hands over."""
+    import subprocess
+
+    standin = tmp_path / "libcuda"
+    standin.mkdir()
+    subprocess.run(["cc", "-O2", "-shared", "-fPIC", "-o", str(standin / "libcuda.so.1"),
+                    str(ROOT / "benchmarks" / "standin" / "libcuda_standin.c")], check=True)
+
+    def probe(cache: Path, handover: str) -> dict[str, Any]:
+        env = {**os.environ, "LD_LIBRARY_PATH": str(standin), "TRITON_LIBCUDA_PATH": str(standin),
+               "TRITON_CACHE_DIR": str(cache), "KBUILD_RUNTIME": "on", "KBUILD_RUNTIME_HANDOVER": handover,
+               "PYTHONPATH": os.pathsep.join([str(HERE), str(JIT_EXAMPLE)])}
+        done = subprocess.run([sys.executable, str(HERE / "launcher_handover_probe.py"), str(shipped.data_dir)],
+                              env=env, capture_output=True, text=True, timeout=600, check=False)
+        assert done.returncode == 0, done.stderr[-3000:]
+        return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+
+    hot = probe(tmp_path / "cache-hot", "2")
+    assert hot["launcher"] in ("kbuild.runtime.direct.direct_launch", "triton.backends.nvidia.driver.CudaLauncher")
+    later = hot["after_hand_over"]
+    assert later["launcher"] == "triton.backends.nvidia.driver.CudaLauncher", later
+    assert later["frames"] == [] and later["launches"] == 4, later
+    assert later["built"] == ["__triton_launcher"], later  # the launcher only; nothing compiled on the first call
+    assert later["stages"] == ["zero-jit", "direct-launch", "hand-over"], later
+    assert "after 2 calls" in later["reasons"][0]
+
+    never = probe(tmp_path / "cache-never", "0")
+    assert never["after_hand_over"]["launcher"] == "kbuild.runtime.direct.direct_launch"
+    assert never["after_hand_over"]["built"] == [] and never["after_hand_over"]["stages"] == ["zero-jit",
+                                                                                              "direct-launch"]
