@@ -470,23 +470,27 @@ def recorded_builds(settings: Settings, targets: Sequence[Target]) -> tuple[list
 
 
 def coverage_lines(report: RecordingReport, index: dict[str, Any], data_dir: Path) -> list[str]:
-    """What the package data just written answers of the recordings (:func:`kbuild.record.coverage.coverage`,
-    the run time's own lookup): one line of counts per recording, then one per specialisation not answered."""
-    from kbuild.record.coverage import coverage
+    """What the package data just written answers of the recordings (:func:`kbuild.runtime.covers.
+    recording_coverage`, the run time's own lookup, as ``kbuild inspect --recording`` asks it): one line of counts
+    per recording, then one per specialisation not answered without compiling."""
+    from kbuild.runtime.covers import recording_coverage
     from kbuild.runtime.index import index_bytes, parse_index
 
     shipped = parse_index(index_bytes(index), data_dir=data_dir, where=str(data_dir))
     lines = []
     for name, rec in report.loaded:
-        cov = coverage(rec, [shipped])
-        n = cov.counts()
-        lines.append(f"{name}: the package data answers {n['answered']} of {n['specializations']} recorded "
-                     f"specialisation(s) ({n['calls_answered']} of {n['calls']} calls) without compiling"
-                     + (f"; {n['tuning_keys_answered']} of {n['tuning_keys']} autotune key(s) without benchmarking"
-                        if n["tuning_keys"] else ""))
-        missed = cov.missed
-        lines += [f"{name}: not answered: {a.function} on {a.target} (specialisation {a.specialization}): {a.detail}"
-                  for a in missed[:MAX_MISSES_SAID]]
+        cov = recording_coverage([shipped], rec)
+        rows = cov["rows"]
+        answered = [r for r in rows if r["answered"] and r["stage"] == "zero-jit"]
+        calls = sum(r["calls"] for r in rows)
+        lines.append(f"{name}: the package data answers {len(answered)} of {len(rows)} recorded specialisation(s) "
+                     f"({sum(r['calls'] for r in answered)} of {calls} calls) without compiling"
+                     + (f"; {cov['tunings_answered']} of {cov['tunings']} autotune key(s) without benchmarking"
+                        if cov["tunings"] else ""))
+        missed = [r for r in rows if r not in answered]
+        lines += [f"{name}: not answered: {r['function']} on {r['target']}: "
+                  f"{r['reason'] or 'Triton compiles it first (' + str(r['stage']) + ')'}"
+                  for r in missed[:MAX_MISSES_SAID]]
         if len(missed) > MAX_MISSES_SAID:
             lines.append(f"{name}: ... and {len(missed) - MAX_MISSES_SAID} more not answered")
     return lines

@@ -149,14 +149,16 @@ def test_the_wheel_answers_every_call_of_the_committed_recording(built: dict[str
     """``recordings = ["kbuild-recording.json"]`` (what workload.py launches): each recorded specialisation has an
     entry the run time's own lookup finds, with the Triton metadata the zero-JIT loader needs; the two the
     hand-written declarations describe too are built once, under the hand-written names."""
-    from kbuild.record.coverage import coverage, wheel_indexes
+    from kbuild.commands.inspect import wheel_indexes
     from kbuild.record.format import load
+    from kbuild.runtime.covers import recording_coverage
 
     recording = load(str(JIT_EXAMPLE / "kbuild-recording.json"))
-    cov = coverage(recording, wheel_indexes(built["wheel"]))
-    assert cov.counts() == {"specializations": 8, "answered": 8, "calls": 8, "calls_answered": 8, "tuning_keys": 0,
-                            "tuning_keys_answered": 0}, [a for a in cov.missed]
-    names = sorted({a.detail.split(" ")[0] for a in cov.answers})
+    (index,) = wheel_indexes(built["wheel"])
+    cov = recording_coverage([index], recording)
+    assert (cov["specializations"], cov["answered"], cov["tunings"]) == (8, 8, 0), cov["rows"]
+    assert all(r["stage"] == "zero-jit" for r in cov["rows"])
+    names = sorted({index.entries[r["entry"]]["kernel"] for r in cov["rows"]})
     assert len(names) == 4 and {"softmax", "matmul_leaky_relu"} <= set(names)  # the hand-written entries answer
     manifest = json.loads(zipfile.ZipFile(built["wheel"]).read("kbx_jit-0.1.0.dist-info/kbuild.json"))
     recorded = [e for e in manifest["kernels"] if "recorded" in e]

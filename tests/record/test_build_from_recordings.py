@@ -6,7 +6,7 @@ entries carry the choice a GPU recording measured or a Triton autotune cache hol
 a kernel whose module decides at import what it compiles to is imported as on the recording machine
 (:mod:`kbuild.compile.folded`); what a recording does not cover on another GPU, and what cannot be built, is
 reported; and the package data answers every recorded call, as the run time's own lookup says
-(:mod:`kbuild.record.coverage`). examples/jit-package's wheel (with its committed recording) is built in
+(:func:`kbuild.runtime.covers.recording_coverage`, what ``kbuild inspect --recording`` says). examples/jit-package's wheel (with its committed recording) is built in
 tests/hooks/test_backend_package_data.py.
 """
 
@@ -25,11 +25,21 @@ from test_record import HERE, ROOT, _liger_installed, record
 
 from kbuild.cli import main
 from kbuild.record import format as fmt
-from kbuild.record.coverage import coverage
+from kbuild.runtime.covers import recording_coverage
 from kbuild.runtime.index import load_index
 
 JIT = ROOT / "examples" / "jit-package"
 PY = sys.executable
+
+
+def coverage(rec: fmt.Recording, indexes: list[Any]) -> dict[str, Any]:
+    """The run time's answer to each recorded specialisation and tuning (``kbuild inspect --recording``'s)."""
+    return recording_coverage(indexes, rec)
+
+
+def _zero_jit(cov: dict[str, Any]) -> list[dict[str, Any]]:
+    """The recorded specialisations answered without compiling."""
+    return [r for r in cov["rows"] if r["answered"] and r["stage"] == "zero-jit"]
 
 
 def _project(tmp_path: Path, *, targets: tuple[str, ...] = ("sm_90",), copy: tuple[Path, ...] = (),
@@ -166,7 +176,7 @@ print(json.dumps(getattr(found, "key", None)))
         answers[machine] = json.loads(proc.stdout.splitlines()[-1])
     assert answers == {"gpu": next(iter(data.index["entries"])), "cpu": None}
     cov = coverage(rec, [load_index(data.data_dir / "index.json")])
-    assert cov.counts()["answered"] == cov.counts()["specializations"] == 1
+    assert len(_zero_jit(cov)) == cov["specializations"] == 1
 
 
 @pytest.mark.parametrize("edit, named", [
@@ -226,8 +236,9 @@ def test_a_gpu_recordings_measured_choice_ships_for_its_target_only(tmp_path: Pa
     assert sorted(str(e["recorded"]["autotune"]["choice"]) for e in scale) == ["None", "recording"]
     assert any("scale on sm_80: no autotune choice for 2 key(s)" in line for line in result.recordings.lines)
     cov = coverage(rec, [load_index(data.data_dir / "index.json")])
-    assert cov.counts()["answered"] == cov.counts()["specializations"]
-    answered = {(t.function.rpartition(":")[2], t.target, t.key[0]) for t in cov.tunings if t.answered}
+    assert len(_zero_jit(cov)) == cov["specializations"]
+    answered = {(t["function"].rpartition(":")[2], t["target"], t["key"][0]) for t in cov["tuning_rows"]
+                if t["answered"]}
     assert answered == {("scale", "sm_90", 1024), ("shift", "sm_90", 1024)}
     from kbuild.commands.inspect import choice_cell
 
@@ -370,9 +381,10 @@ def test_liger_wrappers_recorded_on_a_cpu_build_into_package_data_that_answers_t
     assert r.specializations == 48 and r.declarations == 48 and r.built == 48 and r.not_built == 0
     cov = coverage(rec, [load_index(data.data_dir / "index.json")])
     shared = [s for s in data.skipped if "byte-identical" in s[2]]
-    missed = cov.missed
-    assert all(a.function.endswith(":_dyt_fwd_kernel") and a.detail == "no entry has the call's key" for a in missed)
+    missed = [row for row in cov["rows"] if not row["answered"]]
+    assert all(m["function"].endswith(":_dyt_fwd_kernel") and m["reason"].startswith("no entry has this call's key")
+               for m in missed)
     assert len(missed) == len(shared) and all(k.startswith("_dyt_fwd_kernel_") for k, _, _ in shared)
-    assert cov.counts()["answered"] == 48 - len(shared) and cov.counts()["tuning_keys_answered"] == 0
-    print(f"liger: {r.specializations} recorded, {r.built} compiled, {cov.counts()['answered']} answered; "
+    assert len(_zero_jit(cov)) == cov["answered"] == 48 - len(shared) and cov["tunings_answered"] == 0
+    print(f"liger: {r.specializations} recorded, {r.built} compiled, {cov['answered']} answered; "
           f"{len(shared)} share another configuration's cubin")

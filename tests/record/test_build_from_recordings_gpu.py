@@ -3,7 +3,7 @@ tests/record/test_build_from_recordings_gpu.py``; skipped without an sm_90 GPU).
 
 Each test records a workload through Triton's own hooks (``kbuild record --mode gpu``: measured autotune choices,
 the device's SM count), builds package data from the recording alone (``[tool.kbuild] recordings``, sm_90), checks
-that the run time's lookup answers every recorded call (:func:`kbuild.record.coverage.coverage`), then runs the
+that the run time's lookup answers every recorded call (:func:`kbuild.runtime.covers.recording_coverage`), then runs the
 workload again in a fresh process with an empty Triton cache: ``triton.compiler.compile`` must never be entered
 (every specialisation loaded from the package data), and the autotuners benchmark only the tuning keys no entry
 carries (what coverage says).
@@ -24,7 +24,7 @@ from test_record import HERE, ROOT, _liger_installed
 
 from kbuild.cli import main
 from kbuild.record import format as fmt
-from kbuild.record.coverage import coverage
+from kbuild.runtime.covers import recording_coverage
 from kbuild.runtime.index import load_index
 
 pytestmark = needs_sm90
@@ -91,10 +91,14 @@ def _fresh(tmp_path: Path, paths: list[str], enable: str, run: str) -> dict[str,
 
 def _unanswered_benches(rec: fmt.Recording, index: Any) -> int:
     """Benchmark launches a fresh run makes: each sm_90 tuning key no entry carries, times its configs."""
-    cov = coverage(rec, [index], targets=["sm_90"])
+    cov = recording_coverage([index], rec)
     by = {k.function: k for k in rec.kernels.values()}
-    return sum(len(next(t["configs"] for t in by[a.function].tunings if t["key"] == a.key))
-               for a in cov.tunings if not a.answered)
+    return sum(len(next(t["configs"] for t in by[a["function"]].tunings if t["key"] == a["key"]))
+               for a in cov["tuning_rows"] if not a["answered"] and a["target"] == "sm_90")
+
+
+def _all_zero_jit(cov: dict[str, Any]) -> bool:
+    return all(r["answered"] and r["stage"] == "zero-jit" for r in cov["rows"])
 
 
 def test_the_jit_example_recorded_on_the_gpu_compiles_nothing_in_a_fresh_process(tmp_path: Path,
@@ -105,8 +109,8 @@ def test_the_jit_example_recorded_on_the_gpu_compiles_nothing_in_a_fresh_process
     rec = _record(project, project / "kbuild-recording.json", "workload.py", "--cuda")
     data = _package_data(project / "pyproject.toml", project / "kbx_jit", "kbx_jit", kbuild_env, tmp_path / "store")
     index = load_index(data.data_dir / "index.json")
-    cov = coverage(rec, [index])
-    assert cov.counts()["answered"] == cov.counts()["specializations"] == 4, [a for a in cov.missed]
+    cov = recording_coverage([index], rec)
+    assert cov["specializations"] == 4 and _all_zero_jit(cov), cov["rows"]
     got = _fresh(tmp_path, [str(project)], "import kbx_jit", "import workload; workload.main('cuda')")
     assert got["compiles"] == [] and got["benches"] == []
     assert got["events"] and all(e["substituted"] for e in got["events"]), got["events"]
@@ -125,10 +129,10 @@ def test_measured_autotune_choices_answer_the_autotuner_in_a_fresh_process(tmp_p
                                          "recordings = [\"rec.json\"]\n")
     data = _package_data(proj / "pyproject.toml", tmp_path / "rk", "record_kernels", kbuild_env, tmp_path / "store")
     index = load_index(data.data_dir / "index.json")
-    cov = coverage(rec, [index])
-    assert cov.counts()["answered"] == cov.counts()["specializations"], [a for a in cov.missed]
-    assert any(t.answered for t in cov.tunings if t.function.endswith(":scale"))
-    assert any(t.answered for t in cov.tunings if t.function.endswith(":shift"))
+    cov = recording_coverage([index], rec)
+    assert _all_zero_jit(cov), cov["rows"]
+    assert any(t["answered"] for t in cov["tuning_rows"] if t["function"].endswith(":scale"))
+    assert any(t["answered"] for t in cov["tuning_rows"] if t["function"].endswith(":shift"))
     enable = f"kbuild.runtime.enable('record_kernels', data_dir={str(data.data_dir)!r})"
     got = _fresh(tmp_path, [str(HERE)], enable, "import workload_kernels; workload_kernels.main(False, cuda=True)")
     assert got["compiles"] == []  # the benchmarked configurations too are loaded from the package data
@@ -150,11 +154,11 @@ def test_liger_wrappers_recorded_on_the_gpu_compile_and_autotune_nothing_in_a_fr
     data = _package_data(proj / "pyproject.toml", tmp_path / "kbx_liger_rec", "kbx_liger_rec", kbuild_env,
                          tmp_path / "store")
     index = load_index(data.data_dir / "index.json")
-    cov = coverage(rec, [index])
-    n = cov.counts()
-    print(f"liger on the GPU: {n}")
+    cov = recording_coverage([index], rec)
+    print(f"liger on the GPU: {cov['answered']} of {cov['specializations']} answered, "
+          f"{cov['tunings_answered']} of {cov['tunings']} tunings")
     # dyt's configurations that compile to another's cubin ship once; the measured choice's is the one kept.
-    assert all(t.answered for t in cov.tunings), [t for t in cov.tunings if not t.answered]
+    assert cov["tunings_answered"] == cov["tunings"], [t for t in cov["tuning_rows"] if not t["answered"]]
     enable = f"kbuild.runtime.enable('kbx_liger_rec', data_dir={str(data.data_dir)!r})"
     got = _fresh(tmp_path, [str(HERE)], enable, "import workload_liger; workload_liger.main(['float16', "
                                                 "'bfloat16'], 'cuda')")
