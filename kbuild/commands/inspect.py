@@ -164,24 +164,26 @@ def wheel_indexes(wheel: str | Path) -> list[Any]:
 
 def _print_manifest(wheel: str, manifest: dict[str, Any]) -> None:
     rows = []
+    # The column only for a manifest with autotuned entries made from a recording (the others' tables keep their width).
+    choices = any(choice_cell(e) != "–" for e in manifest["kernels"])
     for e in manifest["kernels"]:
         speedup = e.get("speedup")
         gains = e.get("gains") or {}
         cells = (e["kernel"], e["target"], e.get("arch") or "", e["key"][:12], e["cubin_sha256"][:12],
                  f"{e.get('cubin_bytes') or 0:,} B", e.get("state") or "", _ratio(speedup), config_cell(e),
-                 _ratio(gains.get("level1")), _ratio(gains.get("level2")), choice_cell(e))
+                 _ratio(gains.get("level1")), _ratio(gains.get("level2")), *([choice_cell(e)] if choices else []))
         rows.append(tuple(table_text(c) for c in cells))
     for e in manifest.get("cuda_kernels") or []:  # CUDA C++ kernels through kbuild-nvcc (kbuild.nvcc.tuned)
         point = e.get("ptxas") if isinstance(e.get("ptxas"), dict) else {}
         flags = ",".join(f"{k}={v}" for k, v in point.items() if v) or "as compiled"
         cells = (f"{e['kernel']} (CUDA)", e["target"], e.get("arch") or "", e["key"][:12], e["cubin_sha256"][:12],
                  f"{e.get('cubin_bytes') or 0:,} B", e.get("state") or "", _ratio(e.get("speedup")), flags, "", "",
-                 "")
+                 *([""] if choices else []))
         rows.append(tuple(table_text(c) for c in cells))
     title = (f"{wheel} — kbuild {manifest.get('kbuild_version') or '?'}, "
              f"tune = {manifest.get('tune') or '?'}")
     print_table(table_text(title), ["kernel", "target", "arch", "key", "cubin sha256", "size", "state", "speedup",
-                                    "config", "level 1", "level 2", "autotune choice"], rows)
+                                    "config", "level 1", "level 2", *(["autotune choice"] if choices else [])], rows)
 
 
 def _print_package_data(wheel: str, data: dict[str, Any]) -> None:
