@@ -183,7 +183,7 @@ def build_phase(args: argparse.Namespace, work: Path) -> dict[str, Any]:
     settings = load_settings(src / "pyproject.toml")
     settings = dataclasses.replace(settings, targets=[f"sm_{cc_int}"], tune="auto", algorithm=args.algo,
                                    budget=BudgetSettings(evaluations=args.evals, seconds=args.seconds),
-                                   store=work / "store", remotes=[])
+                                   store=work / "store", remotes=[], recordings=[])  # the declared kernels only
     store = open_store(settings)
     started = time.perf_counter()
     builds = run_pipeline(settings, store, tune_on_miss=True)

@@ -44,6 +44,7 @@ from typing import TYPE_CHECKING, Any
 # read in the hooks, imports nothing else either).
 if TYPE_CHECKING:
     from kbuild.build.kernel_build import KernelBuild
+    from kbuild.build.recorded import RecordingReport
     from kbuild.settings.model import Settings
 
 ConfigSettings = Mapping[str, Any] | None
@@ -156,7 +157,7 @@ def plan(config_settings: ConfigSettings, out_dir: Path, *, project: Mapping[str
     files["include_dir.txt"] = f"{cuda_include_dir()}\n".encode()
     write_files(out_dir, files, what=f"kbuild's build directory {out_dir}")
     if settings.ship == "package-data":
-        _stage_package_data(settings, result.builds, out_dir)
+        _stage_package_data(settings, result.builds, out_dir, recordings=result.recordings)
     return out_dir / MANIFEST_NAME
 
 
@@ -164,9 +165,12 @@ def plan(config_settings: ConfigSettings, out_dir: Path, *, project: Mapping[str
 PACKAGE_DATA_DIR = "package-data"
 
 
-def _stage_package_data(settings: Settings, builds: list[KernelBuild], out_dir: Path) -> Path:
-    """Write ``<out_dir>/package-data/<package>/_kbuild/`` for ``builds``; the ``<package>`` folder."""
+def _stage_package_data(settings: Settings, builds: list[KernelBuild], out_dir: Path, *,
+                        recordings: RecordingReport | None = None) -> Path:
+    """Write ``<out_dir>/package-data/<package>/_kbuild/`` for ``builds``; the ``<package>`` folder. With
+    ``recordings``, say what of them the package data answers."""
     from kbuild.build.package_data import infer_package, write_package_data
+    from kbuild.build.recorded import coverage_lines
 
     package = infer_package(settings, builds)
     data = write_package_data(settings, builds, out_dir / PACKAGE_DATA_DIR / package, package=package)
@@ -176,6 +180,8 @@ def _stage_package_data(settings: Settings, builds: list[KernelBuild], out_dir: 
     shipped = sum(1 for e in data.index["entries"].values() if e["tuned"])
     _say(f"kbuild: package data for {package}: {len(data.index['entries'])} kernel × target "
          f"({shipped} tuned) in {package}/{data.data_dir.name}/")
+    for line in coverage_lines(recordings, data.index, data.data_dir) if recordings is not None else []:
+        _say(f"kbuild: recordings: {line}")
     return data.data_dir.parent
 
 

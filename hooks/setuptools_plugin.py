@@ -379,6 +379,11 @@ def write_for_build(build_lib: str | Path, *, config: str | Path = "pyproject.to
     loud = data.nothing_ships(settings)
     if loud:
         _say(f"warning: {loud}")
+    if result.recordings is not None:
+        from kbuild.build.recorded import coverage_lines
+
+        for line in coverage_lines(result.recordings, data.index, data.data_dir):
+            _say(f"kbuild: recordings: {line}")
     return data.files, manifest_bytes(result.manifest)
 
 

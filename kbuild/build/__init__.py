@@ -22,6 +22,9 @@ prewarm (:mod:`kbuild.prewarm`) call it. Module by module, in the order a build 
   kernels in it), reading a wheel;
 * :mod:`.package_data` — ``ship = "package-data"``: the cubins, the run-time index and the enabling module written
   into a JIT package;
+* :mod:`.recorded` — ``[tool.kbuild] recordings``: each recorded specialisation an entry for every target, beside the
+  hand-written ones (imported as on the recording machine where its import differs here), and the report of what
+  the recordings gave; :mod:`.choices` — where an autotuned recorded kernel's choice per target comes from;
 * :mod:`.prewarm` — prewarm on one machine: the pipeline with tuning on a miss, into the writable tiers.
 
 Nothing here imports :mod:`kbuild.hooks`, which stands above it.

@@ -67,7 +67,7 @@ def _compile_baseline(settings: Settings, b: KernelBuild, process: Any = None) -
     from kbuild.cache import Artefact
 
     started = time.time()
-    ck = compile_kernel(settings, b.spec, b.target, fn=b.fn, process=process)
+    ck = compile_kernel(settings, b.spec, b.target, fn=b.fn, process=process, setup=b.import_setup)
     meta = dict(ck.metadata)
     meta.update({
         "key": b.baseline_key.hex,

@@ -22,6 +22,31 @@ if TYPE_CHECKING:  # kbuild.cache is imported where a store is opened
     from kbuild.cache import Artefact
 
 
+@dataclass(frozen=True)
+class RecordedBuild:
+    """What a kernel × target made from a recording (:mod:`kbuild.build.recorded`) carries beside its declaration."""
+
+    recordings: tuple[str, ...]
+    """The recordings that hold its specialisation (as ``[tool.kbuild] recordings`` names them)."""
+    imported_as: dict[str, Any] = field(default_factory=dict)
+    """The module-level values set back to the recording machine's while it is keyed and compiled
+    (:func:`kbuild.compile.folded.imported_as`); empty when this machine imports the kernel alike."""
+    autotuned: bool = False
+    """Its kernel was called through an ``@triton.autotune`` object."""
+    autotune_key: list[Any] | None = None
+    """The tuning key whose choice this configuration is, for this target (the index's ``autotune.key``)."""
+    choice: str | None = None
+    """Where that choice came from: ``"recording"``, ``"triton-cache"`` (:mod:`kbuild.build.choices`); None: none
+    (Triton's autotuner benchmarks on the first call, from the shipped cubins)."""
+    notes: tuple[str, ...] = ()
+    """What the index entry and the build report say about it."""
+
+    def manifest(self) -> dict[str, Any]:
+        """The manifest entry's ``recorded`` field (nothing that depends on this machine)."""
+        return {"recordings": list(self.recordings), "imported_as_recorded": bool(self.imported_as),
+                "autotune": ({"choice": self.choice, "key": self.autotune_key} if self.autotuned else None)}
+
+
 @dataclass
 class KernelBuild:
     """One kernel × target through the pipeline."""
@@ -46,6 +71,17 @@ class KernelBuild:
     space: list[dict[str, Any]] = field(default_factory=list)
     """The kernel's configuration space, resolved (an ``@triton.autotune`` source's configs read), the default
     first (:meth:`kbuild.declarations.kernel.KernelSettings.search_space`'s shape): what a tuner searches."""
+    recorded: RecordedBuild | None = None
+    """Made from a recorded specialisation (``[tool.kbuild] recordings``); None for a hand-written declaration."""
+
+    @property
+    def import_setup(self) -> Any:
+        """The context its kernel is keyed and compiled in (:data:`kbuild.compile.triton_aot.ImportSetup`), or None."""
+        if self.recorded is None or not self.recorded.imported_as:
+            return None
+        from kbuild.compile.folded import ImportedAs
+
+        return ImportedAs(self.recorded.imported_as)
 
     @property
     def shipped(self) -> Artefact:

@@ -18,7 +18,11 @@ that depends on the machine or the time of the build (no paths, no host, no reas
 a tuned target may ship another than the default), ``default_config`` whether it is the declared default,
 ``gains`` the tuner's ``{"level1": ×, "level2": ×}`` (configuration over the default, SASS schedule over the
 configuration) for a tuned entry that recorded them, and ``grid`` the kernel's grid expressions (empty: the
-launcher takes the grid), which :func:`manifest_kernels` hands to the emitter. Manifests from before these
+launcher takes the grid), which :func:`manifest_kernels` hands to the emitter. An entry made from a recording
+(``[tool.kbuild] recordings``, :mod:`kbuild.build.recorded`) has ``recorded``: the recordings that hold it, whether
+its kernel was imported as on the recording machine, and for an ``@triton.autotune`` kernel where its choice for
+this target came from (``autotune.choice``: ``"recording"``, ``"triton-cache"``, or null: none, Triton's autotuner
+benchmarks on the first call) with the tuning key it answers (``autotune.key``). Manifests from before these
 fields read as before (each is optional).
 """
 
@@ -77,6 +81,7 @@ def manifest_entry(build: KernelBuild) -> dict[str, Any]:
         "default_config": build.is_default_config,
         "gains": _gains(art.meta.get("gains")) if build.tuned else None,
         "grid": list(build.spec.grid),
+        **({"recorded": build.recorded.manifest()} if build.recorded is not None else {}),
     }
 
 
@@ -227,6 +232,30 @@ def _check_entry(e: Any, at: str, bad: Any) -> None:
     if speedup is not None and (not isinstance(speedup, (int, float)) or isinstance(speedup, bool) or speedup <= 0):
         bad(f"{at}.speedup", f"expected a positive number or null, got {_kind(speedup)}")
     _check_config_fields(e, at, bad)
+    _check_recorded(e.get("recorded"), f"{at}.recorded", bad)
+
+
+def _check_recorded(value: Any, at: str, bad: Any) -> None:
+    """``recorded`` (optional): ``{"recordings": [names], "imported_as_recorded": bool, "autotune": null |
+    {"choice": "recording" | "triton-cache" | null, "key": list | null}}``."""
+    if value is None:
+        return
+    if not isinstance(value, dict):
+        bad(at, f"expected a table or null, got {_kind(value)}")
+    names = value.get("recordings")
+    if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+        bad(f"{at}.recordings", "expected a list of file names")
+    if not isinstance(value.get("imported_as_recorded"), bool):
+        bad(f"{at}.imported_as_recorded", f"expected true or false, got {_kind(value.get('imported_as_recorded'))}")
+    autotune = value.get("autotune")
+    if autotune is None:
+        return
+    if not isinstance(autotune, dict):
+        bad(f"{at}.autotune", f"expected a table or null, got {_kind(autotune)}")
+    if autotune.get("choice") is not None and not isinstance(autotune["choice"], str):
+        bad(f"{at}.autotune.choice", f"expected a string or null, got {_kind(autotune['choice'])}")
+    if autotune.get("key") is not None and not isinstance(autotune["key"], list):
+        bad(f"{at}.autotune.key", f"expected a list or null, got {_kind(autotune['key'])}")
 
 
 def _check_config_fields(e: dict[str, Any], at: str, bad: Any) -> None:

@@ -262,6 +262,9 @@ def select_shipped(builds: Iterable[KernelBuild], *, include_untuned: bool = Fal
         if problem is not None and autotuner is not None:
             notes.append(f"no autotune key: {problem}")
             log.info("%s / %s: shipped without an autotune key: %s", name, target, problem)
+        if b.recorded is not None:  # a recorded specialisation: its choice was made from the recordings
+            akey = b.recorded.autotune_key
+            notes += b.recorded.notes
         if b.is_default_config:
             shipped.append(Shipment(b, b.artefact, b.baseline_key, b.state, b.improved, akey, "; ".join(notes) or None))
             continue
@@ -286,10 +289,11 @@ def one_key_per_cubin(shipped: Sequence[Shipment]) -> tuple[list[Shipment], list
     """``shipped`` without the shipments whose cubin another shipment files under another key, and ``(kernel,
     target, reason)`` of each one left out. Two specialisations may compile to the same bytes (a constexpr the code
     does not read); the run time refuses every entry of such a pair (:func:`kbuild.runtime.verify.pairing_conflicts`:
-    an index that names one cubin under two keys contradicts itself), so the build keeps the first key (by its hex)
-    and Triton compiles the others' calls."""
+    an index that names one cubin under two keys contradicts itself), so the build keeps one key, and Triton
+    compiles the others' calls: an entry that answers an autotuner (``autotune_key``; the configuration the
+    autotuner launches without benchmarking) first, else the first key by its hex."""
     owner: dict[str, str] = {}
-    for s in sorted(shipped, key=lambda s: s.key.hex):
+    for s in sorted(shipped, key=lambda s: (s.autotune_key is None, s.key.hex)):
         owner.setdefault(s.artefact.cubin_sha256, s.key.hex)
     kept, left = [], []
     for s in shipped:

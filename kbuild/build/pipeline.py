@@ -5,7 +5,8 @@ leaves anything in the store:
 
 1. **specs and keys** (:func:`kbuild.build.resolve.specs_and_keys`): import every kernel, check its declaration
    against the function, compute its keys (cheap; no compilation), or take the keys from the memo of an
-   earlier build. Any error stops here.
+   earlier build; the recordings' specialisations too (:mod:`kbuild.build.recorded`, never from the memo),
+   each key built once. Any error stops here.
 2. **store** (:func:`look_up_tuned`): a stored tuning result ships as is (unless ``tune = "off"``).
    Memo keys whose baselines the store lacks are resolved in full now.
 3. **require** (:func:`kbuild.build.tuning.require_tuned`): under ``tune = "require"``, fail before anything is
@@ -45,6 +46,7 @@ from kbuild.targets import Target
 from .baselines import compile_baselines
 from .hazards import refuse_wgmma_hazards
 from .kernel_build import KernelBuild, Tuner
+from .recorded import RecordingReport, collapse, recorded_builds
 from .resolve import resolve_and_remember, select_kernels, select_targets, specs_and_keys
 from .tunable import can_tune, tuned_status
 from .tuning import require_tuned, tune_build, tune_missing
@@ -84,7 +86,8 @@ def run_pipeline(settings: Settings, store: Any = None, *, kernels: Sequence[str
                  on_step: Callable[[KernelBuild], None] | None = None,
                  locked: str | os.PathLike[str] | None = None, memo: bool = False,
                  tune_on_miss: bool = False, tuner: Tuner | None = None,
-                 strict: bool | None = None) -> list[KernelBuild]:
+                 strict: bool | None = None,
+                 on_recordings: Callable[[RecordingReport], None] | None = None) -> list[KernelBuild]:
     """Resolve, look up, compile and store every kernel × target. Returns the builds in order.
 
     ``store`` defaults to the settings' tiered store, opened only after every kernel resolved, so
@@ -100,11 +103,22 @@ def run_pipeline(settings: Settings, store: Any = None, *, kernels: Sequence[str
     ``kbuild tune`` do not): run the tune phase, and under ``tune = "require"`` fail before compiling
     when some kernel × target has no tuning result and cannot get one here. ``tuner`` replaces
     :func:`kbuild.build.tuning.tune_build` (tests; other measurement setups).
+
+    ``[tool.kbuild] recordings`` (not with ``kernels``: the names are hand-written ones): every recorded
+    specialisation is built too, for every target, after the hand-written ones and once per key
+    (:mod:`kbuild.build.recorded`); ``on_recordings`` hears what the build made of them.
     """
     from kbuild.cache import open_store
 
     kspecs, tlist = select_kernels(settings, kernels), select_targets(settings, targets)
-    builds, from_memo = specs_and_keys(settings, kspecs, tlist, memo=memo)
+    builds, from_memo = specs_and_keys(settings, kspecs, tlist, memo=memo) if kspecs else ([], False)
+    recorded: list[KernelBuild] = []
+    said: RecordingReport | None = None
+    if settings.recordings and not kernels:
+        recorded, said = recorded_builds(settings, tlist)
+        builds = collapse(builds, recorded, said)
+        if on_recordings is not None:
+            on_recordings(said)
     if store is None:
         store = open_store(settings, strict=settings.strict if strict is None else strict)
     if locked is not None:
@@ -115,6 +129,8 @@ def run_pipeline(settings: Settings, store: Any = None, *, kernels: Sequence[str
     if from_memo and not baselines_stored(builds, store):
         log.debug("memo keys miss the store; resolving in full")
         builds = resolve_and_remember(settings, kspecs, tlist)
+        if said is not None:
+            builds = collapse(builds, recorded, said)
         look_up_tuned(builds, store)
     if tune_on_miss:
         require_tuned(settings, builds)

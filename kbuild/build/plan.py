@@ -20,6 +20,7 @@ from kbuild.targets import Target
 
 from .kernel_build import KernelBuild, Tuner
 from .pipeline import run_pipeline, strict_store_error
+from .recorded import RecordingReport
 
 if TYPE_CHECKING:  # kbuild.emit renders C; it is imported where sources are rendered
     from kbuild.emit import EmitKernel
@@ -37,10 +38,20 @@ class BuildPlan:
     builds: list[KernelBuild] = field(default_factory=list)
     """The pipeline's results; empty for a plan replayed from a manifest."""
     locked: bool = False
+    recordings: RecordingReport | None = None
+    """What the build made of ``[tool.kbuild] recordings`` (None: the project names none)."""
 
     def status_lines(self) -> list[str]:
-        """One line per kernel × target that ships no accepted tuning result, saying why."""
-        return [f"kbuild: {b.spec.name} {b.target.name}: {b.status}" for b in self.builds if not b.improved]
+        """What the recordings gave and did not (:class:`~kbuild.build.recorded.RecordingReport`), then one line per
+        kernel × target that ships no accepted tuning result, saying why."""
+        lines = []
+        r = self.recordings
+        if r is not None:
+            lines.append(f"kbuild: recordings {', '.join(r.recordings)}: {r.specializations} specialisation(s) → "
+                         f"{r.declarations} declaration(s); {r.built} kernel × target built from them, {r.collapsed} "
+                         f"declared by hand too, {r.not_built} not built")
+            lines += [f"kbuild: recordings: {line}" for line in r.lines]
+        return lines + [f"kbuild: {b.spec.name} {b.target.name}: {b.status}" for b in self.builds if not b.improved]
 
     def files(self, *, prefix: str = "kbuild_", basename: str = "kbuild_kernels") -> dict[str, bytes]:
         """The C sources and ``kbuild.json``, by file name (:func:`kbuild.emit.write_files` writes them)."""
@@ -74,12 +85,14 @@ def plan(settings: Settings, store: Any = None, *, targets: Sequence[Target | st
         with contextlib.ExitStack() as stack:
             if store is None:
                 store = stack.enter_context(open_store(settings, strict=settings.strict))
+            reports: list[RecordingReport] = []
             builds = run_pipeline(settings, store, targets=targets, locked=lock, memo=True, tune_on_miss=True,
-                                  tuner=tuner, on_step=on_step)
+                                  tuner=tuner, on_step=on_step, on_recordings=reports.append)
     except TierUnavailableError as exc:
         raise strict_store_error(settings, exc) from None
     return BuildPlan(settings=settings, kernels=kernels_from_builds(builds),
-                     manifest=build_manifest(builds, tune=settings.tune), builds=builds, locked=lock is not None)
+                     manifest=build_manifest(builds, tune=settings.tune), builds=builds, locked=lock is not None,
+                     recordings=reports[-1] if reports else None)
 
 
 def replay(settings: Settings, manifest: dict[str, Any], *, where: str, store: Any = None) -> BuildPlan:

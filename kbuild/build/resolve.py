@@ -49,10 +49,10 @@ def select_targets(settings: Settings, targets: Sequence[Target | str] | None) -
 
 
 def select_kernels(settings: Settings, names: Sequence[str] | None) -> list[KernelSettings]:
-    """The declarations to build: those ``names`` (``--kernel``), else every one; none declared is a
-    :class:`UsageError`."""
-    if not settings.kernels:
-        raise UsageError(f"{settings.config_file}: [tool.kbuild.kernels]: no kernels declared")
+    """The declarations to build: those ``names`` (``--kernel``), else every one; none declared (and no
+    ``recordings`` to declare them) is a :class:`UsageError`."""
+    if not settings.kernels and not (settings.recordings and not names):
+        raise UsageError(f"{settings.config_file}: [tool.kbuild.kernels]: no kernels declared (and no recordings)")
     return [settings.kernel(n) for n in names] if names else list(settings.kernels)
 
 

@@ -40,7 +40,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("inspect", help="show the kernel manifest and package data of a wheel built with kbuild",
                        description="Print each kernel × target a wheel ships: its key, cubin digest, tuned or "
                                    "baseline state, speedup, the launch configuration it ships (* marks the "
-                                   "default) and the tuner's level-1 (configuration) and level-2 (SASS) gains "
+                                   "default), the tuner's level-1 (configuration) and level-2 (SASS) gains and, "
+                                   "for an autotuned entry made from a recording, where its choice came from "
                                    "(from <name>.dist-info/kbuild.json); for a JIT package's wheel (ship = "
                                    "\"package-data\") also the entries of each <package>/_kbuild/index.json, "
                                    "with each cubin checked against its sha256.")
@@ -163,23 +164,26 @@ def wheel_indexes(wheel: str | Path) -> list[Any]:
 
 def _print_manifest(wheel: str, manifest: dict[str, Any]) -> None:
     rows = []
+    # The column only for a manifest with autotuned entries made from a recording (the others' tables keep their width).
+    choices = any(choice_cell(e) != "–" for e in manifest["kernels"])
     for e in manifest["kernels"]:
         speedup = e.get("speedup")
         gains = e.get("gains") or {}
         cells = (e["kernel"], e["target"], e.get("arch") or "", e["key"][:12], e["cubin_sha256"][:12],
                  f"{e.get('cubin_bytes') or 0:,} B", e.get("state") or "", _ratio(speedup), config_cell(e),
-                 _ratio(gains.get("level1")), _ratio(gains.get("level2")))
+                 _ratio(gains.get("level1")), _ratio(gains.get("level2")), *([choice_cell(e)] if choices else []))
         rows.append(tuple(table_text(c) for c in cells))
     for e in manifest.get("cuda_kernels") or []:  # CUDA C++ kernels through kbuild-nvcc (kbuild.nvcc.tuned)
         point = e.get("ptxas") if isinstance(e.get("ptxas"), dict) else {}
         flags = ",".join(f"{k}={v}" for k, v in point.items() if v) or "as compiled"
         cells = (f"{e['kernel']} (CUDA)", e["target"], e.get("arch") or "", e["key"][:12], e["cubin_sha256"][:12],
-                 f"{e.get('cubin_bytes') or 0:,} B", e.get("state") or "", _ratio(e.get("speedup")), flags, "", "")
+                 f"{e.get('cubin_bytes') or 0:,} B", e.get("state") or "", _ratio(e.get("speedup")), flags, "", "",
+                 *([""] if choices else []))
         rows.append(tuple(table_text(c) for c in cells))
     title = (f"{wheel} — kbuild {manifest.get('kbuild_version') or '?'}, "
              f"tune = {manifest.get('tune') or '?'}")
     print_table(table_text(title), ["kernel", "target", "arch", "key", "cubin sha256", "size", "state", "speedup",
-                                    "config", "level 1", "level 2"], rows)
+                                    "config", "level 1", "level 2", *(["autotune choice"] if choices else [])], rows)
 
 
 def _print_package_data(wheel: str, data: dict[str, Any]) -> None:
@@ -333,6 +337,19 @@ def _is_number(value: object) -> bool:
 
 def _ratio(value: object) -> str:
     return f"×{value:.3f}" if _is_number(value) else "–"
+
+
+def choice_cell(entry: dict[str, Any]) -> str:
+    """Where a recorded autotuned entry's choice for its target came from (``recorded.autotune``, :mod:`kbuild.build.
+    recorded`): ``recording`` or ``triton-cache`` (with the tuning key it answers), ``none`` (Triton's autotuner
+    benchmarks on the first call); ``–`` for any other entry."""
+    recorded = entry.get("recorded")
+    autotune = recorded.get("autotune") if isinstance(recorded, dict) else None
+    if not isinstance(autotune, dict):
+        return "–"
+    if not autotune.get("choice"):
+        return "none: Triton autotunes"
+    return f"{autotune['choice']} {autotune.get('key')}"
 
 
 def config_cell(entry: dict[str, object]) -> str:

@@ -15,7 +15,7 @@ import argparse
 import os
 
 from kbuild.commands.common import add_config_args, settings_from_args, target_list
-from kbuild.console import emit_json, print_table, warn
+from kbuild.console import emit_json, info, print_table, table_text, warn
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -34,6 +34,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from kbuild.build.package_data import write_package_data
     from kbuild.build.pipeline import run_pipeline
+    from kbuild.build.recorded import RecordingReport, coverage_lines
     from kbuild.errors import UsageError
     from kbuild.fsutil import check_output_dir
     from kbuild.runtime.index import DATA_DIR
@@ -47,7 +48,8 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError(f"--out {out}: {out / DATA_DIR} exists and is not a directory")
     if settings.ship != "package-data":
         warn(f"{settings.config_file}: ship = {settings.ship!r}; writing package data anyway")
-    builds = run_pipeline(settings, kernels=args.kernel, targets=target_list(args))
+    reports: list[RecordingReport] = []
+    builds = run_pipeline(settings, kernels=args.kernel, targets=target_list(args), on_recordings=reports.append)
     try:
         result = write_package_data(settings, builds, out, package=args.package,
                                     include_untuned=args.include_untuned)
@@ -58,12 +60,19 @@ def run(args: argparse.Namespace) -> int:
     loud = result.nothing_ships(settings)
     if loud and not args.include_untuned:
         warn(loud)
+    recorded = None
+    if reports:
+        recorded = {**reports[-1].as_json(), "coverage": coverage_lines(reports[-1], result.index, result.data_dir)}
+        if not args.json:
+            for line in [*reports[-1].lines, *recorded["coverage"]]:
+                info(f"recordings: {table_text(line)}")
     if args.json:
         emit_json({"package": result.package, "data_dir": str(result.data_dir),
                    "files": [str(p) for p in result.files],
                    "entries": [{"key": k, "kernel": e["kernel"], "target": e["target"]["name"], "tuned": e["tuned"],
                                 "speedup": e["speedup"], "cubin_sha256": e["cubin_sha256"]} for k, e in entries.items()],
-                   "skipped": [{"kernel": k, "target": t, "reason": r} for k, t, r in result.skipped]})
+                   "skipped": [{"kernel": k, "target": t, "reason": r} for k, t, r in result.skipped],
+                   "recordings": recorded})
     else:
         rows = [(e["kernel"], e["target"]["name"], k[:12], "tuned" if e["tuned"] else "baseline",
                  f"×{e['speedup']:.3f}" if e["speedup"] else "") for k, e in entries.items()]

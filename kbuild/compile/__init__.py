@@ -1,7 +1,8 @@
 """kbuild.compile: kernel declarations → baseline cubins, per target, without a GPU.
 
 ``triton_aot`` compiles ``@triton.jit`` functions; a CUDA C++ (nvcc) front end will sit beside
-it. Each front end returns :class:`CompiledKernel`.
+it. Each front end returns :class:`CompiledKernel`. ``folded`` describes the module-level values a kernel's code
+depends on and imports a kernel with another machine's (a recording's).
 """
 
 from kbuild.compile.triton_aot import (

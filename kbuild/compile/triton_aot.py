@@ -34,7 +34,7 @@ import tempfile
 import threading
 import time
 import types
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -72,6 +72,14 @@ def kernel_index(settings: Settings, spec: KernelSettings) -> int:
     if spec.entry is not None:
         return spec.entry
     return next(i for i, k in enumerate(settings.kernels) if k.name == spec.name)
+
+
+def declared_at(settings: Settings, spec: KernelSettings) -> tuple[str, str]:
+    """``(file, key)`` an error about ``spec`` names: its ``[tool.kbuild.kernels][i]`` table in the settings' file,
+    or the recorded specialisation it was made from (``kbuild-recording.json``, ``kernels[3].specializations[0]``)."""
+    if spec.recorded is not None:
+        return spec.recorded
+    return settings.config_file, f"[tool.kbuild.kernels][{kernel_index(settings, spec)}]"
 
 
 @contextlib.contextmanager
@@ -162,8 +170,8 @@ def load_source(settings: Settings, spec: KernelSettings) -> Any:
         from triton.runtime.jit import JITFunction  # noqa: F401
     except ImportError as exc:
         raise MissingDependencyError(f"Triton is not installed ({exc}); kbuild needs triton>=3.6,<3.7") from None
-    where = settings.config_file
-    key = f"[tool.kbuild.kernels][{kernel_index(settings, spec)}].source"
+    where, base = declared_at(settings, spec)
+    key = f"{base}.source"
     with project_on_path(settings):  # anything the user's module raises, sys.exit too, is one error
         module = usercode.import_module(spec.module, error=lambda m: KernelSourceError(where, key, m),
                                         hint=f"; the project root and {settings.python_path} are on the path")
@@ -283,8 +291,7 @@ def source_hash(fn: Any) -> str:
 def ast_source_args(settings: Settings, spec: KernelSettings, fn: Any) -> dict[str, Any]:
     """Signature, constexprs and attrs for ``ASTSource`` (:func:`kbuild.declarations.signature.ast_source_args`, the one
     builder), from the declaration, with errors naming its key."""
-    where = settings.config_file
-    base = f"[tool.kbuild.kernels][{kernel_index(settings, spec)}]"
+    where, base = declared_at(settings, spec)
     params = list(fn.arg_names)
     unknown = [n for n in (*spec.signature, *spec.constexprs) if n not in params]
     if unknown:
@@ -651,28 +658,34 @@ class _Failed(Exception):
     pickle)."""
 
 
+#: ``setup(fn)``: a context the kernel is compiled in (``kbuild.compile.folded.ImportedAs``: a recording's
+#: module-level values set back), picklable: the compile process runs it too.
+ImportSetup = Callable[[Any], contextlib.AbstractContextManager[Any]]
+
+
 def _compile_here(settings: Settings, spec: KernelSettings, cc: int, args: dict[str, Any], options: dict[str, Any],
-                  expected: str, path: list[str], scratch: str) -> dict[str, Any]:
+                  expected: str, path: list[str], scratch: str, setup: ImportSetup | None = None) -> dict[str, Any]:
     """The compile as the child process (:func:`compile_kernel`) runs it: import the kernel with the parent's
-    ``sys.path``, check that it is the function the parent keyed (``expected``: its :func:`source_hash`), compile
-    with Triton's scratch files under ``scratch`` (which the parent removes, whatever happens here); what the
-    parent needs of Triton's ``CompiledKernel``, as plain data."""
+    ``sys.path`` (in ``setup``'s context, if any), check that it is the function the parent keyed (``expected``:
+    its :func:`source_hash`), compile with Triton's scratch files under ``scratch`` (which the parent removes,
+    whatever happens here); what the parent needs of Triton's ``CompiledKernel``, as plain data."""
     sys.path[:] = path
     try:
         fn = load_jit_function(settings, spec)
-        got = source_hash(fn)
-        if got != expected:
-            raise CompileError(
-                f"kernel {spec.name!r} ({spec.source}), imported again to compile it, is not the function whose key "
-                f"was computed (source hash {got[:16]} here, {expected[:16]} in the build): its module changed on "
-                "disk during the build, or sets the values it folds in differently in each process")
-        source = ast_source_class(fn)(fn=fn, **{**args, "constexprs": triton_constexprs(args["constexprs"])})
-        saved = tempfile.tempdir
-        tempfile.tempdir = scratch
-        try:
-            compiled = hermetic_compile(source, cc, options, timeout=settings.compile_timeout)
-        finally:
-            tempfile.tempdir = saved
+        with setup(fn) if setup is not None else contextlib.nullcontext():
+            got = source_hash(fn)
+            if got != expected:
+                raise CompileError(
+                    f"kernel {spec.name!r} ({spec.source}), imported again to compile it, is not the function whose "
+                    f"key was computed (source hash {got[:16]} here, {expected[:16]} in the build): its module "
+                    "changed on disk during the build, or sets the values it folds in differently in each process")
+            source = ast_source_class(fn)(fn=fn, **{**args, "constexprs": triton_constexprs(args["constexprs"])})
+            saved = tempfile.tempdir
+            tempfile.tempdir = scratch
+            try:
+                compiled = hermetic_compile(source, cc, options, timeout=settings.compile_timeout)
+            finally:
+                tempfile.tempdir = saved
     except (KBuildError, PtxasTimeout):
         raise
     except BaseException as exc:  # SystemExit from the user's module included: one line, never this process's end
@@ -684,12 +697,15 @@ def _compile_here(settings: Settings, spec: KernelSettings, cc: int, args: dict[
 
 
 def compile_kernel(settings: Settings, spec: KernelSettings, target: Target, fn: Any | None = None, *,
-                   process: CompileProcess | None = None) -> CompiledKernel:
+                   process: CompileProcess | None = None, setup: ImportSetup | None = None) -> CompiledKernel:
     """Compile one kernel for one target to a cubin, deterministically, without a GPU, in a child process that
     is stopped past ``settings.compile_timeout`` (a :class:`CompileError` naming the kernel, the target and the
     setting). ``process``: the :class:`~kbuild.compile.workers.CompileProcess` to compile in (a build passes one
-    for all its compiles); None: one started for this compile alone."""
+    for all its compiles); None: one started for this compile alone. ``setup``: the context the kernel is keyed
+    and compiled in, here and in the child (:data:`ImportSetup`)."""
     fn = fn if fn is not None else load_jit_function(settings, spec)
+    with setup(fn) if setup is not None else contextlib.nullcontext():
+        expected = source_hash(fn)
     args = ast_source_args(settings, spec, fn)
     options = compiler_options(target, spec)
     what = f"kernel {spec.name!r} ({spec.source}) for {target.name}"
@@ -702,7 +718,7 @@ def compile_kernel(settings: Settings, spec: KernelSettings, target: Target, fn:
         scratch = stack.enter_context(tempfile.TemporaryDirectory(prefix="kbuild-compile-", ignore_cleanup_errors=True))
         try:
             out = process.call(settings.compile_timeout, _compile_here, settings, spec, target.cc, args, options,
-                               source_hash(fn), list(sys.path), scratch)
+                               expected, list(sys.path), scratch, setup)
         except Deadline:
             raise CompileError(
                 f"compiling {what} ran past compile_timeout = {settings.compile_timeout:g} s and was stopped "

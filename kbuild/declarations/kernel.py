@@ -119,6 +119,9 @@ class KernelSettings:
     """The variant's values (empty: not a variant)."""
     variant_of: str | None = field(default=None, metadata={"internal": True})
     """The declared name a variant was expanded from."""
+    recorded: tuple[str, str] | None = field(default=None, metadata={"internal": True})
+    """``(file, JSON path)`` of the recorded specialisation a declaration was made from
+    (:mod:`kbuild.build.recorded`): where its errors point; None for an entry of ``[[tool.kbuild.kernels]]``."""
 
     @property
     def label(self) -> str:

@@ -27,6 +27,7 @@ process ids; ids are content hashes; samples are chosen by canonical order, not 
        "autotune": null,
        "distribution": {"name": "liger_kernel", "version": "0.8.5"},
        "function": "liger_kernel.ops.rms_norm:_rms_norm_backward_kernel",
+       "globals": {},
        "heuristics": {},
        "module": "liger_kernel.ops.rms_norm",
        "name": "_rms_norm_backward_kernel",
@@ -82,6 +83,12 @@ as the build's key has it; null for a module of the project), and ``autotune``:
 * ``autotune``: null, or ``{"key": [argument names], "configs": [{"kwargs", "num_warps", "num_stages",
   "num_ctas", "maxnreg"}, ...] (the autotuner's configs, in its order), "prunes": true when it has
   early_config_prune or a perf_model}`` (the configs it benchmarks then depend on the call);
+* ``globals`` (may be absent: none recorded): what the function and the ``@triton.jit`` functions it calls read at
+  module level on the recording machine (:func:`kbuild.compile.folded.snapshot`), ``"module:NAME"`` → one of
+  ``{"constexpr": value}`` (a ``tl.constexpr``; a dtype as ``{"dtype": "fp16"}``), ``{"value": value}`` (a plain
+  scalar), ``{"jit": "module:qualname"}`` (the function the name resolves to) or ``{"text": "..."}`` (anything
+  else). Not part of the identity. A build whose own import gives another ``source_hash`` sets these back
+  (:mod:`kbuild.build.recorded`);
 * ``heuristics``: name → ``"outside"`` or ``"inside"``: the constexprs ``@triton.heuristics`` layers set on the way
   to the function, above the autotuner (computed once per call, before its key; no config holds them) or below it
   (computed per config; or there is no autotuner);
@@ -129,7 +136,8 @@ specialisations are united by identity, ``calls`` summed, samples united and cut
 (``samples_truncated`` when anything was cut), tunings united.
 :func:`kbuild.record.format.call_specialization` turns a recorded specialisation back into the
 :class:`kbuild.runtime.keys.CallSpecialization` the run time computes for such a call (its ``key()`` is the run
-time's key of the call and the build's of the matching declaration).
+time's key of the call and the build's of the matching declaration). :mod:`kbuild.runtime.covers` asks, with the
+run time's own lookup, whether a wheel's package data answers every call a recording holds.
 """
 
 from __future__ import annotations

@@ -112,6 +112,10 @@ class Kernel:
     heuristics: dict[str, str] = field(default_factory=dict)
     """Name → ``"outside"`` (a ``@triton.heuristics`` layer above the autotuner: computed once per call, before
     the autotuner's key) or ``"inside"`` (below it, or no autotuner: computed for each config)."""
+    globals: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """What the function and its callees read at module level on the recording machine
+    (:func:`kbuild.compile.folded.snapshot`): what a build sets back when its own import gives another
+    ``source_hash``. Not part of the identity (the source hash already differs when these do)."""
     tunings: list[dict[str, Any]] = field(default_factory=list)
     specializations: dict[str, Specialization] = field(default_factory=dict)
 
@@ -144,10 +148,14 @@ class Kernel:
             by_order.setdefault(canonical_json(t), dict(t))
         self.tunings = [by_order[k] for k in sorted(by_order)]
 
+    def in_order(self) -> list[Specialization]:
+        """The specialisations in the order the file lists them (``specializations[j]``)."""
+        return sorted(self.specializations.values(), key=lambda s: canonical_json(s.identity()))
+
     def to_json(self, *, derived: bool = True) -> dict[str, Any]:
-        specs = sorted(self.specializations.values(), key=lambda s: canonical_json(s.identity()))
+        specs = self.in_order()
         return {**self.identity(), "function": self.function, "heuristics": dict(sorted(self.heuristics.items())),
-                "tunings": self.tunings, "specializations": [s.to_json(derived=derived) for s in specs]}
+                "globals": dict(sorted(self.globals.items())), "tunings": self.tunings, "specializations": [s.to_json(derived=derived) for s in specs]}
 
 
 @dataclass
@@ -157,6 +165,19 @@ class Recording:
     samples_per_specialization: int = DEFAULT_SAMPLES
     compiler_options: dict[str, dict[str, Any]] = field(default_factory=dict)
     kernels: dict[bytes, Kernel] = field(default_factory=dict)
+    paths: dict[tuple[bytes, str], str] = field(default_factory=dict, repr=False, compare=False)
+    """Where a file read (:func:`from_json`) held each kernel and specialisation: ``(kernel identity, "")`` →
+    ``"kernels[i]"``, ``(kernel identity, specialisation id)`` → ``"kernels[i].specializations[j]"`` (what an error
+    about it names; the written order is :meth:`in_order`)."""
+
+    def path_of(self, kernel: Kernel, spec: Specialization | None = None) -> str:
+        """The JSON path of ``kernel`` (or of its ``spec``) in the file read, else in the written order."""
+        ident = canonical_json(kernel.identity())
+        got = self.paths.get((ident, spec.id if spec is not None else ""))
+        if got is not None:
+            return got
+        i = self.in_order().index(kernel)
+        return f"kernels[{i}]" if spec is None else f"kernels[{i}].specializations[{kernel.in_order().index(spec)}]"
 
     def kernel(self, template: Kernel) -> Kernel:
         """The held kernel with ``template``'s identity (added, without specialisations, when new)."""
@@ -168,6 +189,8 @@ class Recording:
             self.kernels[ident] = held
         for name, place in template.heuristics.items():
             held.heuristics.setdefault(name, place)
+        if not held.globals and template.globals:
+            held.globals = copy.deepcopy(template.globals)
         return held
 
     def add_compiler_options(self, options: Mapping[str, Any]) -> str:
@@ -187,10 +210,14 @@ class Recording:
             for spec in kernel.specializations.values():
                 held.add(spec, self.samples_per_specialization)
 
+    def in_order(self) -> list[Kernel]:
+        """The kernels in the order the file lists them (``kernels[i]``)."""
+        return sorted(self.kernels.values(), key=Kernel.sort_key)
+
     def to_json(self, *, derived: bool = True) -> dict[str, Any]:
         """The document; ``derived=False`` leaves out what a reader recomputes (``sm_dependent``): a process's part
         file, merged by the parent."""
-        kernels = sorted(self.kernels.values(), key=Kernel.sort_key)
+        kernels = self.in_order()
         used = {s.compiler_options for k in kernels for s in k.specializations.values()}
         return {"format": FORMAT, "version": VERSION, "samples_per_specialization": self.samples_per_specialization,
                 "compiler_options": {k: v for k, v in sorted(self.compiler_options.items()) if k in used},
@@ -284,8 +311,23 @@ _SPEC_KEYS = {"id", "target", "triton", "signature", "constexprs", "options", "c
               "autotune_config", "unsupported", "calls", "samples", "samples_truncated"}
 
 
+#: A kernel's keys that a reader takes when present (written by a later kbuild of format version 1).
+_KERNEL_OPTIONAL = {"globals"}
+#: The kinds of a recorded global (:mod:`kbuild.compile.folded`).
+_GLOBAL_KINDS = ("constexpr", "value", "jit", "text")
+
+
 def _read_kernel(r: _Reader, rec: Recording, kd: Any, at: str) -> None:
-    r.obj(kd, at, required=_KERNEL_KEYS, exact=True)
+    r.obj(kd, at, required=_KERNEL_KEYS)
+    extra = sorted(set(kd) - _KERNEL_KEYS - _KERNEL_OPTIONAL)
+    if extra:
+        r.fail(at, f"unknown key {extra[0]!r}")
+    folded = kd.get("globals", {})
+    r.obj(folded, f"{at}.globals")
+    for name, value in folded.items():
+        r.obj(value, f"{at}.globals.{name}")
+        if len(value) != 1 or next(iter(value)) not in _GLOBAL_KINDS:
+            r.fail(f"{at}.globals.{name}", f"expected one of {', '.join(_GLOBAL_KINDS)} (a table of one key)")
     for name in ("module", "qualname", "name", "source_hash"):
         r.text(kd[name], f"{at}.{name}")
     if kd["function"] != f"{kd['module']}:{kd['qualname']}":
@@ -325,7 +367,9 @@ def _read_kernel(r: _Reader, rec: Recording, kd: Any, at: str) -> None:
         if t["sm_count"] is not None and (type(t["sm_count"]) is not int or t["sm_count"] < 1):
             r.fail(f"{tat}.sm_count", f"expected a positive integer or null, got {t['sm_count']!r}")
     kernel = rec.kernel(Kernel(kd["module"], kd["qualname"], kd["name"], kd["source_hash"], dist, autotune,
-                               heuristics=dict(kd["heuristics"])))
+                               heuristics=dict(kd["heuristics"]), globals=copy.deepcopy(folded)))
+    ident = canonical_json(kernel.identity())
+    rec.paths.setdefault((ident, ""), at)
     kernel.add_tunings(kd["tunings"])
     r.list(kd["specializations"], f"{at}.specializations")
     for j, sd in enumerate(kd["specializations"]):
@@ -366,6 +410,7 @@ def _read_kernel(r: _Reader, rec: Recording, kd: Any, at: str) -> None:
         if spec.id != sd["id"]:
             r.fail(f"{sat}.id", f"{sd['id']!r} is not the hash of the specialisation ({spec.id}; edited by hand?)")
         kernel.add(spec, rec.samples_per_specialization)
+        rec.paths.setdefault((ident, spec.id), sat)
 
 
 class _Reader:

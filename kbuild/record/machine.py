@@ -114,4 +114,75 @@ def sm_dependent(samples: Sequence[Mapping[str, Any]], constexprs: Mapping[str, 
     return {k: sorted(v) for k, v in sorted((common or {}).items()) if v}
 
 
-__all__ = ["MAX_GRID_MULTIPLE", "derivations", "sm_dependent"]
+def _value_at(derivation: str, sample: Mapping[str, Any], constexprs: Mapping[str, Any], sms: int) -> int | None:
+    """The value ``derivation`` (one of :func:`derivations`' forms) gives with ``sms`` SMs for ``sample``."""
+    if derivation == "sm_count":
+        return sms
+    if derivation.endswith(" * sm_count"):
+        return int(derivation.split(" ")[0]) * sms
+    if derivation.startswith("ceil(") and derivation.endswith(" / sm_count)"):
+        source = derivation[len("ceil("):-len(" / sm_count)")]
+        n = _ints(sample, constexprs)[1].get(source)
+        return _ceil_div(n, sms) if n is not None else None
+    return None
+
+
+def _follows_later(name: str, derived: Sequence[str], marks: Mapping[str, Sequence[str]],
+                   order: Mapping[str, int]) -> bool:
+    """Whether ``name`` and a parameter after it each derive from the other (a CPU recording, one SM, cannot tell
+    which follows the SM count): the later one is taken to be derived (``n_rows`` and then ``rows_per_program``)."""
+    for d in derived:
+        if d.startswith("ceil(") and d.endswith(" / sm_count)"):
+            other = d[len("ceil("):-len(" / sm_count)")]
+            if (f"ceil({name} / sm_count)" in marks.get(other, ())
+                    and order.get(other, -1) > order.get(name, len(order))):
+                return True
+    return False
+
+
+def integer_type(value: int) -> str:
+    """The declaration type Triton 3.6's JIT gives an integer argument (specialised: not ``do_not_specialize``):
+    ``i32:1`` for 1, ``:16`` when divisible by 16, ``i64`` beyond 32 bits."""
+    if value == 1:
+        return "i32:1"
+    ty = "i32" if -(2**31) <= value < 2**31 else "i64"
+    return ty + (":16" if value % 16 == 0 else "")
+
+
+def on_other_gpu(samples: Sequence[Mapping[str, Any]], constexprs: Mapping[str, Any], signature: Mapping[str, str],
+                 sms: int) -> list[str]:
+    """What a specialisation's recorded calls become on a GPU of ``sms`` SMs, where a value follows the SM count
+    (:func:`sm_dependent`): each argument whose type (divisibility, the constant 1) or constexpr whose value would
+    change, in words (``rows_per_program = ceil(n_rows / sm_count): 38 (i32) with 108 SMs, recorded 32
+    (i32:16)``). Such a call specialises another way there: this specialisation does not cover it. A grid that
+    follows the SM count changes no specialisation and is not listed. Empty: the calls specialise alike."""
+    marks = sm_dependent(samples, constexprs)
+    order = {n: i for i, n in enumerate([*signature, *constexprs])}
+    out: list[str] = []
+    for name, derived in marks.items():
+        if name.startswith("grid[") or _follows_later(name, derived, marks, order):
+            continue
+        derivation = next((d for d in derived if ".shape[" not in d), derived[0])
+        for sample in samples:
+            if sample.get("sm_count") == sms:
+                continue
+            now = _value_at(derivation, sample, constexprs, sms)
+            if now is None:
+                continue
+            if name in constexprs:
+                before = constexprs[name]
+                if now != before:
+                    out.append(f"{name} = {derivation}: {now} with {sms} SMs, recorded {before} "
+                               f"(with {sample.get('sm_count')})")
+                    break
+            elif name in signature:
+                recorded = "".join(signature[name].split())
+                became = integer_type(now)
+                if became != recorded and not (recorded.endswith(":1") and became.endswith(":1")):
+                    out.append(f"{name} = {derivation}: {now} ({became}) with {sms} SMs, recorded "
+                               f"{sample.get('args', {}).get(name)!r} ({recorded}, with {sample.get('sm_count')})")
+                    break
+    return out
+
+
+__all__ = ["MAX_GRID_MULTIPLE", "derivations", "integer_type", "on_other_gpu", "sm_dependent"]

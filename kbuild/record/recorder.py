@@ -321,6 +321,18 @@ class Recorder:
             got = self._hashes[id(jit)] = source_hash(jit)
         return got
 
+    def _globals(self, jit: Any) -> dict[str, dict[str, Any]]:
+        """What the kernel reads at module level here (:func:`kbuild.compile.folded.snapshot`): a build on another
+        machine sets it back when its own import differs. Empty when it cannot be described (noted)."""
+        from kbuild.compile.folded import snapshot
+
+        try:
+            return snapshot(jit)
+        except Exception as exc:  # never break the workload
+            self.note(f"{jit.fn.__module__}:{jit.fn.__qualname__}: its module-level values could not be recorded "
+                      f"({type(exc).__name__}: {exc})")
+            return {}
+
     def _distribution(self, jit: Any) -> dict[str, str] | None:
         module = str(jit.fn.__module__)
         if module not in self._dists:
@@ -335,7 +347,8 @@ class Recorder:
             if kernel is None:
                 template = Kernel(str(jit.fn.__module__), str(jit.fn.__qualname__), str(jit.fn.__name__),
                                   self._source_hash(jit), self._distribution(jit),
-                                  autotune_descriptor(autotuner) if autotuner is not None else None)
+                                  autotune_descriptor(autotuner) if autotuner is not None else None,
+                                  globals=self._globals(jit))
                 kernel = self.kernels[slot] = self.recording.kernel(template)
             for name, place in heuristics.items():
                 if name not in kernel.heuristics:

@@ -52,6 +52,12 @@ def _check_targets(value: list[str], conv: Converter, path: str) -> None:
             raise conv.error(f"{path}[{i}]", str(exc)) from None
 
 
+def _check_paths(value: list[str], conv: Converter, path: str) -> None:
+    for i, p in enumerate(value):
+        if not p.strip() or "\0" in p:
+            raise conv.error(f"{path}[{i}]", f"expected a path relative to pyproject.toml, got {p!r}")
+
+
 #: Largest ``seed`` (:attr:`Settings.seed`): a 31-bit seed leaves room for the offsets the searches add.
 MAX_SEED = 2**31 - 1
 
@@ -384,6 +390,22 @@ class Settings:
     when the kernels come from an installed distribution (``source = "liger_kernel.ops.rms_norm:..."``), whose
     package this project does not build."""
 
+    recordings: list[str] = setting(env="KBUILD_RECORDINGS", default_factory=list, check=_check_paths)
+    """Recordings of real runs (``kbuild record``'s files, relative to ``pyproject.toml``) whose specialisations the
+    build compiles beside ``[[tool.kbuild.kernels]]``: each recorded specialisation is a kernel entry for every
+    target, keyed as a hand-written declaration of it would be; one that a hand-written entry declares too is
+    built once. An ``@triton.autotune`` kernel ships the choice measured where the recording ran on a GPU of the
+    target (or found in ``autotune_caches``), else every configuration's cubin (Triton's autotuner still
+    benchmarks on the first call, compiling nothing). The build report names what a recording does not cover.
+    The environment variable takes a comma-separated list."""
+
+    autotune_caches: list[str] = setting(env="KBUILD_AUTOTUNE_CACHES", default_factory=list, check=_check_paths)
+    """Triton autotune caches (directories as ``TRITON_CACHE_DIR`` holds them, relative to ``pyproject.toml``) in
+    which a recorded autotuned kernel's choice is looked up, under the exact key Triton 3.6's ``cache_results``
+    files it by (the Triton installation, the target's backend, the kernel's source, the tuning key and the
+    configurations), for a key the recordings hold no measured choice of. The environment variable takes a
+    comma-separated list."""
+
     compile_timeout: float = setting(600.0, env="KBUILD_COMPILE_TIMEOUT", check=_check_positive,
                                       schema={"exclusiveMinimum": 0})
     """Most seconds the compile of one kernel × target may take (wall clock): Triton's passes and ptxas, in a
@@ -422,6 +444,11 @@ class Settings:
             if t not in out:
                 out.append(t)
         return tuple(out)
+
+    def project_path(self, relative: str) -> Path:
+        """A path the settings give relative to ``pyproject.toml`` (``recordings``, ``autotune_caches``), resolved."""
+        p = Path(relative).expanduser()
+        return p if p.is_absolute() else self.project_dir / p
 
     @property
     def store_path(self) -> Path:

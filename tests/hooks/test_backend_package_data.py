@@ -105,7 +105,7 @@ def test_the_wheel_ships_the_index_the_cubins_and_the_manifest(built: dict[str, 
     tuned = {(t["kernel"], t["target"]): t for t in built["tuned"]}
     manifest = json.loads(zf.read("kbx_jit-0.1.0.dist-info/kbuild.json"))
     states = {(e["kernel"], e["target"]): (e["state"], e["cubin_sha256"]) for e in manifest["kernels"]}
-    assert len(states) == 4
+    assert len(states) == 8  # 2 declared kernels and 2 more specialisations recorded, × 2 targets
     for kt, (state, sha) in states.items():
         assert state == ("tuned" if kt in STAND_IN_TUNED else "baseline")
         if kt in STAND_IN_TUNED:
@@ -142,7 +142,33 @@ def test_the_wheel_ships_the_index_the_cubins_and_the_manifest(built: dict[str, 
               .decode().splitlines() if line}
     for name in expected | {"kbx_jit-0.1.0.dist-info/kbuild.json"}:
         assert record[name] == _record_hash(zf.read(name)), name
-    assert "kbuild: package data for kbx_jit: 4 kernel × target (2 tuned)" in built["log"]
+    assert "kbuild: package data for kbx_jit: 8 kernel × target (2 tuned)" in built["log"]
+
+
+def test_the_wheel_answers_every_call_of_the_committed_recording(built: dict[str, Any]):
+    """``recordings = ["kbuild-recording.json"]`` (what workload.py launches): each recorded specialisation has an
+    entry the run time's own lookup finds, with the Triton metadata the zero-JIT loader needs; the two the
+    hand-written declarations describe too are built once, under the hand-written names."""
+    from kbuild.commands.inspect import wheel_indexes
+    from kbuild.record.format import load
+    from kbuild.runtime.covers import recording_coverage
+
+    recording = load(str(JIT_EXAMPLE / "kbuild-recording.json"))
+    (index,) = wheel_indexes(built["wheel"])
+    cov = recording_coverage([index], recording)
+    assert (cov["specializations"], cov["answered"], cov["tunings"]) == (8, 8, 0), cov["rows"]
+    assert all(r["stage"] == "zero-jit" for r in cov["rows"])
+    names = sorted({index.entries[r["entry"]]["kernel"] for r in cov["rows"]})
+    assert len(names) == 4 and {"softmax", "matmul_leaky_relu"} <= set(names)  # the hand-written entries answer
+    manifest = json.loads(zipfile.ZipFile(built["wheel"]).read("kbx_jit-0.1.0.dist-info/kbuild.json"))
+    recorded = [e for e in manifest["kernels"] if "recorded" in e]
+    assert len(recorded) == 4 and all(e["recorded"] == {"recordings": ["kbuild-recording.json"],
+                                                        "imported_as_recorded": False, "autotune": None}
+                                      for e in recorded)
+    assert ("kbuild: recordings kbuild-recording.json: 8 specialisation(s) → 4 declaration(s); 4 kernel × target "
+            "built from them, 4 declared by hand too, 0 not built") in built["log"]
+    assert ("kbuild: recordings: kbuild-recording.json: the package data answers 8 of 8 recorded specialisation(s) "
+            "(8 of 8 calls) without compiling") in built["log"]
 
 
 def test_the_source_tree_is_left_clean(built: dict[str, Any]):
@@ -160,11 +186,11 @@ def test_kbuild_inspect_lists_the_package_data(built: dict[str, Any]):
     proc = kbuild_cli("inspect", str(built["wheel"]), "--json", env=built["env"])
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
-    assert len(doc["kernels"]) == 4  # the build's manifest
+    assert len(doc["kernels"]) == 8  # the build's manifest
     (data,) = doc["package_data"]
     assert data["index"] == "kbx_jit/_kbuild/index.json" and data["package"] == "kbx_jit"
     got = {(e["kernel"], e["target"]): e for e in data["entries"]}
-    assert len(got) == 4 and STAND_IN_TUNED <= set(got)  # package_data = "all": the baselines ship too
+    assert len(got) == 8 and STAND_IN_TUNED <= set(got)  # package_data = "all": the baselines ship too
     assert all(e["cubin_check"] == "ok" and e["tuned"] is False for kt, e in got.items() if kt not in STAND_IN_TUNED)
     for t in built["tuned"]:
         e = got[(t["kernel"], t["target"])]
@@ -231,7 +257,7 @@ def test_a_second_build_in_the_same_tree_drops_what_no_longer_ships(built: dict[
     names = {n for n in zipfile.ZipFile(tmp_path / "d2" / WHEEL).namelist() if n.startswith("kbx_jit/_kbuild/")}
     (mm80,) = [t for t in built["tuned"] if t["target"] == "sm_80"]
     index = json.loads(zipfile.ZipFile(tmp_path / "d2" / WHEEL).read("kbx_jit/_kbuild/index.json"))
-    assert {e["target"]["name"] for e in index["entries"].values()} == {"sm_80"} and len(index["entries"]) == 2
+    assert {e["target"]["name"] for e in index["entries"].values()} == {"sm_80"} and len(index["entries"]) == 4
     assert names == {"kbx_jit/_kbuild/index.json", "kbx_jit/_kbuild/__init__.py"} | {
         f"kbx_jit/_kbuild/{e['cubin']}" for e in index["entries"].values()}
     assert f"kbx_jit/_kbuild/{mm80['cubin_sha256']}.cubin" in names and f"kbx_jit/_kbuild/{'0' * 64}.cubin" not in names
@@ -260,7 +286,7 @@ def test_inspect_flags_a_cubin_whose_digest_does_not_match(built: dict[str, Any]
     assert proc.returncode == 1, proc.stderr  # a failed check, as a verifier says it (issue 32: it was 0)
     checks = {e["cubin"]: e["cubin_check"] for e in json.loads(proc.stdout)["package_data"][0]["entries"]}
     assert checks[victim] == "sha256 mismatch"
-    assert sorted(checks.values()) == ["ok", "ok", "ok", "sha256 mismatch"]  # the other tuned one and 2 baselines
+    assert sorted(checks.values()) == ["ok"] * 7 + ["sha256 mismatch"]  # the other tuned one and 6 baselines
     flat = "".join(proc.stderr.split())  # the console wraps long lines
     assert f"warning:{bad}!{victim}:sha256mismatch" in flat
 
