@@ -285,26 +285,22 @@ def select_shipped(builds: Iterable[KernelBuild], *, include_untuned: bool = Fal
     return shipped, skipped
 
 
-def one_key_per_cubin(shipped: Sequence[Shipment]) -> tuple[list[Shipment], list[tuple[str, str, str]]]:
-    """``shipped`` without the shipments whose cubin another shipment files under another key, and ``(kernel,
-    target, reason)`` of each one left out. Two specialisations may compile to the same bytes (a constexpr the code
-    does not read); the run time refuses every entry of such a pair (:func:`kbuild.runtime.verify.pairing_conflicts`:
-    an index that names one cubin under two keys contradicts itself), so the build keeps one key, and Triton
-    compiles the others' calls: an entry that answers an autotuner (``autotune_key``; the configuration the
-    autotuner launches without benchmarking) first, else the first key by its hex."""
-    owner: dict[str, str] = {}
-    for s in sorted(shipped, key=lambda s: (s.autotune_key is None, s.key.hex)):
-        owner.setdefault(s.artefact.cubin_sha256, s.key.hex)
-    kept, left = [], []
-    for s in shipped:
-        first = owner[s.artefact.cubin_sha256]
-        if first == s.key.hex:
-            kept.append(s)
-        else:
-            left.append((s.build.spec.name, s.build.target.name,
-                         f"its cubin is byte-identical to that of key {first[:16]}, which ships it; a cubin answers one "
-                         "key at run time, so Triton compiles this one"))
-    return kept, left
+def mark_shared_cubins(entries: Sequence[tuple[str, dict[str, Any]]]) -> list[tuple[str, dict[str, Any]]]:
+    """``entries`` (``(key, index entry)``), each entry whose cubin another entry names too given
+    ``shares_cubin_with``: the other keys, sorted. Two specialisations may compile to the same bytes (an argument's
+    divisibility the code never uses, autotune configurations that differ only in what the code does not read);
+    every such entry ships, and the run time trusts the group because each entry lists the others
+    (:func:`kbuild.runtime.verify.pairing_conflicts`)."""
+    by_cubin: dict[str, list[str]] = {}
+    for key, entry in entries:
+        by_cubin.setdefault(entry["cubin_sha256"], []).append(key)
+    out = []
+    for key, entry in entries:
+        group = by_cubin[entry["cubin_sha256"]]
+        if len(group) > 1:
+            entry = {**entry, "shares_cubin_with": sorted(k for k in group if k != key)}
+        out.append((key, entry))
+    return out
 
 
 def index_entry(build: KernelBuild, *, autotune_key: Sequence[Any] | None = None, artefact: Artefact | None = None,
@@ -374,14 +370,13 @@ def write_package_data(settings: Settings, builds: Sequence[KernelBuild], packag
     package). What ships is :func:`select_shipped`'s choice (``settings.package_data``; ``include_untuned``
     ships every build whatever it says); ``store`` is where the default's compile of a config-tuned plain
     ``@triton.jit`` kernel is looked up (default: the settings' store, opened only then). The index is written
-    after the cubins, and stale files in ``_kbuild/`` are removed after it. A cubin is filed under one key only
-    (:func:`one_key_per_cubin`)."""
+    after the cubins, and stale files in ``_kbuild/`` are removed after it. A cubin that several keys compile to
+    is written once and named by each of their entries (:func:`mark_shared_cubins`)."""
     pkg = package or infer_package(settings, builds)
     shipped, skipped = select_shipped(builds, include_untuned=include_untuned, settings=settings, store=store)
-    shipped, shared = one_key_per_cubin(shipped)
-    skipped = [*skipped, *shared]
-    index = build_index((index_entry(s.build, artefact=s.artefact, key=s.key, tuned=s.tuned, state=s.state,
-                                     autotune_key=s.autotune_key, note=s.note) for s in shipped), package=pkg)
+    index = build_index(mark_shared_cubins([index_entry(s.build, artefact=s.artefact, key=s.key, tuned=s.tuned,
+                                                        state=s.state, autotune_key=s.autotune_key, note=s.note)
+                                            for s in shipped]), package=pkg)
     data_dir = Path(package_dir) / DATA_DIR
     data_dir.mkdir(parents=True, exist_ok=True)
     cubins = {s.artefact.cubin_sha256: s.artefact.cubin for s in shipped}
@@ -400,5 +395,5 @@ def write_package_data(settings: Settings, builds: Sequence[KernelBuild], packag
     return PackageData(package=pkg, data_dir=data_dir, index=index, files=files, skipped=skipped, notes=notes)
 
 
-__all__ = ["PackageData", "Shipment", "config_key", "index_entry", "infer_package", "one_key_per_cubin", "render_init",
+__all__ = ["PackageData", "Shipment", "config_key", "index_entry", "infer_package", "mark_shared_cubins", "render_init",
            "select_shipped", "write_package_data"]

@@ -106,7 +106,7 @@ class Index:
     version: int = INDEX_VERSION
     conflicts: dict[str, str] = field(default_factory=dict)
     """Key → why the entry is not trusted although it parses: it names the same cubin as an entry of another
-    key (:func:`kbuild.runtime.verify.pairing_conflicts`)."""
+    key, and the two do not declare it to each other (:func:`kbuild.runtime.verify.pairing_conflicts`)."""
 
     def by_function(self) -> dict[str, list[ShippedEntry]]:
         """The entries per ``module:qualname`` of the function they were compiled from, in the index's order."""
@@ -134,7 +134,7 @@ _FIELD_TYPES: dict[str, type | tuple[type, ...]] = {
 
 #: Types of the optional fields of version 2 (checked when present).
 _OPTIONAL_TYPES: dict[str, type | tuple[type, ...]] = {"triton_metadata": dict, "config": dict, "autotune": dict,
-                                                       "state": str, "note": str}
+                                                       "state": str, "note": str, "shares_cubin_with": list}
 
 
 def parse_index(data: bytes | str, *, data_dir: Path, where: str) -> Index:

@@ -31,8 +31,9 @@ is, and nothing inside an index authenticates it against an editor who rewrites 
 digests are easy to recompute). What is checked is that the index does not contradict itself: a cubin is
 the compile of one specialisation, so entries with different keys that name the same cubin (a copy of an
 entry re-keyed to another constexpr value; an entry pointed at another's cubin with its digest updated) are
-all refused (:func:`pairing_conflicts`), and kbuild's own build never files one cubin under two keys
-(:func:`kbuild.build.package_data.write_package_data`). That a whole wheel is what its sources compile to is
+all refused (:func:`pairing_conflicts`), unless every entry of the group lists the others in
+``shares_cubin_with``, as kbuild's build writes them when two specialisations compile to the same bytes
+(:func:`kbuild.build.package_data.write_package_data`): a single edited or copied entry cannot. That a whole wheel is what its sources compile to is
 what ``kbuild verify-wheel`` proves, by rebuilding it.
 
 This module imports neither torch nor triton.
@@ -202,18 +203,28 @@ def expected_of_compiled(compiled: bytes, md: Any) -> Expected:
 
 
 def pairing_conflicts(entries: Mapping[str, Mapping[str, Any]]) -> dict[str, str]:
-    """Key → reason for every entry that names a cubin another entry, under another key, names too: one
-    cubin is the compile of one specialisation, so at most one of them can be right and none is trusted."""
+    """Key → reason for every entry that names a cubin another entry, under another key, names too, unless the
+    entries declare it to each other: two specialisations may compile to the same bytes (an argument's divisibility
+    the code never uses, autotune configurations that differ only in what the code does not read), and the build
+    then files the cubin under each key with ``shares_cubin_with`` listing the others. A group is trusted only when
+    every entry lists exactly the other keys of the group; an entry pointed at another's cubin, or a copy re-keyed,
+    does not, and the whole group is refused: at most one of them can be right."""
     by_cubin: dict[str, list[str]] = {}
     for key, entry in entries.items():
         by_cubin.setdefault(str(entry.get("cubin_sha256")), []).append(key)
     out: dict[str, str] = {}
     for sha, keys in by_cubin.items():
-        if len(keys) > 1:
-            for key in keys:
-                others = ", ".join(k[:16] for k in sorted(keys) if k != key)
-                out[key] = (f"its cubin {sha[:16]}… is also the cubin of entry {others}: one cubin is the compile of one "
-                            "specialisation, so the index contradicts itself")
+        if len(keys) < 2:
+            continue
+        group = set(keys)
+        declared = all(isinstance(entries[k].get("shares_cubin_with"), list)
+                       and set(map(str, entries[k]["shares_cubin_with"])) == group - {k} for k in keys)
+        if declared:
+            continue
+        for key in keys:
+            others = ", ".join(k[:16] for k in sorted(keys) if k != key)
+            out[key] = (f"its cubin {sha[:16]}… is also the cubin of entry {others}, and the entries do not all list "
+                        "each other in shares_cubin_with: the index contradicts itself")
     return out
 
 

@@ -192,10 +192,11 @@ def test_the_post_compile_substitution_checks_the_cubin_too(shipped: Any, kernel
     assert any("the cubin is for sm_80" in r.getMessage() for r in caplog.records if r.levelno == logging.WARNING)
 
 
-def test_the_build_files_one_cubin_under_one_key(jit_settings: Any, baseline_builds: list[Any], tmp_path: Path) -> None:
+def test_the_build_files_a_shared_cubin_under_each_key_declared(jit_settings: Any, baseline_builds: list[Any],
+                                                                 tmp_path: Path) -> None:
     """Two specialisations whose compiles are byte-identical (here: the same build declared under a second name
-    with another num_stages, a loop-free kernel) would make an index the run time refuses; the build ships the
-    cubin under one key and says why the other is not shipped."""
+    with another num_stages, a loop-free kernel): the build writes the cubin once and files it under both keys,
+    each entry listing the other in ``shares_cubin_with``, and the run time trusts both."""
     from kbuild.key import KernelKey
 
     (b90,) = [b for b in baseline_builds if b.target.name == "sm_90"]
@@ -204,9 +205,10 @@ def test_the_build_files_one_cubin_under_one_key(jit_settings: Any, baseline_bui
     comps["kernel"]["num_stages"] = 2
     twin.baseline_key = KernelKey(comps)
     data = write_package_data(jit_settings, [b90, twin], tmp_path / "kbx_jit")
-    assert len(data.index["entries"]) == 1
-    ((_, target, reason),) = data.skipped
-    assert target == "sm_90" and "byte-identical" in reason
+    entries = data.index["entries"]
+    assert len(entries) == 2 and data.skipped == [] and len(list(data.data_dir.glob("*.cubin"))) == 1
+    assert {k: e["shares_cubin_with"] for k, e in entries.items()} == {
+        b90.baseline_key.hex: [twin.baseline_key.hex], twin.baseline_key.hex: [b90.baseline_key.hex]}
     from kbuild.runtime.index import load_index
 
     assert load_index(data.data_dir / "index.json").conflicts == {}
