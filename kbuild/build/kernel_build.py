@@ -35,6 +35,8 @@ class RecordedBuild:
     """Its kernel was called through an ``@triton.autotune`` object."""
     autotune_key: list[Any] | None = None
     """The tuning key whose choice this configuration is, for this target (the index's ``autotune.key``)."""
+    also_keys: tuple[tuple[Any, ...], ...] = ()
+    """Other tuning keys whose measured choice is this same configuration (the index's ``autotune.also_keys``)."""
     choice: str | None = None
     """Where that choice came from: ``"recording"``, ``"triton-cache"`` (:mod:`kbuild.build.choices`); None: none
     (Triton's autotuner benchmarks on the first call, from the shipped cubins)."""
@@ -44,7 +46,9 @@ class RecordedBuild:
     def manifest(self) -> dict[str, Any]:
         """The manifest entry's ``recorded`` field (nothing that depends on this machine)."""
         return {"recordings": list(self.recordings), "imported_as_recorded": bool(self.imported_as),
-                "autotune": ({"choice": self.choice, "key": self.autotune_key} if self.autotuned else None)}
+                "autotune": ({"choice": self.choice, "key": self.autotune_key,
+                              **({"also_keys": [list(k) for k in self.also_keys]} if self.also_keys else {})}
+                             if self.autotuned else None)}
 
 
 @dataclass

@@ -130,6 +130,8 @@ class Shipment:
     tuned: bool
     autotune_key: list[Any] | None = None
     note: str | None = None
+    also_keys: tuple[tuple[Any, ...], ...] = ()
+    """Other tuning keys whose choice this configuration is (recorded kernels: :class:`RecordedBuild`)."""
 
 
 def _reachable_autotuner(settings: Settings | None, b: KernelBuild) -> tuple[Any, Any, tuple[tuple[str, Any], ...],
@@ -262,15 +264,17 @@ def select_shipped(builds: Iterable[KernelBuild], *, include_untuned: bool = Fal
         if problem is not None and autotuner is not None:
             notes.append(f"no autotune key: {problem}")
             log.info("%s / %s: shipped without an autotune key: %s", name, target, problem)
+        also: tuple[tuple[Any, ...], ...] = ()
         if b.recorded is not None:  # a recorded specialisation: its choice was made from the recordings
-            akey = b.recorded.autotune_key
+            akey, also = b.recorded.autotune_key, b.recorded.also_keys
             notes += b.recorded.notes
         if b.is_default_config:
-            shipped.append(Shipment(b, b.artefact, b.baseline_key, b.state, b.improved, akey, "; ".join(notes) or None))
+            shipped.append(Shipment(b, b.artefact, b.baseline_key, b.state, b.improved, akey, "; ".join(notes) or None,
+                                    also))
             continue
         key = config_key(b, config) if akey is not None else None
         if key is not None and config_key(b, b.default_config).hex == b.baseline_key.hex:
-            shipped.append(Shipment(b, b.artefact, key, b.state, b.improved, akey, "; ".join(notes) or None))
+            shipped.append(Shipment(b, b.artefact, key, b.state, b.improved, akey, "; ".join(notes) or None, also))
             continue
         why = ("a @triton.jit caller launches the declared default's constexprs and warps" if autotuner is None
                else "the autotuner cannot be answered with it" if akey is None
@@ -303,7 +307,8 @@ def mark_shared_cubins(entries: Sequence[tuple[str, dict[str, Any]]]) -> list[tu
     return out
 
 
-def index_entry(build: KernelBuild, *, autotune_key: Sequence[Any] | None = None, artefact: Artefact | None = None,
+def index_entry(build: KernelBuild, *, autotune_key: Sequence[Any] | None = None,
+                also_keys: Sequence[Sequence[Any]] = (), artefact: Artefact | None = None,
                 key: KernelKey | None = None, tuned: bool | None = None, state: str | None = None,
                 note: str | None = None) -> tuple[str, dict[str, Any]]:
     """``(key, entry)`` of the run-time index (:mod:`kbuild.runtime.index`) for one build with an artefact.
@@ -352,6 +357,8 @@ def index_entry(build: KernelBuild, *, autotune_key: Sequence[Any] | None = None
         autotune_key = getattr(build, "autotune_key", None) or meta.get("autotune_key")
     if autotune_key is not None:
         entry["autotune"] = {"key": list(autotune_key)}
+        if also_keys:
+            entry["autotune"]["also_keys"] = [list(k) for k in also_keys]
     if note:
         entry["note"] = note
     return key.hex, entry
@@ -375,7 +382,8 @@ def write_package_data(settings: Settings, builds: Sequence[KernelBuild], packag
     pkg = package or infer_package(settings, builds)
     shipped, skipped = select_shipped(builds, include_untuned=include_untuned, settings=settings, store=store)
     index = build_index(mark_shared_cubins([index_entry(s.build, artefact=s.artefact, key=s.key, tuned=s.tuned,
-                                                        state=s.state, autotune_key=s.autotune_key, note=s.note)
+                                                        state=s.state, autotune_key=s.autotune_key,
+                                                        also_keys=s.also_keys, note=s.note)
                                             for s in shipped]), package=pkg)
     data_dir = Path(package_dir) / DATA_DIR
     data_dir.mkdir(parents=True, exist_ok=True)

@@ -315,12 +315,14 @@ def _builds_of(settings: Settings, d: Declared, imported: _Imported, targets: Se
         notes = _machine_notes(d, target)
         for line in notes:
             report.say(f"{d.kernel.function} ({spec.name}) on {target.name}: not covered: {line}")
-        autotune = choices.of(d, target)
+        chosen, source, chose_notes = choices.of(d, target)
         out.append(KernelBuild(spec=spec, target=target, baseline_key=baseline, tuned_key=tuned, fn=imported.jit,
                                space=space, recorded=RecordedBuild(
                                    recordings=tuple(d.files), imported_as=imported.imported_as,
-                                   autotuned=d.kernel.autotune is not None, autotune_key=autotune[0],
-                                   choice=autotune[1], notes=tuple(autotune[2]))))
+                                   autotuned=d.kernel.autotune is not None,
+                                   autotune_key=chosen[0] if chosen else None,
+                                   also_keys=tuple(tuple(k) for k in (chosen or [])[1:]),
+                                   choice=source, notes=tuple(chose_notes))))
     return out
 
 
@@ -408,8 +410,8 @@ class _Choices:
             return False
         return True
 
-    def of(self, d: Declared, target: Target) -> tuple[list[Any] | None, str | None, list[str]]:
-        """``(tuning key, choice source, notes)`` of one declaration × target."""
+    def of(self, d: Declared, target: Target) -> tuple[list[list[Any]] | None, str | None, list[str]]:
+        """``(tuning keys whose choice it is, choice source, notes)`` of one declaration × target."""
         if not self.usable:
             return None, None, []
         config = next((s.autotune_config for s in d.recorded.values() if s.autotune_config is not None), None)
@@ -432,9 +434,9 @@ class _Choices:
         (key, found), rest = mine[0], mine[1:]
         notes = [f"autotune choice for key {list(key)} on {target.name}: {found.source} ({found.detail})"]
         if rest:
-            notes.append(f"also the choice for key(s) {', '.join(str(list(k)) for k, _ in rest)}, which this entry "
-                         "cannot carry (one autotune key per index entry): Triton autotunes those on the first call")
-        return list(key), found.source, notes
+            notes.append(f"also the choice for key(s) {', '.join(str(list(k)) for k, _ in rest)} "
+                         f"({', '.join(sorted({f.source for _, f in rest}))})")
+        return [list(key), *(list(k) for k, _ in rest)], found.source, notes
 
 
 # ----------------------------------------------------------------------------------------------

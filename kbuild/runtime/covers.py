@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from kbuild.runtime.index import Index, ShippedEntry
+from kbuild.runtime.index import Index, ShippedEntry, autotune_keys
 
 
 def _spec_of(entry: Mapping[str, Any]) -> dict[str, Any]:
@@ -45,7 +45,7 @@ def shipped_specializations(indexes: Sequence[Index]) -> list[dict[str, Any]]:
                                           "zero_jit": True, "tuned": []})
             row["targets"] = sorted({*row["targets"], target})
             if entry.get("autotune"):
-                row["autotune"][target] = list(entry["autotune"]["key"])
+                row["autotune"][target] = autotune_keys(entry)[0]
             row["zero_jit"] = row["zero_jit"] and "triton_metadata" in entry
             if entry.get("tuned"):
                 row["tuned"] = sorted({*row["tuned"], target})
@@ -98,7 +98,7 @@ def _tuning_row(kernel: Any, tuning: Mapping[str, Any], candidates: Sequence[Shi
     shipped = [c for c in candidates if c.entry.get("autotune") and c.entry["target"].get("name") == target]
     row: dict[str, Any] = {"function": kernel.function, "target": target, "key": key, "answered": False,
                            "entry": None, "reason": None}
-    exact = next((c for c in shipped if list(c.entry["autotune"]["key"]) == key), None)
+    exact = next((c for c in shipped if key in autotune_keys(c.entry)), None)
     if exact is not None:
         row.update(answered=True, entry=exact.key)
     elif shipped:

@@ -78,6 +78,15 @@ def entry_config(constexprs: Mapping[str, Any], options: Mapping[str, Any]) -> d
     return out
 
 
+def autotune_keys(entry: Mapping[str, Any]) -> list[list[Any]]:
+    """The tuning keys an entry is the autotuner's choice for: ``autotune.key``, then ``autotune.also_keys`` (other
+    keys whose measured choice is the same configuration); empty for an entry that answers no autotuner."""
+    autotune = entry.get("autotune")
+    if not autotune:
+        return []
+    return [list(autotune["key"]), *(list(k) for k in autotune.get("also_keys", []))]
+
+
 def build_index(entries: Iterable[tuple[str, Mapping[str, Any]]], *, package: str) -> dict[str, Any]:
     from kbuild import __version__
 
@@ -197,6 +206,9 @@ def _check_v2_fields(entry: Mapping[str, Any], *, where: str) -> None:
     if autotune is not None:
         if not isinstance(autotune.get("key"), list):
             raise IndexFormatError(f"{where}.autotune.key: expected a list")
+        also = autotune.get("also_keys", [])
+        if not isinstance(also, list) or not all(isinstance(k, list) for k in also):
+            raise IndexFormatError(f"{where}.autotune.also_keys: expected a list of keys (lists)")
         if config is None:
             raise IndexFormatError(f"{where}.autotune: an autotuned entry needs its config")
 
@@ -215,5 +227,20 @@ def load_index(path: str | Path) -> Index:
     return parse_index(data, data_dir=p.parent, where=str(p))
 
 
-__all__ = ["CHECK_FIELDS", "DATA_DIR", "INDEX_FILE", "INDEX_FORMAT", "INDEX_VERSION", "READ_VERSIONS", "Index",
-           "IndexFormatError", "ShippedEntry", "build_index", "entry_config", "index_bytes", "load_index", "parse_index"]
+__all__ = [
+    "CHECK_FIELDS",
+    "DATA_DIR",
+    "INDEX_FILE",
+    "INDEX_FORMAT",
+    "INDEX_VERSION",
+    "READ_VERSIONS",
+    "Index",
+    "IndexFormatError",
+    "ShippedEntry",
+    "autotune_keys",
+    "build_index",
+    "entry_config",
+    "index_bytes",
+    "load_index",
+    "parse_index",
+]

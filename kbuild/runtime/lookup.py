@@ -29,7 +29,7 @@ from typing import Any
 
 from kbuild.canonical import canonical_json
 from kbuild.runtime import keys
-from kbuild.runtime.index import CHECK_FIELDS, ShippedEntry
+from kbuild.runtime.index import CHECK_FIELDS, ShippedEntry, autotune_keys
 from kbuild.runtime.verify import REFUSED, Expected, call_params, expected_of_compiled
 
 #: Backend options compared between the call and the shipped Triton metadata (besides the key).
@@ -191,12 +191,13 @@ def autotune_choices(candidates: Sequence[ShippedEntry], configs: Sequence[Any],
         if entry_key in index.conflicts:
             out.append(Miss(f"{REFUSED}: {index.conflicts[entry_key]}", shipped))
             continue
-        key = tuple(entry["autotune"]["key"])
+        keys = [tuple(k) for k in autotune_keys(entry)]
         config = next((c for c in configs if config_matches(c, entry["config"])), None)
         if config is None:
-            out.append(Miss(f"the shipped config {entry['config']} of key {key} is not among the autotuner's", shipped))
+            out.append(Miss(f"the shipped config {entry['config']} of key {keys[0]} is not among the autotuner's",
+                            shipped))
             continue
-        out.append(Choice(shipped, key, config))
+        out.extend(Choice(shipped, key, config) for key in keys)
     return out
 
 

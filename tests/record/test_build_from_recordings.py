@@ -226,8 +226,9 @@ def test_a_gpu_recordings_measured_choice_ships_for_its_target_only(tmp_path: Pa
     result, data = _build(proj, kbuild_env, tmp_path)
     for name, tensors, block in (("scale", 2, 128), ("shift", 1, 64)):
         carried = [e for e in _entries(data, name, "sm_90") if "autotune" in e]
-        (chosen,) = carried  # both keys chose config 1, one specialisation: the entry carries the first key
+        (chosen,) = carried  # both keys chose config 1, one specialisation: the entry carries both keys
         assert chosen["autotune"]["key"] == [1024, *["torch.float32"] * tensors]
+        assert chosen["autotune"]["also_keys"] == [[4096, *["torch.float32"] * tensors]]
         assert chosen["config"]["kwargs"]["BLOCK"] == block  # config 1
         assert "recording (measured on sm_90 (132 SMs))" in chosen["note"]
         assert f"also the choice for key(s) {[4096, *['torch.float32'] * tensors]}" in chosen["note"]
@@ -239,7 +240,8 @@ def test_a_gpu_recordings_measured_choice_ships_for_its_target_only(tmp_path: Pa
     assert len(_zero_jit(cov)) == cov["specializations"]
     answered = {(t["function"].rpartition(":")[2], t["target"], t["key"][0]) for t in cov["tuning_rows"]
                 if t["answered"]}
-    assert answered == {("scale", "sm_90", 1024), ("shift", "sm_90", 1024)}
+    assert answered == {("scale", "sm_90", 1024), ("shift", "sm_90", 1024), ("scale", "sm_90", 4096),
+                        ("shift", "sm_90", 4096)}
     from kbuild.commands.inspect import choice_cell
 
     cells = sorted(choice_cell(e) for e in result.manifest["kernels"] if e["kernel"].startswith(("scale", "shift")))

@@ -72,6 +72,15 @@ def test_the_autotuner_gets_its_own_config_for_this_gpu_and_triton() -> None:
     assert isinstance(miss, lookup.Miss) and "is not among the autotuner's" in miss.reason and not miss.refused
 
 
+def test_an_entry_chosen_for_several_keys_answers_each() -> None:
+    """A recording measured the same configuration for two tuning keys: the one entry carries both
+    (``autotune.also_keys``) and the autotuner gets its config under each."""
+    ours = SimpleNamespace(kwargs={"BLOCK": 64}, num_warps=4, num_stages=3, num_ctas=1, maxnreg=None)
+    both = shipped(autotune={"key": [1024, "torch.float16"], "also_keys": [[4096, "torch.float16"]]})
+    choices = lookup.autotune_choices([both], [ours], arch=90, triton_version="3.6.0")
+    assert [(c.key, c.config) for c in choices] == [((1024, "torch.float16"), ours), ((4096, "torch.float16"), ours)]
+
+
 def test_a_self_contradicting_index_chooses_nothing_and_says_so_as_a_refusal() -> None:
     entry = shipped()
     contradicting = shipped(conflicts={entry.key: "its cubin is also the cubin of entry 0123"})
