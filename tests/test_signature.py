@@ -337,3 +337,14 @@ def test_the_builder_names_the_first_bad_parameter() -> None:
     with pytest.raises(SignatureError) as err:
         ast_source_args(names, {"a": "*fp16", "b": "fp32:16", "c": "i32"}, {})
     assert err.value.param == "b" and "fp32:16" in str(err.value)
+
+
+def test_a_recorded_string_none_is_the_kernels_own_value() -> None:
+    """Liger's cross-entropy takes ``reduction="none"`` as a constexpr: recorded from a call, the string is the
+    value the kernel gets (a recorded None is JSON null); hand-written, it is still refused as a likely typo for
+    None."""
+    from kbuild.declarations.signature import SignatureError, check_constexpr_value
+
+    check_constexpr_value("none", recorded=True)
+    with pytest.raises(SignatureError, match="would reach the kernel as a string"):
+        check_constexpr_value("none")

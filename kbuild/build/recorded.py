@@ -143,7 +143,7 @@ def declarations(recordings: Sequence[tuple[str, Recording]], targets: Sequence[
                         for ty in spec.signature.values():
                             parse_type(ty)
                         for value in spec.constexprs.values():
-                            check_constexpr_value(value)
+                            check_constexpr_value(value, recorded=True)
                     except (SignatureError, ValueError) as exc:
                         problem = str(exc)
                 if problem is not None:

@@ -201,7 +201,7 @@ def _checked(k: KernelSettings, error: ErrorAt, path: str) -> KernelSettings:
         if not cname.isidentifier():
             raise error(dotted_key(f"{path}.constexprs", cname), "parameter names must be identifiers")
         try:
-            check_constexpr_value(value)
+            check_constexpr_value(value, recorded=k.recorded is not None)
         except SignatureError as exc:
             raise error(f"{path}.constexprs.{cname}", str(exc)) from None
     both = sorted(set(k.signature) & set(k.constexprs))

@@ -182,11 +182,13 @@ def dtype_constexpr(value: object) -> str | None:
     return name.strip()
 
 
-def check_constexpr_value(value: object) -> None:
-    """A declared constexpr value Triton can take: a scalar or a dtype table (:func:`dtype_constexpr`). The
-    string ``"None"`` is refused (it would reach the kernel as a string): a None argument is declared under
-    signature as ``"none"``. :class:`SignatureError` says why."""
-    if isinstance(value, str) and value.strip() in ("None", "none"):
+def check_constexpr_value(value: object, *, recorded: bool = False) -> None:
+    """A declared constexpr value Triton can take: a scalar or a dtype table (:func:`dtype_constexpr`). A
+    hand-written string ``"None"`` is refused (it would reach the kernel as a string): a None argument is declared
+    under signature as ``"none"``. A ``recorded`` value is what the call passed (a recorded None is JSON null), so
+    the string ``"none"`` there is the kernel's own value (Liger's ``reduction="none"``) and is kept.
+    :class:`SignatureError` says why."""
+    if not recorded and isinstance(value, str) and value.strip() in ("None", "none"):
         raise SignatureError(None, f"{value!r} would reach the kernel as a string; for an argument passed None, "
                                    "declare it under signature as \"none\"")
     dtype_constexpr(value)
