@@ -214,3 +214,43 @@ def test_compile_under_strict_fails_on_a_down_remote(tmp_path: Path, how: str):
                              env=cli_env(tmp_path), capture_output=True, text=True, timeout=120, check=False)
     assert relaxed.returncode == 0, relaxed.stderr
     assert f"127.0.0.1:{port}" in relaxed.stderr
+
+
+@pytest.mark.hostile(fault="unbounded Triton compile among parallel compiles", outcome="clean error")
+def test_parallel_baseline_compiles_stop_at_the_first_failure_and_leave_nothing(tmp_path: Path):
+    """The build compiles its baselines in ``compile_jobs`` child processes at once (a recording declares hundreds
+    of specialisations): one compile stuck past ``compile_timeout`` among quick ones still gives one clean error,
+    exit 3, the other processes stopped, nothing stored, nothing left behind."""
+    config = slow_project(tmp_path / "p", "compile_jobs = 2\n", block=1048576)
+    with config.open("a") as f:
+        for block in (64, 128, 256):
+            f.write(f"[[tool.kbuild.kernels]]\nname = 'small{block}'\nsource = 'bigk.k:big'\n"
+                    f"signature = {{ x_ptr = '*fp32:16', n = 'i32' }}\nconstexprs = {{ BLOCK = {block} }}\n")
+    env = cli_env(tmp_path, KBUILD_COMPILE_TIMEOUT="5")
+    started = time.monotonic()
+    proc = subprocess.run([sys.executable, "-m", "kbuild", "compile", "--config", str(config), "--no-progress",
+                           "--json"], env=env, capture_output=True, text=True, timeout=120, check=False)
+    elapsed = time.monotonic() - started
+    assert_clean_error(proc.returncode, proc.stderr, names=["'big'", "sm_90", "compile_timeout = 5 s"], exit_code=3)
+    assert elapsed < 5 + 30, f"took {elapsed:.1f} s"
+    assert_no_orphans(Path(env["TMPDIR"]))
+    listed = subprocess.run([sys.executable, "-m", "kbuild", "cache", "ls", "--json"], env=env, capture_output=True,
+                            text=True, check=True)
+    assert json.loads(listed.stdout)["count"] == 0
+
+
+def test_parallel_baseline_compiles_give_the_serial_cubins(tmp_path: Path):
+    """``compile_jobs = 2`` and ``compile_jobs = 1`` compile the same cubins, listed in the declarations' order."""
+    rows = {}
+    for jobs in (1, 2):
+        config = slow_project(tmp_path / f"p{jobs}", f"compile_jobs = {jobs}\n", block=64)
+        with config.open("a") as f:
+            for block in (128, 256, 512):
+                f.write(f"[[tool.kbuild.kernels]]\nname = 'k{block}'\nsource = 'bigk.k:big'\n"
+                        f"signature = {{ x_ptr = '*fp32:16', n = 'i32' }}\nconstexprs = {{ BLOCK = {block} }}\n")
+        proc = subprocess.run([sys.executable, "-m", "kbuild", "compile", "--config", str(config), "--no-progress",
+                               "--json"], env=cli_env(config.parent), capture_output=True, text=True,
+                              timeout=300, check=False)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        rows[jobs] = [(r["kernel"], r["cubin_sha256"]) for r in json.loads(proc.stdout)]
+    assert rows[1] == rows[2] and [k for k, _ in rows[1]] == ["big", "k128", "k256", "k512"]

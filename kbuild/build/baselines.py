@@ -1,7 +1,7 @@
 """The compile phase: each build's baseline, from the store or compiled now, and any configuration compiled alone.
 
 :func:`compile_baselines` gives each build that ships no tuning result its stored baseline, or compiles it (one
-child process for them all, :class:`kbuild.compile.workers.CompileProcess`; nothing is written here: the pipeline
+child processes, :class:`kbuild.compile.workers.CompileProcess`, ``jobs`` at once; nothing is written here: the pipeline
 stores the new baselines once every compile succeeded and nothing was refused). :func:`compile_config` compiles one
 point of a build's configuration space the same way, deterministic and without a GPU: what the two-level tuner
 ships and what the package data ships for the default of a tuned configuration.
@@ -10,6 +10,7 @@ ships and what the package data ships for the default of a tuned configuration.
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -32,35 +33,80 @@ if TYPE_CHECKING:  # kbuild.cache is imported where an artefact is made
 def compile_baselines(settings: Settings, builds: Sequence[KernelBuild], store: Any,
                       on_step: Callable[[KernelBuild], None] | None = None) -> list[Artefact]:
     """Phases store (second half) and compile: each build without a tuned entry gets its stored baseline, or
-    one compiled now; ``on_step`` hears of each build in turn. Returns the new artefacts; nothing is written
-    yet. The compiles run one after another in one child process (:class:`kbuild.compile.workers.CompileProcess`),
-    each stopped past ``compile_timeout``."""
+    one compiled now; ``on_step`` hears of each build in turn. Returns the new artefacts, in the builds' order;
+    nothing is written yet. The store is asked first, on this thread; the misses compile in ``compile_jobs``
+    child processes at once (default: one per core, less one; a recording declares hundreds of specialisations),
+    each a :class:`kbuild.compile.workers.CompileProcess` that keeps its imports between compiles, each compile
+    stopped past ``compile_timeout``. The first failure (in the builds' order) stops the others and is raised."""
     from kbuild.compile.workers import CompileProcess
 
+    todo = [b for b in builds if not b.tuned]
+    missing = [b for b in todo if not _from_store(settings, b, store)]
+    jobs = min(len(missing), settings.compile_jobs or max(1, (os.cpu_count() or 2) - 1))
+    compiled: dict[int, Artefact] = {}
+    if jobs <= 1:
+        with CompileProcess() as process:
+            for b in missing:
+                compiled[id(b)] = _compile_baseline(settings, b, process)
+    else:
+        compiled = _compile_in_parallel(settings, missing, jobs)
     new: list[Artefact] = []
-    with CompileProcess() as process:
-        for b in builds:
-            if not b.tuned:
-                _find_or_compile(settings, b, store, new, process)
-            if on_step is not None:
-                on_step(b)
+    for b in builds:
+        if id(b) in compiled:
+            b.artefact = compiled[id(b)]
+            new.append(b.artefact)
+        if not b.tuned:
+            b.status = untuned_reason(settings, b.target)
+        if on_step is not None:
+            on_step(b)
     return new
 
 
-def _find_or_compile(settings: Settings, b: KernelBuild, store: Any, new: list[Artefact],
-                     process: Any = None) -> None:
+def _compile_in_parallel(settings: Settings, builds: Sequence[KernelBuild], jobs: int) -> dict[int, Artefact]:
+    """``builds`` compiled in ``jobs`` child processes (each compile in the next free one); ``id(build)`` → its
+    artefact. A failure cancels what has not started, stops the running compiles and is raised."""
+    import concurrent.futures
+    import queue
+
+    from kbuild.compile.workers import CompileProcess
+
+    processes = [CompileProcess() for _ in range(jobs)]
+    idle: queue.SimpleQueue[CompileProcess] = queue.SimpleQueue()
+    for process in processes:
+        idle.put(process)
+
+    def one(b: KernelBuild) -> Artefact:
+        process = idle.get()
+        try:
+            return _compile_baseline(settings, b, process)
+        finally:
+            idle.put(process)
+
+    pool = concurrent.futures.ThreadPoolExecutor(max_workers=jobs, thread_name_prefix="kbuild-baseline")
+    failed = True
+    try:
+        futures = [(b, pool.submit(one, b)) for b in builds]
+        out = {id(b): f.result() for b, f in futures}
+        failed = False
+        return out
+    finally:
+        pool.shutdown(wait=not failed, cancel_futures=failed)
+        for process in processes:
+            process.close(now=failed)
+
+
+def _from_store(settings: Settings, b: KernelBuild, store: Any) -> bool:
+    """Give ``b`` its stored baseline when the store has it (True); else False: it must be compiled."""
     found = store.get(b.baseline_key.hex)
     if found is None and b.fn is None:  # a memo build whose entry vanished since the check: import it now
         (fresh,) = resolve(settings, [settings.kernel(b.spec.name)], [b.target])
         b.fn, b.baseline_key, b.tuned_key = fresh.fn, fresh.baseline_key, fresh.tuned_key
         b.spec, b.space = fresh.spec, fresh.space
         found = store.get(b.baseline_key.hex)
-    if found is not None:
-        b.artefact, b.hit = found, True
-    else:
-        b.artefact = _compile_baseline(settings, b, process)
-        new.append(b.artefact)
-    b.status = untuned_reason(settings, b.target)
+    if found is None:
+        return False
+    b.artefact, b.hit = found, True
+    return True
 
 
 def _compile_baseline(settings: Settings, b: KernelBuild, process: Any = None) -> Artefact:

@@ -406,6 +406,11 @@ class Settings:
     configurations), for a key the recordings hold no measured choice of. The environment variable takes a
     comma-separated list."""
 
+    compile_jobs: int | None = setting(None, env="KBUILD_COMPILE_JOBS", check=_check_positive,
+                                       schema={"minimum": 1})
+    """Baseline compiles a build runs at once, each in its own child process (unset: one per core, less one):
+    a recording declares hundreds of specialisations."""
+
     compile_timeout: float = setting(600.0, env="KBUILD_COMPILE_TIMEOUT", check=_check_positive,
                                       schema={"exclusiveMinimum": 0})
     """Most seconds the compile of one kernel × target may take (wall clock): Triton's passes and ptxas, in a

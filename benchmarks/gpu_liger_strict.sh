@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Issue 34 on the GPU machine: Liger-Kernel 0.8.5's own test files (from its sdist, as they are) pass with
+# KBUILD_RUNTIME=strict from a wheel built from their own recording: every launch answered from the wheel, nothing
+# compiled, nothing autotuned (strict raises kbuild.runtime.CoverageError at the first call that would), and the
+# tests' own output checks pass.
+#
+#   OUT=$OUT/strict REC=benchmarks/results/h100/issue36-s2/record/liger.recording.json DYT_S=110 \
+#     bash benchmarks/gpu_liger_strict.sh
+#
+# 1. DYT_S > 0: test_dyt.py is recorded again (PER_FILE_S=DYT_S, 4 workers) into a copy of REC, so that every
+#    autotuned dyt call has a measured choice (the first recording cut it short); the merged recording is kept.
+# 2. examples/liger is copied, its [tool.kbuild] pointed at that recording for sm_90 (hand-written declarations
+#    kept), and built through kbuild's backend (tune off, an empty store); the build's report is kept.
+# 3. The wheel is installed into a target dir and each test file runs under pytest-xdist with KBUILD_RUNTIME=strict,
+#    a root conftest importing kbx_liger (which enables the runtime). Writes $OUT/strict_liger.json.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/kbuild-liger-strict}; mkdir -p "$OUT"
+FILES=${FILES:-"rms_norm swiglu geglu layer_norm cross_entropy dyt"}
+REC=${REC:-benchmarks/results/h100/issue36-s2/record/liger.recording.json}
+DYT_S=${DYT_S:-0}; PER_FILE_S=${PER_FILE_S:-90}; WORKERS=${WORKERS:-8}
+work=$(mktemp -d); out=$(realpath "$OUT")
+cp "$REC" "$out/liger.recording.json"
+if [ "$DYT_S" -gt 0 ]; then
+  OUT=$out FILES=dyt PER_FILE_S=$DYT_S WORKERS=4 bash benchmarks/gpu_record_liger.sh > "$out/record_dyt_again.log" 2>&1
+  tail -3 "$out/record_dyt_again.log"
+fi
+# 2. the build
+cp -r examples/liger "$work/proj"; mkdir -p "$work/proj/recordings"
+cp "$out/liger.recording.json" "$work/proj/recordings/liger-tests.json"
+python3 - "$work/proj/pyproject.toml" <<'PY'
+import re, sys
+p = sys.argv[1]; s = open(p).read()
+s = re.sub(r'^targets = .*$', 'targets = ["sm_90"]', s, count=1, flags=re.M)
+s = re.sub(r'^tune = .*$', 'tune = "off"\nrecordings = ["recordings/liger-tests.json"]', s, count=1, flags=re.M)
+open(p, "w").write(s)
+PY
+start=$(date +%s)
+KBUILD_STORE=$work/store python3 -m pip wheel -q --no-deps --no-build-isolation -w "$work/dist" "$work/proj" \
+  > "$out/build.log" 2>&1; build_rc=$?
+build_s=$(( $(date +%s) - start ))
+echo "build rc=$build_rc ${build_s}s"; grep -E "^kbuild:|recorded|answers" "$out/build.log" | tail -8
+wheel=$(ls "$work"/dist/kbx_liger-*.whl 2>/dev/null | head -1)
+[ -n "$wheel" ] || { echo "no wheel"; tail -30 "$out/build.log"; exit 1; }
+python3 -m pip install -q --no-deps --no-index --target "$work/kbx" "$wheel"
+# 3. the tests, strict
+site=$work/tests-site
+python3 -m pip install -q --disable-pip-version-check --no-index --no-deps --target "$site" .whl/liger-tests/*.whl
+tar -xzf .whl/liger-tests/liger_kernel-0.8.5.tar.gz -C "$work" --wildcards 'liger_kernel-0.8.5/test/*'
+root=$work/liger_kernel-0.8.5
+printf 'import kbuild.runtime\nimport kbx_liger  # noqa: F401  (its _kbuild enables the runtime)\nassert kbuild.runtime.enabled_packages() == ["kbx_liger"]\n' > "$root/conftest.py"
+printf '[pytest]\n' > "$root/pytest.ini"
+xdist=(); python3 -c "import xdist" 2>/dev/null && [ "$WORKERS" -gt 0 ] && xdist=(-n "$WORKERS")
+echo "{\"build_rc\": $build_rc, \"build_s\": $build_s, \"files\": {" > "$out/strict_liger.json"; first=1
+for f in $FILES; do
+  s0=$(date +%s)
+  (cd "$root" && PYTHONPATH="$root:$work/kbx:$site:${PYTHONPATH:-}" KBUILD_RUNTIME=strict TRITON_CACHE_DIR=$work/tc-$f \
+     timeout -s INT -k 20 "$PER_FILE_S" python3 -m pytest -q -p no:cacheprovider "${xdist[@]}" -rfE \
+     "test/transformers/test_$f.py") > "$out/strict_$f.log" 2>&1
+  rc=$?; secs=$(( $(date +%s) - s0 ))
+  summary=$(grep -E "(passed|failed|error)" "$out/strict_$f.log" | tail -1 | tr -d '"=')
+  cov=$(grep -c "CoverageError" "$out/strict_$f.log")
+  [ $first = 1 ] || echo "," >> "$out/strict_liger.json"; first=0
+  printf ' "%s": {"rc": %d, "seconds": %d, "summary": "%s", "coverage_error_lines": %d}' "$f" "$rc" "$secs" \
+    "$summary" "$cov" >> "$out/strict_liger.json"
+  echo "$f: rc=$rc ${secs}s $summary; CoverageError lines: $cov"
+done
+echo "}}" >> "$out/strict_liger.json"
+rm -rf "$work"
