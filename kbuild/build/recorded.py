@@ -120,6 +120,15 @@ def _declared_type(ty: str) -> str:
     return "".join(ty.split())
 
 
+def entry_stem(function_name: str) -> str:
+    """The stem of a recorded entry's name: the function's name with runs of underscores made one and none at
+    either end (``_dyt_fwd_kernel`` → ``dyt_fwd_kernel``), so that the C names the build derives from it
+    (``kbuild_<name>``) are never reserved identifiers (a double underscore, or an underscore and a capital)."""
+    import re
+
+    return re.sub(r"_+", "_", function_name).strip("_") or "kernel"
+
+
 def declarations(recordings: Sequence[tuple[str, Recording]], targets: Sequence[Target],
                  report: RecordingReport) -> list[Declared]:
     """The declarations the recorded specialisations make, each once (in the recordings' order)."""
@@ -156,7 +165,7 @@ def declarations(recordings: Sequence[tuple[str, Recording]], targets: Sequence[
                 ident = canonical_json(decl)
                 held = out.get(ident)
                 if held is None:
-                    name = f"{kernel.name}_{content_id(decl)[:8]}"
+                    name = f"{entry_stem(kernel.name)}_{content_id(decl)[:8]}"
                     ks = KernelSettings(
                         name=name, source=f"{kernel.module}:{kernel.qualname}", signature=decl["signature"],
                         constexprs=dict(spec.constexprs), num_warps=int(options.get("num_warps", 4)),

@@ -390,3 +390,12 @@ def test_liger_wrappers_recorded_on_a_cpu_build_into_package_data_that_answers_t
     assert len(_zero_jit(cov)) == cov["answered"] == 48 and cov["tunings_answered"] == 0
     print(f"liger: {r.specializations} recorded, {r.built} compiled, {cov['answered']} answered; "
           f"{len(shared)} entries share a cubin with another configuration's")
+
+
+def test_a_recorded_entrys_name_never_makes_a_reserved_c_name() -> None:
+    """Liger's kernels are private (``_dyt_fwd_kernel``): ``kbuild_`` + ``_dyt...`` was a reserved C identifier
+    (a double underscore) and the backend's C rendering stopped the build."""
+    from kbuild.build.recorded import entry_stem
+
+    assert entry_stem("_dyt_fwd_kernel") == "dyt_fwd_kernel"
+    assert entry_stem("__a__b_") == "a_b" and entry_stem("___") == "kernel"
