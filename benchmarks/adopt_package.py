@@ -38,6 +38,7 @@ from the nearest specialisation of the same kernel.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import platform
@@ -293,10 +294,25 @@ def setup(name: str, wheels: Path | None, work: Path, *, extra_wheels: list[Path
     return Setup(work, site, root, env, installed, tests_from)
 
 
+def group_members(pgid: int) -> list[int]:
+    """The processes of process group ``pgid`` (Linux ``/proc``)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[2]) == pgid:
+                found.append(int(entry.name))
+    return found
+
+
 def run_logged(cmd: list[str], s: Setup, timeout: float) -> tuple[int | str, str, float]:
     """Run ``cmd`` in the tests' root, its stderr into ``pytest.log``: (status, stdout, seconds). Past ``timeout``
-    the whole process group gets SIGINT (pytest stops after the running test and writes its report; the recorder
-    writes at exit, and ``kbuild record`` merges what was recorded), then SIGKILL 60 s later."""
+    every process of its group but ``cmd``'s own gets SIGINT (pytest stops after the running test and writes its
+    report, the recorder writes at exit, and ``kbuild record``, not interrupted, merges what was recorded), then
+    the whole group SIGKILL 60 s later."""
     log = s.work / "pytest.log"
     start = time.monotonic()
     with log.open("w") as errf:
@@ -306,13 +322,16 @@ def run_logged(cmd: list[str], s: Setup, timeout: float) -> tuple[int | str, str
             out, _ = proc.communicate(timeout=timeout)
             status: int | str = proc.returncode
         except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGINT)
+            for pid in group_members(proc.pid):
+                if pid != proc.pid:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGINT)
             try:
                 out, _ = proc.communicate(timeout=60)
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 out, _ = proc.communicate()
-            status = f"stopped after {timeout:.0f} s"
+            status = f"stopped after {timeout:.0f} s (exit {proc.returncode})"
     return status, out, time.monotonic() - start
 
 
