@@ -380,6 +380,7 @@ def record(name: str, mode: str, wheels: Path | None, work: Path, out_dir: Path,
     cpu_plugin = mode == "cpu" and pkg.cpu_plugin is not None
     s = setup(name, wheels, work, plugin_dirs=[ADOPT / name / "plugins"] if cpu_plugin else [],
               fresh_triton_cache=True)
+    s.env["KBUILD_RUNTIME"] = "off"  # Triton's own compiles and autotuning, as benchmarks/gpu_record_liger.sh records
     out_dir.mkdir(parents=True, exist_ok=True)
     rec_path = out_dir / f"{name}_{label}.recording.json"
     pytest_cmd = pytest_command(pkg, work / "junit.xml", [pkg.cpu_plugin] if cpu_plugin and pkg.cpu_plugin else [],
