@@ -29,3 +29,30 @@ class _Int(metaclass=_IntMeta):
 
 
 interpreter.int = _Int  # type: ignore[attr-defined]
+
+
+def scalars_as_fp32() -> None:
+    """Pass float scalar arguments to an interpreted kernel as fp32 tensors, as the compiled path does: Triton
+    3.6's interpreter leaves them Python floats (``_implicit_cvt`` converts ints and pointers only), on which
+    ``eps.to(X_row_dtype)`` in Liger-Kernel's RMSNorm fails. Opt-in: other interpreted tests keep floats."""
+    import triton.language as tl
+
+    original = interpreter._implicit_cvt  # type: ignore[attr-defined]
+
+    def convert(arg: object) -> object:
+        if type(arg) is float:
+            return tl.tensor(interpreter.TensorHandle(np.array([arg], dtype=np.float32), tl.float32), tl.float32)
+        return original(arg)
+
+    interpreter._implicit_cvt = convert  # type: ignore[attr-defined]
+
+
+def libdevice_as_tl_math(module: object) -> None:
+    """Rebind ``module``'s names that are libdevice functions (``rsqrt``, ``tanh`` imported from
+    ``triton.language.extra.libdevice``) to the ``tl.math`` function of the same name, looked up when called: the
+    interpreter patches ``tl.math`` but not libdevice, whose functions then return None."""
+    import triton.language as tl
+
+    for name, value in list(vars(module).items()):
+        if str(getattr(value, "__module__", "")).startswith("triton.language.extra") and hasattr(tl.math, name):
+            setattr(module, name, (lambda n: lambda *a, **k: getattr(tl.math, n)(*a, **k))(name))

@@ -7,6 +7,12 @@ same rounds; ``--no-peers`` skips them); it writes ``bench.json`` (raw samples, 
 versions, command line), ``bench.png`` and ``bench.md`` under ``--out``. ``--config KERNEL=LABEL``
 or ``--configs-from FILE`` times a given configuration (what ships) instead of the autotune best.
 Without a GPU it exits 2 with "no sm_90 GPU here; measurement needs one".
+
+``--recording FILE`` also benchmarks what a ``kbuild record`` recording's calls give, with no hand-written spec
+(:mod:`kbuild.bench.recorded`: one spec per kernel, its most called specialisation; with ``--captures DIR`` or
+the folder beside the recording, integer tensors replayed from ``kbuild record --capture``);
+``--recording FILE --list`` says, without a GPU, which kernels give a spec, whose inputs are generated or
+replayed, and why the others are refused.
 """
 
 from __future__ import annotations
@@ -35,6 +41,11 @@ def configure(p: argparse.ArgumentParser) -> None:
     p.add_argument("--list", action="store_true", help="list the suite's kernels and exit (no GPU needed)")
     p.add_argument("--spec", action="append", default=[], metavar="MODULE:CALLABLE",
                    help="also benchmark a project's bench spec (repeatable)")
+    p.add_argument("--recording", type=Path, metavar="FILE",
+                   help="also benchmark the calls a `kbuild record` recording holds, one spec per kernel (with "
+                        "--list: which kernels give a spec, and why not the others; no GPU needed)")
+    p.add_argument("--captures", type=Path, metavar="DIR",
+                   help="--recording: the `kbuild record --capture` folder (default: the one beside FILE)")
     p.add_argument("--out", type=Path, default=Path("kbuild-bench"), help="directory for bench.json/png/md")
     p.add_argument("--json", action="store_true", help="print the JSON record on stdout")
     p.add_argument("--small", action="store_true", help="reduced problem sizes (smoke test, not for numbers)")
@@ -102,9 +113,44 @@ def pinned_configs(args: argparse.Namespace) -> dict[str, Any]:
     return {name: choice for name, (_, choice) in pinned.items()}
 
 
+def recorded_specs(args: argparse.Namespace) -> list[Any]:
+    """``--recording``'s verdicts (:func:`kbuild.bench.recorded.verdicts`, one per kernel); bad files are a
+    UsageError naming them."""
+    from kbuild.bench.recorded import verdicts
+    from kbuild.record.capture import captures_dir
+    from kbuild.record.capture import load as load_captures
+    from kbuild.record.format import load
+
+    if args.captures is not None and not (args.captures / "index.json").exists():
+        raise UsageError(f"--captures {args.captures}: no index.json there (made by kbuild record --capture N)")
+    recording = load(str(args.recording))
+    captures = load_captures(args.captures if args.captures is not None else captures_dir(args.recording))
+    return verdicts(recording, captures=captures, small=args.small)
+
+
 def handler(args: argparse.Namespace) -> int:
     from kbuild import console
 
+    if args.captures is not None and args.recording is None:
+        raise UsageError("--captures belongs to --recording FILE")
+    recorded = recorded_specs(args) if args.recording is not None else []
+    if args.list and args.recording is not None:
+        if args.json:
+            console.emit_json({"recording": str(args.recording), "kernels": [v.as_json() for v in recorded]})
+        else:
+            console.print_table(f"kbuild bench --recording {args.recording}", ["kernel", "specialisation", "spec",
+                                                                                "why"],
+                                [[v.function, v.specialization, v.status, v.reason] for v in recorded])
+        return 0
+    if recorded:
+        from kbuild.bench.recorded import recorded_ref
+
+        for v in recorded:
+            if v.status == "refused":
+                console.warn(f"{v.function}: not benchmarked: {v.reason}")
+            else:
+                args.spec.append(recorded_ref(args.recording, v.function, v.specialization,
+                                              captures=args.captures))
     if args.list:
         rows = [[name, ref] for name, ref in SUITE.items()]
         if args.json:

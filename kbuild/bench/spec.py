@@ -17,6 +17,11 @@ A spec says:
 * FLOPs and bytes moved, for the roofline;
 * optionally a torch ``reference`` (used to check the baseline and the output shapes).
 
+A spec may also be made rather than written: :mod:`kbuild.bench.recorded` makes one from a recorded call
+(``kbuild record``), referred to as ``kbuild.bench.recorded:recorded_spec?recording=...&...``: a reference may carry
+keyword arguments for the callable after a ``?``, in URL query form (:func:`load_spec`), so that the measurement
+worker, another process, loads the same spec from the same string.
+
 Importing this module imports neither torch nor triton; :func:`compile_spec` imports triton.
 """
 
@@ -25,6 +30,7 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import logging
+import urllib.parse
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -151,6 +157,19 @@ class BenchSpec:
     compile, fail to launch or compute wrong results: each candidate is checked). Empty: ``configs``."""
     ref: str = ""
     """Where the spec came from (``package.module:callable``); filled in by :func:`load_spec`."""
+    inplace: frozenset[str] = frozenset()
+    """Outputs whose prior contents the kernel reads (updated in place): never poisoned before a launch (the
+    oracle still puts a guard band after them and compares them)."""
+    reference_tols: Mapping[str, float] = field(default_factory=dict)
+    """Per output, the largest accepted ‖out − ref‖ / ‖ref‖ of a configuration against ``reference`` where it is not
+    ``reference_tol`` (a recorded spec: :func:`kbuild.bench.tolerance.config_tolerance` of its dtype)."""
+    provenance: Mapping[str, str] = field(default_factory=dict)
+    """How each parameter's value is made, in words, where the spec says (a recorded spec: generated, replayed
+    from a capture or as recorded, and the rule that chose it)."""
+    settle: Callable[[BenchSpec, str], BenchSpec] | None = None
+    """What a measurement session does once, on its device, before using the spec: ``(spec, device) -> spec``
+    (a recorded spec learns which arguments its kernel writes: :func:`kbuild.bench.recorded.probe_outputs`).
+    None: nothing. See :func:`settled`."""
 
     # -- derived -----------------------------------------------------------------------------------
     def search_space(self) -> list[Config]:
@@ -171,6 +190,11 @@ class BenchSpec:
         consts = self.all_constexprs(config)
         return [consts[n] if n in consts else inputs[n] for n in self.arg_names()]
 
+    def tolerance(self, output: str) -> float:
+        """The largest accepted ‖out − ref‖ / ‖ref‖ of ``output`` against ``reference`` (``reference_tols``, else
+        ``reference_tol``)."""
+        return float(self.reference_tols.get(output, self.reference_tol))
+
     def intensity(self) -> float:
         return self.flops / self.bytes_moved if self.bytes_moved else float("inf")
 
@@ -182,27 +206,62 @@ class BenchSpec:
 # Loading and validation
 
 
+def spec_ref(callable_ref: str, /, **arguments: str) -> str:
+    """The reference ``package.module:callable?name=value&...`` (URL query form, keys sorted) that :func:`load_spec`
+    calls as ``callable(name=value, ...)``; ``callable_ref`` alone when there are no arguments."""
+    if not arguments:
+        return callable_ref
+    return f"{callable_ref}?{urllib.parse.urlencode(sorted(arguments.items()))}"
+
+
+def split_ref(ref: str) -> tuple[str, dict[str, str]]:
+    """``("package.module:callable", {argument: value})`` of a reference (:func:`spec_ref`); a
+    :class:`BenchSpecError` for an argument given twice or empty query text."""
+    target, sep, query = ref.partition("?")
+    if not sep:
+        return ref, {}
+    try:
+        pairs = urllib.parse.parse_qsl(query, keep_blank_values=True, strict_parsing=True)
+    except ValueError as exc:
+        raise BenchSpecError(ref, f"the arguments after '?' are not in URL query form: {exc}") from None
+    arguments: dict[str, str] = {}
+    for name, value in pairs:
+        if name in arguments:
+            raise BenchSpecError(ref, f"argument {name!r} is given twice")
+        arguments[name] = value
+    return target, arguments
+
+
 def load_spec(ref: str, *, small: bool = False, python_path: Sequence[str] = ()) -> BenchSpec:
     """Import ``"package.module:callable"`` and return its validated :class:`BenchSpec`.
 
     ``callable`` may be a :class:`BenchSpec` itself or a function returning one (taking ``small``
-    when it accepts that keyword). Any failure is a :class:`BenchSpecError` naming ``ref``."""
-    module_name, sep, attr = ref.partition(":")
+    when it accepts that keyword). A reference may end in ``?name=value&...`` (:func:`spec_ref`): the callable is
+    then called with those keyword arguments (strings). Any failure is a :class:`BenchSpecError` naming ``ref``."""
+    target, arguments = split_ref(ref)
+    module_name, sep, attr = target.partition(":")
     if not sep or not module_name or not attr:
         raise BenchSpecError(ref, "expected 'package.module:callable'")
     module = usercode.import_module(module_name, error=lambda m: BenchSpecError(ref, m), paths=python_path)
     obj = getattr(module, attr, None)
     if obj is None:
         raise BenchSpecError(ref, f"module {module_name!r} has no attribute {attr!r}")
+    if isinstance(obj, BenchSpec) and arguments:
+        raise BenchSpecError(ref, f"{attr!r} is a BenchSpec, not a callable: it takes no arguments")
     if not isinstance(obj, BenchSpec):
         if not callable(obj):
             raise BenchSpecError(ref, f"{attr!r} is neither a BenchSpec nor a callable returning one")
         try:
-            takes_small = "small" in inspect.signature(obj).parameters
+            params = inspect.signature(obj).parameters
         except (TypeError, ValueError):
-            takes_small = False
+            params = {}  # type: ignore[assignment]
+        takes_small = "small" in params
+        takes_any = any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values())
+        unknown = sorted(n for n in arguments if n not in params and not takes_any)
+        if unknown:
+            raise BenchSpecError(ref, f"{attr}() takes no argument {unknown[0]!r}")
         try:
-            obj = obj(small=small) if takes_small else obj()
+            obj = obj(small=small, **arguments) if takes_small else obj(**arguments)
         except BenchSpecError:
             raise
         except Exception as exc:
@@ -236,6 +295,10 @@ def validate_spec(spec: BenchSpec) -> None:
     for out in spec.outputs:
         if not spec.signature.get(out, "").startswith("*"):
             raise fail(f"output {out!r} is not a pointer parameter of the signature")
+    for what, names_ in (("inplace", spec.inplace), ("reference_tols", spec.reference_tols)):
+        stray = sorted(n for n in names_ if n not in spec.outputs)
+        if stray:
+            raise fail(f"{what} names {stray[0]!r}, which is not an output")
     for i, cfg in enumerate([*spec.configs, *spec.space]):
         covered = [*spec.signature, *spec.constexprs, *cfg.constexprs]
         dup = {n for n in covered if covered.count(n) > 1}
@@ -288,8 +351,9 @@ def validate_inputs(spec: BenchSpec, inputs: Mapping[str, Any], *, check_referen
             if t.hint == 16 and value.data_ptr() % 16:
                 raise BenchSpecError(where, f"input {name!r} is not 16-byte aligned but declared ':16'")
             if name in spec.outputs:
-                if not value.is_contiguous():
-                    raise BenchSpecError(where, f"output {name!r} must be contiguous")
+                if not non_overlapping(tuple(value.shape), tuple(value.stride())):
+                    raise BenchSpecError(where, f"output {name!r} overlaps itself (strides {tuple(value.stride())} "
+                                                f"for shape {tuple(value.shape)}): a launch would race on it")
             elif value.numel() and value.is_floating_point() and not bool(torch.any(value != 0)):
                 raise BenchSpecError(where, f"input {name!r} is all zeros; generate random data")
         else:
@@ -307,6 +371,37 @@ def validate_inputs(spec: BenchSpec, inputs: Mapping[str, Any], *, check_referen
             got, want_shape = tuple(inputs[out].shape), tuple(expected[out].shape)
             if got != want_shape:
                 raise BenchSpecError(where, f"output {out!r} has shape {got} but the reference gives {want_shape}")
+
+
+def non_overlapping(shape: Sequence[int], strides: Sequence[int]) -> bool:
+    """Whether no two elements of a tensor view of ``shape`` and ``strides`` share memory (any layout, strided
+    views included; a dimension of size 1 or 0 does not count)."""
+    if any(n == 0 for n in shape):
+        return True
+    dims = sorted((abs(s), n) for n, s in zip(shape, strides) if n > 1)
+    extent = 0  # elements spanned by the dimensions taken so far, minus one
+    for stride, n in dims:
+        if stride <= extent:
+            return False
+        extent += (n - 1) * stride
+    return True
+
+
+def storage_span(shape: Sequence[int], strides: Sequence[int]) -> int:
+    """Elements of storage a view of ``shape`` and ``strides`` (non-negative) reaches from its first element."""
+    if any(n == 0 for n in shape):
+        return 0
+    return 1 + sum((n - 1) * s for n, s in zip(shape, strides))
+
+
+def settled(spec: BenchSpec, device: str) -> BenchSpec:
+    """``spec`` as a measurement session on ``device`` uses it: :attr:`BenchSpec.settle` applied (validated
+    again), or ``spec`` itself."""
+    if spec.settle is None:
+        return spec
+    out = dataclasses.replace(spec.settle(spec, device), settle=None)
+    validate_spec(out)
+    return out
 
 
 # ----------------------------------------------------------------------------------------------

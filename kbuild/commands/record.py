@@ -3,7 +3,7 @@
 ::
 
     kbuild record [--out FILE] [--json] [--mode auto|gpu|cpu] [--target SM[,SM]] [--sm-count N] [--samples N]
-                  [--replace] -- COMMAND [ARGS...]
+                  [--capture N [--capture-mib M]] [--replace] -- COMMAND [ARGS...]
     kbuild record --merge RECORDING [RECORDING...] --out FILE [--json]
 
 The command runs as it would (its own stdout and stderr; with ``--json`` its stdout goes to stderr so that stdout
@@ -12,7 +12,10 @@ holds one JSON document), with the recorder in every Python process it starts (:
 workload on CPU tensors instead of running them, specialised for each ``--target`` (default: the targets of
 ``./pyproject.toml``'s ``[tool.kbuild]``, else sm_90); ``auto`` (the default) is ``gpu`` on a machine with a GPU.
 An existing ``--out`` file is added to (``--replace`` starts it afresh); the file is written once, whole, at the
-end. Exit status: 0; 1 when the command failed (the recording still holds what it launched); 2 for bad input (no
+end. ``--capture N`` also keeps the integer and bool tensor arguments (labels, indices, offsets, masks) of up to
+``N`` calls per specialisation, at most ``--capture-mib`` (64) MiB a call, in the folder beside ``--out`` named
+like it with ``.captures`` for its suffix (:mod:`kbuild.record.capture`): what tuning from a recording replays where
+generated values would not do (:mod:`kbuild.bench.recorded`). Exit status: 0; 1 when the command failed (the recording still holds what it launched); 2 for bad input (no
 command, a command that cannot run, an unwritable ``--out``, a file that is not a recording).
 """
 
@@ -46,6 +49,10 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--sm-count", metavar="N", help="--mode cpu: the SM count the workload sees (default 1)")
     p.add_argument("--samples", metavar="N", help="distinct calls kept per specialisation (default 8, or the "
                                                   "existing recording's)")
+    p.add_argument("--capture", metavar="N", help="keep the integer and bool tensor arguments of up to N calls per "
+                                                  "specialisation beside --out (FILE.captures/; default 0: none)")
+    p.add_argument("--capture-mib", metavar="M", help="--capture: the most one call's captured tensors may hold "
+                                                      "(MiB, default 64; a larger call is listed as skipped)")
     p.add_argument("--merge", nargs="+", metavar="RECORDING", help="merge these recordings into --out (no command)")
     p.add_argument("workload", nargs=argparse.REMAINDER, metavar="-- COMMAND [ARGS...]",
                    help="the workload to run (after --)")
@@ -131,10 +138,17 @@ def run(args: argparse.Namespace) -> int:
     check_output_file(out, "--out")  # every argument before any work
     samples = _count(args.samples, "--samples", default=None, most=10_000)
     sm_count = _count(args.sm_count, "--sm-count", default=1, most=100_000)
+    capture = _count(args.capture, "--capture", default=0, most=1_000) if args.capture != "0" else 0
+    capture_mib = _count(args.capture_mib, "--capture-mib", default=64, most=1 << 20)
+    if args.capture_mib is not None and not capture:
+        raise UsageError("--capture-mib sets the bound of --capture N: give --capture too")
     given_targets = _targets(args.target) if args.target else None
     if args.merge:
         if command:
             raise UsageError("--merge takes recordings, not a command: kbuild record --merge A B --out C")
+        if capture:
+            raise UsageError("--capture records a command's calls; --merge merges recordings (their .captures "
+                             "folders are not merged)")
         if args.out is None:
             raise UsageError("--merge needs --out FILE: the merged recording")
         merged = fmt.merge([fmt.load(p) for p in args.merge], samples=samples)
@@ -161,8 +175,16 @@ def run(args: argparse.Namespace) -> int:
 
     where = f"targets {', '.join(Target(cc).name for cc in targets)}" if mode == "cpu" else "this GPU"
     info(f"kbuild record: {mode} mode ({where}): {shlex.join(command)}")
+    captures = None
+    if capture:
+        from kbuild.fsutil import check_output_dir
+        from kbuild.record.capture import captures_dir
+
+        captures = check_output_dir(captures_dir(out), "--capture (the captures folder beside --out)")
     outcome = session.run(command, session.Options(mode=mode, targets=tuple(targets), sm_count=sm_count or 1,
-                                                   samples=limit), stdout_to_stderr=args.json)
+                                                   samples=limit, capture=capture or 0, capture_mib=capture_mib or 64,
+                                                   capture_to=str(captures) if captures else None),
+                          stdout_to_stderr=args.json)
     merged = fmt.merge([*([existing] if existing else []), outcome.recording], samples=limit)
     write_atomic(out, fmt.dumps(merged))
     for note in outcome.notes:
@@ -186,6 +208,10 @@ def _report(args: argparse.Namespace, out: Path, recording: Any, outcome: Any) -
                           "seconds": round(outcome.seconds, 3), "notes": outcome.notes,
                           "kernels": this["kernels"], "specializations": this["specializations"],
                           "calls": this["calls"]}
+            if outcome.captured is not None:
+                from kbuild.record.capture import captures_dir
+
+                doc["captures"] = {"folder": str(captures_dir(out)), **outcome.captured}
         emit_json(doc)
         return
     rows = [(r["function"], r["distribution"] or "", r["specializations"], r["calls"], ",".join(r["targets"]),
@@ -197,3 +223,8 @@ def _report(args: argparse.Namespace, out: Path, recording: Any, outcome: Any) -
         this = outcome.recording.summary()
         info(f"this run: {this['specializations']} specialisations of {this['kernels']} kernels, {this['calls']} "
              f"calls, from {outcome.processes} process(es) in {outcome.seconds:.1f} s")
+        if outcome.captured is not None:
+            from kbuild.record.capture import captures_dir
+
+            c = outcome.captured
+            info(f"captures: {c['calls']} call(s) kept in {captures_dir(out)} ({c['skipped']} skipped for size)")

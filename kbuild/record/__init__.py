@@ -138,6 +138,10 @@ specialisations are united by identity, ``calls`` summed, samples united and cut
 :class:`kbuild.runtime.keys.CallSpecialization` the run time computes for such a call (its ``key()`` is the run
 time's key of the call and the build's of the matching declaration). :mod:`kbuild.runtime.covers` asks, with the
 run time's own lookup, whether a wheel's package data answers every call a recording holds.
+
+Captures (``kbuild record --capture N``) are not part of the recording: the integer and bool tensors of up to
+``N`` calls per specialisation go into a folder beside it, under their content hashes, with an index of their own
+(:mod:`kbuild.record.capture`); the recording's bytes are the same with or without them.
 """
 
 from __future__ import annotations

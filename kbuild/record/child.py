@@ -2,7 +2,7 @@
 the command's ``PYTHONPATH`` (:mod:`kbuild.record.session`), right after ``triton`` has been imported.
 
 :func:`install` reads the session file the parent wrote (mode, targets, SM count, sample limit, the directory of
-the part files), installs the mode (:class:`kbuild.record.gpu.GpuMode` or :class:`kbuild.record.cpu.CpuMode`)
+the part files, and with ``--capture`` the staging folder of captured tensors), installs the mode (:class:`kbuild.record.gpu.GpuMode` or :class:`kbuild.record.cpu.CpuMode`)
 and arranges for the process's recording to be written when it ends: at exit (``atexit``), and, in a child
 forked by ``multiprocessing``, by its finaliser (such a child leaves through ``os._exit``); a forked child starts
 with an empty recording of its own. A process that ends without either (``os._exit`` called directly, a
@@ -27,7 +27,13 @@ def install(session_file: str) -> Recorder:
         return _active["recorder"]  # type: ignore[no-any-return]
     with open(session_file, encoding="utf-8") as f:
         session = json.load(f)
-    recorder = Recorder(parts_dir=session["parts"], samples=int(session["samples"]), mode=session["mode"])
+    capturer = None
+    if session.get("capture"):
+        from kbuild.record.capture import Capturer
+
+        capturer = Capturer(session["captures"], int(session["capture"]), int(session["capture_mib"]))
+    recorder = Recorder(parts_dir=session["parts"], samples=int(session["samples"]), mode=session["mode"],
+                        capturer=capturer)
     mode: Any
     if session["mode"] == "cpu":
         from kbuild.record.cpu import CpuMode

@@ -217,6 +217,8 @@ class SpecState:
             hashable = False
         sample = {"args": {p: describe(args.get(p)) for p in self.params}, "grid": grid_values(grid),
                   "sm_count": sm_count}
+        if self.recorder.capturer is not None:
+            self.recorder.capture(self.spec.id, sample, {p: args.get(p) for p in self.params})
         kept, cut = self._keep(sample)
         if kept:
             delta.samples.append(sample)
@@ -258,10 +260,12 @@ class Recorder:
     writes happened.
     """
 
-    def __init__(self, *, parts_dir: str | None, samples: int, mode: str) -> None:
+    def __init__(self, *, parts_dir: str | None, samples: int, mode: str, capturer: Any = None) -> None:
         self.parts_dir = parts_dir
         self.mode = mode
         self.samples = samples
+        self.capturer = capturer
+        """A :class:`kbuild.record.capture.Capturer` (``--capture``), or None."""
         self.frames = Frames()
         self.after_fork_registered = False
         self._reset()
@@ -274,6 +278,8 @@ class Recorder:
         """Bumped whenever :attr:`delta` is replaced (a specialisation's entry in it is looked up again)."""
         self.kernels: dict[tuple[int, int], Kernel] = {}
         self.notes: list[str] = []
+        self.captures: list[dict[str, Any]] = []
+        """Captured calls not written yet (:meth:`capture`)."""
         self._noted: set[str] = set()
         self._hashes: dict[int, str] = {}
         self._dists: dict[str, dict[str, str] | None] = {}
@@ -310,6 +316,17 @@ class Recorder:
                 self._noted.add(message)
                 self.notes.append(message)
                 self.urgent = True
+
+    def capture(self, spec_id: str, sample: dict[str, Any], args: Mapping[str, Any]) -> None:
+        """``--capture``: keep a new call's integer and bool tensors (:mod:`kbuild.record.capture`)."""
+        try:
+            entry = self.capturer.offer(spec_id, sample, args)
+        except Exception as exc:  # never break the workload
+            self.note(f"a call's tensors could not be captured: {type(exc).__name__}: {exc}")
+            return
+        if entry is not None:
+            self.captures.append(entry)
+            self.urgent = True
 
     # -- kernels and specialisations ------------------------------------------------------------
 
@@ -420,15 +437,19 @@ class Recorder:
             with self.lock:
                 self.urgent = self.dirty = False
                 self.last_flush = time.monotonic()
-                if not self.delta.kernels and not self.notes:
+                if not self.delta.kernels and not self.notes and not self.captures:
                     return
                 from kbuild.canonical import canonical_json
 
-                line = canonical_json({"recording": self.delta.to_json(derived=False), "notes": self.notes,
-                                       "mode": self.mode}) + b"\n"
+                doc: dict[str, Any] = {"recording": self.delta.to_json(derived=False), "notes": self.notes,
+                                       "mode": self.mode}
+                if self.captures:
+                    doc["captures"] = self.captures
+                line = canonical_json(doc) + b"\n"
                 self.delta = Recording(samples_per_specialization=self.samples)
                 self.generation += 1
                 self.notes = []
+                self.captures = []
                 fd = os.open(Path(self.parts_dir) / self.part_name, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
                 try:
                     view = memoryview(line)

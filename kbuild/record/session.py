@@ -14,7 +14,9 @@ workers, ``multiprocessing`` spawn children, subprocesses). That module:
 
 Each process appends what it recorded to its own part file in the session's directory, as it goes and when it
 ends (:class:`kbuild.record.recorder.Recorder`); :func:`run` merges every line of them (the order does not matter:
-:mod:`kbuild.record.format`) and removes the directory. A Python started with ``-I``, ``-E``
+:mod:`kbuild.record.format`) and removes the directory. With ``--capture`` the processes also write captured
+tensors into the session's staging folder, and :func:`run` keeps the first of them beside the recording
+(:mod:`kbuild.record.capture`) before the directory goes. A Python started with ``-I``, ``-E``
 or ``-S`` ignores ``PYTHONPATH`` or ``site`` and is not recorded; a Python that cannot import kbuild leaves a note
 that the parent reports.
 """
@@ -31,6 +33,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from kbuild.arch import DEFAULT_SM
 from kbuild.errors import UsageError
@@ -142,6 +145,10 @@ class Outcome:
     """How many processes wrote a part file."""
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
+    captures: list[dict[str, Any]] = field(default_factory=list)
+    """``--capture``: the captured calls the processes wrote (:mod:`kbuild.record.capture`)."""
+    captured: dict[str, int] | None = None
+    """``--capture``: what :func:`kbuild.record.capture.store` kept (calls, skipped, files written)."""
 
 
 @dataclass(frozen=True)
@@ -153,6 +160,12 @@ class Options:
     sm_count: int = 1
     """``--mode cpu``: the SM count the workload sees (samples carry it)."""
     samples: int = 8
+    capture: int = 0
+    """``--capture``: calls per specialisation whose integer and bool tensors are kept (0: none)."""
+    capture_mib: int = 64
+    """``--capture-mib``: the most a call's captured tensors may hold."""
+    capture_to: str | None = None
+    """``--capture``: the captures folder (:func:`kbuild.record.capture.captures_dir` of ``--out``)."""
 
 
 def resolve_command(command: Sequence[str]) -> list[str]:
@@ -179,9 +192,13 @@ def run(command: Sequence[str], options: Options, *, stdout_to_stderr: bool = Fa
         site.mkdir()
         parts.mkdir()
         session = root / "session.json"
+        staging = root / "captures"
+        staging.mkdir()
         session.write_text(json.dumps({"mode": options.mode, "targets": list(options.targets),
                                        "sm_count": options.sm_count, "samples": options.samples,
-                                       "parts": str(parts)}), encoding="utf-8")
+                                       "parts": str(parts), "capture": options.capture,
+                                       "capture_mib": options.capture_mib, "captures": str(staging)}),
+                           encoding="utf-8")
         (site / "sitecustomize.py").write_text(
             SITECUSTOMIZE.format(site=str(site), session=str(session), parts=str(parts)), encoding="utf-8")
         env = dict(os.environ)  # the command's environment: this one, with the recorder first on PYTHONPATH
@@ -199,7 +216,13 @@ def run(command: Sequence[str], options: Options, *, stdout_to_stderr: bool = Fa
             proc.wait()
             raise
         seconds = time.monotonic() - start
-        return collect(parts, options.samples, status=status, seconds=seconds)
+        outcome = collect(parts, options.samples, status=status, seconds=seconds)
+        if options.capture and options.capture_to is not None:
+            from kbuild.record.capture import store
+
+            outcome.captured = store(options.capture_to, outcome.captures, staging, limit=options.capture,
+                                     max_mib=options.capture_mib)
+        return outcome
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
@@ -212,6 +235,7 @@ def collect(parts: Path, samples: int, *, status: int, seconds: float) -> Outcom
 
     recordings: list[Recording] = []
     notes: list[str] = []
+    captures: list[dict[str, Any]] = []
     processes = 0
     for path in sorted(parts.iterdir()):
         if path.suffix != ".jsonl":
@@ -229,6 +253,7 @@ def collect(parts: Path, samples: int, *, status: int, seconds: float) -> Outcom
                 if not isinstance(doc, dict) or not isinstance(doc.get("notes", []), list):
                     raise UsageError(f"{where}: not a part of a recording")
                 notes.extend(str(n) for n in doc.get("notes", []))
+                captures.extend(c for c in doc.get("captures", []) if isinstance(c, dict) and "sample" in c)
                 if "recording" in doc:
                     recordings.append(from_json(doc["recording"], where=where))
                     wrote = True
@@ -236,7 +261,7 @@ def collect(parts: Path, samples: int, *, status: int, seconds: float) -> Outcom
                 notes.append(f"a line of a process's recording could not be read (killed while writing?): {exc}")
         processes += wrote
     unique = list(dict.fromkeys(notes))
-    return Outcome(merge(recordings, samples=samples), status, processes, unique, seconds)
+    return Outcome(merge(recordings, samples=samples), status, processes, unique, seconds, captures)
 
 
 __all__ = ["SITECUSTOMIZE", "Options", "Outcome", "collect", "resolve_command", "run"]

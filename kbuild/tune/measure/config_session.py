@@ -4,7 +4,8 @@ Runs inside the worker process only (:mod:`kbuild.tune.measure.worker`, ops ``cf
 ``cfg_time``). Where :class:`~kbuild.tune.measure.session.Session` holds one configuration and compares
 rewritten cubins bit for bit with it, a :class:`ConfigSession` holds many configurations, compiled
 elsewhere and handed over (:mod:`kbuild.runtime.handover`), and judges each by the spec's torch
-reference within ``spec.reference_tol`` (relative error; configurations change the summation order), or,
+reference within ``spec.reference_tol`` (relative error; configurations change the summation order; an output
+named in ``spec.reference_tols`` within its own, as a recorded spec sets by dtype), or,
 for a spec without a reference, against the first configuration added. Each check runs with the
 outputs poisoned, guard bands after them and the inputs compared afterwards
 (:meth:`~kbuild.tune.measure.oracle.Oracle.run_once`). A launch that fails for lack of resources
@@ -17,7 +18,7 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from kbuild.bench.spec import BenchSpec, Config, ast_source, load_spec, validate_inputs
+from kbuild.bench.spec import BenchSpec, Config, ast_source, load_spec, settled, validate_inputs
 from kbuild.device import timing
 from kbuild.runtime.handover import KernelPayload, kernel_from_payload
 
@@ -44,10 +45,11 @@ class ConfigSession:
         import torch
 
         self.torch = torch
-        self.spec: BenchSpec = open_spec(load_spec, spec_ref, small=small, python_path=python_path)
-        self.arch = gpu_for(self.spec.archs)
-        if self.spec.needs_allocator:
+        spec: BenchSpec = open_spec(load_spec, spec_ref, small=small, python_path=python_path)
+        self.arch = gpu_for(spec.archs)
+        if spec.needs_allocator:
             timing.set_scratch_allocator()
+        self.spec = settled(spec, timing.DEVICE)
         self.check_inputs = self.spec.make_inputs(CHECK_SEED, timing.DEVICE)
         validate_inputs(self.spec, self.check_inputs)
         self.expected: dict[str, Any] | None = (self.spec.reference(self.check_inputs)
@@ -78,12 +80,15 @@ class ConfigSession:
         if self.expected is None:  # no torch reference: the first configuration added is the reference
             self.expected = outs
         errs = {name: _rel_err(outs[name], self.expected[name]) for name in self.spec.outputs}
+        tols = {name: self.spec.tolerance(name) for name in self.spec.outputs}
         worst = max(errs.values())
         self.kernels[key] = (kernel, config)
-        if not worst <= self.spec.reference_tol:
+        bad = [name for name in self.spec.outputs if not errs[name] <= tols[name]]
+        if bad:
             del self.kernels[key]
-            return {"status": "wrong-result", "rel_err": worst, "error": f"relative error {worst:.3g} > "
-                    f"{self.spec.reference_tol} against the reference", **extra}
+            name = bad[0]
+            return {"status": "wrong-result", "rel_err": worst, "error": f"output {name!r}: relative error "
+                    f"{errs[name]:.3g} > {tols[name]:.3g} against the reference", **extra}
         return {"status": "ok", "rel_err": worst, **extra}
 
     def time(self, keys: list[str], rounds: int, reps: int) -> dict[str, list[list[float]]]:

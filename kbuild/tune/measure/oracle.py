@@ -4,8 +4,10 @@ Device-agnostic (it takes the device and a synchronise function), so the same co
 worker and, with Triton's interpreter, in CPU tests. For each of K fresh input sets it runs the
 baseline and then the candidate, each on private copies of the inputs, with
 
-* every output poisoned (NaN, or -1 for integers) before the launch,
-* a guard band of random bytes after every output buffer, which must be intact afterwards,
+* every output poisoned (NaN, or -1 for integers) before the launch, except those the kernel updates in place
+  (:attr:`~kbuild.bench.spec.BenchSpec.inplace`), which keep their values,
+* a guard band of random bytes after every output buffer, which must be intact afterwards (a strided output keeps
+  its strides: the band follows the last element it reaches),
 * inputs compared afterwards with their originals (a candidate must not write them),
 
 and compares the outputs bitwise (or within the spec's declared :class:`~kbuild.bench.spec.Tolerance`).
@@ -16,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from kbuild.bench.spec import BenchSpec, Config, validate_inputs
+from kbuild.bench.spec import BenchSpec, Config, storage_span, validate_inputs
 
 _INT_VIEW = {1: "int8", 2: "int16", 4: "int32", 8: "int64"}
 
@@ -47,25 +49,38 @@ class Oracle:
         guards = {}
         for name in self.spec.outputs:
             t = inputs[name]
-            n = t.numel()
+            n = storage_span(t.shape, t.stride())
             guard = max(4096 // t.element_size(), 1024)
             buf = torch.empty(n + guard, dtype=t.dtype, device=self.device)
             tail = buf[n:].view(torch.uint8)
             pattern = torch.randint(0, 256, tail.shape, dtype=torch.uint8, device=self.device, generator=gen)
             tail.copy_(pattern)
-            inputs[name] = buf[:n].view(t.shape)
+            view = buf[:n].as_strided(t.shape, t.stride())
+            if name in self.spec.inplace:
+                view.copy_(t)
+            inputs[name] = view
             guards[name] = (tail, pattern)
         return guards
 
     def _poison(self, inputs: dict[str, Any]) -> None:
         for name in self.spec.outputs:
+            if name in self.spec.inplace:
+                continue
             t = inputs[name]
             t.fill_(float("nan") if t.is_floating_point() else -1)
+
+    def _copy(self, t: Any) -> Any:
+        """A private copy of tensor ``t`` with the same shape and strides (``clone`` makes a view with gaps
+        contiguous)."""
+        buf = self.torch.empty(storage_span(t.shape, t.stride()), dtype=t.dtype, device=t.device)
+        out = buf.as_strided(t.shape, t.stride())
+        out.copy_(t)
+        return out
 
     def run_once(self, kernel: Any, inputs: dict[str, Any], seed: int) -> tuple[dict[str, Any], str | None]:
         """Poison, launch, synchronise; the outputs (copies), or a guard-band or modified-input complaint."""
         torch = self.torch
-        run_inputs = {k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in inputs.items()}
+        run_inputs = {k: (self._copy(v) if isinstance(v, torch.Tensor) else v) for k, v in inputs.items()}
         guards = self._guarded(run_inputs, seed)
         self._poison(run_inputs)
         self.launch(kernel, run_inputs)

@@ -16,7 +16,7 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any, TypeVar
 
-from kbuild.bench.spec import BenchSpec, Config, compile_spec, load_spec, validate_inputs
+from kbuild.bench.spec import BenchSpec, Config, compile_spec, load_spec, settled, validate_inputs
 from kbuild.device import timing
 
 from .cubin import CubinFormatError, cubin_arch, cubin_digest
@@ -167,6 +167,7 @@ class Session(BaselineSession):
             self.config = self.spec.configs[config]
         if self.spec.needs_allocator:
             timing.set_scratch_allocator()
+        self.spec = settled(self.spec, timing.DEVICE)
         self.shell = compile_spec(self.spec, self.config, self.arch)
         self.grid = self.spec.grid(self.spec.all_constexprs(self.config))
         self._ready(baseline, timing.with_cubin(self.shell, baseline),
