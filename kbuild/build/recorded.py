@@ -223,6 +223,19 @@ def _import(settings: Settings, d: Declared) -> Any:
     return layers
 
 
+def _top_level_importable(settings: Settings, module: str) -> bool:
+    """Whether ``module``'s top-level package can be found here (the project's path first): a recorded kernel of a
+    module that is not (a test file's own kernel) is reported and left out; one whose package is here but the
+    module is not stays an error (a stale recording, a typo)."""
+    import importlib.util
+
+    with project_on_path(settings):
+        try:
+            return importlib.util.find_spec(module.partition(".")[0]) is not None
+        except (ImportError, ValueError):
+            return False
+
+
 def resolve_recorded(settings: Settings, declared: Sequence[Declared], targets: Sequence[Target],
                      report: RecordingReport) -> list[KernelBuild]:
     """Every declaration × target keyed (see the module docstring), or left out with the reason in ``report``.
@@ -240,6 +253,12 @@ def resolve_recorded(settings: Settings, declared: Sequence[Declared], targets: 
     for group in by_kernel.values():
         first = group[0]
         kernel = first.kernel
+        if kernel.distribution is None and not _top_level_importable(settings, kernel.module):
+            report.say(f"{kernel.function}: {len(group)} recorded specialisation(s) not built: {kernel.module!r} is "
+                       "neither a module of this project nor of an installed distribution (a kernel the workload "
+                       "defines itself, such as a test file's)")
+            report.not_built += len(group)
+            continue
         layers = _import(settings, first)
         jit = layers.jit
         here = source_hash(jit)
