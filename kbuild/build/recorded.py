@@ -45,7 +45,15 @@ from kbuild.compile.triton_aot import project_on_path, unwrap
 from kbuild.declarations.kernel import KernelSettings
 from kbuild.errors import ConfigError, KernelSourceError
 from kbuild.key import tuner_component
-from kbuild.record.format import Kernel, Recording, Specialization, call_specialization, content_id, load
+from kbuild.record.format import (
+    Kernel,
+    Recording,
+    Specialization,
+    call_specialization,
+    content_id,
+    load,
+    merge,
+)
 from kbuild.settings.model import Settings
 from kbuild.targets import Target
 
@@ -91,9 +99,10 @@ class Declared:
     spec: KernelSettings
     kernel: Kernel
     recording: Recording
-    """The (first) recording holding it: its ``compiler_options`` table resolves the recorded specialisations."""
+    """The recordings merged (:func:`kbuild.record.format.merge`; the one recording itself when there is one): its
+    ``compiler_options`` table resolves the recorded specialisations, its kernel holds every recording's tunings."""
     recorded: dict[str, Specialization] = field(default_factory=dict)
-    """Target name → the specialisation recorded for it."""
+    """Target name → the specialisation recorded for it (of :attr:`recording`)."""
     files: list[str] = field(default_factory=list)
     kernel_at: tuple[str, str] = ("", "")
     """``(file, "kernels[i]")`` of its kernel in the first recording."""
@@ -135,6 +144,9 @@ def declarations(recordings: Sequence[tuple[str, Recording]], targets: Sequence[
     from kbuild.declarations.signature import SignatureError, check_constexpr_value, parse_type
 
     built = {t.name for t in targets}
+    # One recording of them all, so that a kernel in two recordings is one kernel (its tunings united) and each
+    # specialisation resolves through the table of compiler options that holds it.
+    merged = recordings[0][1] if len(recordings) == 1 else merge([rec for _, rec in recordings])
     out: dict[bytes, Declared] = {}
     elsewhere: dict[str, int] = {}
     for file, rec in recordings:
@@ -163,6 +175,7 @@ def declarations(recordings: Sequence[tuple[str, Recording]], targets: Sequence[
                                                                     spec.signature.items()},
                         "constexprs": spec.constexprs, "options": options}
                 ident = canonical_json(decl)
+                kernel_here = merged.kernels[canonical_json(kernel.identity())]
                 held = out.get(ident)
                 if held is None:
                     name = f"{entry_stem(kernel.name)}_{content_id(decl)[:8]}"
@@ -172,8 +185,8 @@ def declarations(recordings: Sequence[tuple[str, Recording]], targets: Sequence[
                         num_stages=int(options.get("num_stages", 3)), maxnreg=options.get("maxnreg") or None,
                         num_ctas=int(options.get("num_ctas", 1)), ptx_options=str(options.get("ptx_options") or ""),
                         recorded=(file, rec.path_of(kernel)))
-                    held = out[ident] = Declared(ks, kernel, rec, kernel_at=(file, rec.path_of(kernel)))
-                held.recorded.setdefault(spec.target, spec)
+                    held = out[ident] = Declared(ks, kernel_here, merged, kernel_at=(file, rec.path_of(kernel)))
+                held.recorded.setdefault(spec.target, kernel_here.specializations[spec.id])
                 if file not in held.files:
                     held.files.append(file)
     for target, n in sorted(elsewhere.items()):

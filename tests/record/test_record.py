@@ -155,7 +155,7 @@ def liger_recording(tmp_path_factory: pytest.TempPathFactory) -> fmt.Recording:
 
 def test_liger_wrappers_key_as_examples_liger_declares(liger_recording: fmt.Recording) -> None:
     rec = liger_recording
-    builds = _declared(ROOT / "examples" / "liger")
+    builds = _declared(HERE / "liger_handwritten")
     assert len(builds) == 28
     for b in builds:
         found = _matching(rec, b)

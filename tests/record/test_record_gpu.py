@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from gpu_marks import needs_sm90
-from test_record import HERE, ROOT, _declared, _key_of, _liger_installed, _matching
+from test_record import HERE, _declared, _key_of, _liger_installed, _matching
 
 from kbuild.cli import main
 from kbuild.record import format as fmt
@@ -53,7 +53,7 @@ def test_liger_on_the_gpu_records_what_examples_liger_declares(tmp_path: Path) -
     if not _liger_installed():
         pytest.skip("needs liger-kernel==0.8.5")
     gpu = _record(tmp_path, "liger", "gpu", str(HERE / "workload_liger.py"), "--cuda")
-    for b in _declared(ROOT / "examples" / "liger"):
+    for b in _declared(HERE / "liger_handwritten"):
         if b.target.name != "sm_90":
             continue
         found = _matching(gpu, b)

@@ -1,41 +1,21 @@
-"""A workload for ``kbuild record`` in the tests: Liger-Kernel 0.8.5's own wrappers on CPU tensors.
+"""The Llama-shape workload of ``examples/liger`` (``examples/liger/workload.py``), for the tests that record it.
 
-The calls of ``tests/examples/test_liger_example.py`` (the shapes ``examples/liger`` declares: hidden 4096,
-intermediate 11008, vocabulary 32000), in fp16 and bf16, with the RMSNorm forward and backward also at 2048 rows
-(the backward's ``rows_per_program`` follows the row count: ``ceil(n_rows / sm_count)``, one SM on a CPU).
-``python workload_liger.py [--cuda] [DTYPE...]``: ``--cuda`` puts the tensors on the GPU (a GPU machine).
+``python workload_liger.py [--cuda] [DTYPE...]`` runs that file; ``import workload_liger`` gives its ``main``.
 """
 
+import importlib.util
+import runpy
 import sys
+from pathlib import Path
 
-import torch
-from liger_kernel.ops import cross_entropy, dyt, geglu, layer_norm, rms_norm, swiglu
-
-ROWS, HIDDEN, INTER, VOCAB = 4096, 4096, 11008, 32000
-
-
-def main(dtypes, device="cpu"):
-    torch.set_default_device(device)
-    for name in dtypes:
-        dt = getattr(torch, name)
-        w = torch.ones(HIDDEN, dtype=dt, requires_grad=True)
-        for rows in (ROWS, ROWS // 2):
-            x = torch.randn(rows, HIDDEN).to(dt)
-            _y, xv, rstd, block, warps, mode = rms_norm.rms_norm_forward(x, w, 1e-6, 0.0, "llama", None)
-            rms_norm.rms_norm_backward(torch.randn(rows, HIDDEN).to(dt), xv, w, rstd, 0.0, mode, block, warps, True,
-                                       None, needs_dw=True)
-        x = torch.randn(ROWS, HIDDEN).to(dt)
-        a, b = torch.randn(ROWS, INTER).to(dt), torch.randn(ROWS, INTER).to(dt)
-        swiglu.swiglu_forward(a, b, 1.0)
-        geglu.geglu_forward(a, b)
-        layer_norm.layer_norm_forward(x, w, torch.zeros(HIDDEN, dtype=dt), 1e-5)
-        logits = torch.randn(ROWS, VOCAB).to(dt).requires_grad_(True)
-        target = torch.randint(0, VOCAB, (ROWS,))
-        cross_entropy.cross_entropy_forward(logits, target, None, -100, 0.0, 0.0, "mean", None, False)
-        alpha, gamma, beta = torch.ones(1, dtype=dt), torch.ones(HIDDEN, dtype=dt), torch.zeros(HIDDEN, dtype=dt)
-        dyt.liger_dyt_fwd(x, alpha, gamma, beta)
-
+WORKLOAD = Path(__file__).resolve().parents[2] / "examples" / "liger" / "workload.py"
 
 if __name__ == "__main__":
-    names = [a for a in sys.argv[1:] if a != "--cuda"]
-    main(names or ["float16", "bfloat16"], "cuda" if "--cuda" in sys.argv[1:] else "cpu")
+    sys.argv[0] = str(WORKLOAD)
+    runpy.run_path(str(WORKLOAD), run_name="__main__")
+else:
+    _spec = importlib.util.spec_from_file_location("kbx_liger_workload", WORKLOAD)
+    assert _spec is not None and _spec.loader is not None
+    _module = importlib.util.module_from_spec(_spec)
+    _spec.loader.exec_module(_module)
+    main = _module.main
