@@ -180,6 +180,13 @@ def test_a_loop_free_kernel_varies_warps_registers_and_ptxas_flags_only() -> Non
     assert list(d.unverified) == [{"BLOCK_SIZE": block // 2}, {"BLOCK_SIZE": block * 2}]
 
 
+def test_a_kernel_imported_differently_from_the_recording_is_noted() -> None:
+    subject = liger("_rms_norm_forward_kernel")
+    assert not derive_space(subject).notes[1:]  # only the unverified constexprs' note
+    other = dataclasses.replace(subject, origin={**subject.origin, "source_hash": "0" * 64})
+    assert any("not the one recorded" in n for n in derive_space(other).notes)
+
+
 def test_an_autotuned_kernel_varies_the_constexprs_its_configs_declare() -> None:
     subject = liger("_dyt_fwd_kernel")
     assert subject.tunable_from == "@triton.autotune configs"
@@ -315,6 +322,8 @@ def test_kbuild_tune_dry_run_reports_the_space_and_the_prunes(capsys: pytest.Cap
     (["--recording", "{liger}", "--dry-run", "--max-points", "0"], ["--max-points"]),
     (["--dry-run"], ["--recording", "--suite"]),
     (["--suite", "--recording", "{liger}", "--dry-run"], ["--recording", "--suite"]),
+    (["--derive-space", "--config", "{missing}"], ["--derive-space", "--suite"]),
+    (["--suite", "--derive-space", "--levels", "sass"], ["--derive-space", "--levels sass"]),
 ])
 def test_bad_dry_run_input_is_one_error_line(argv: list[str], names: list[str], tmp_path: Path,
                                             capsys: pytest.CaptureFixture[str]) -> None:

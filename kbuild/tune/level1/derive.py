@@ -259,9 +259,19 @@ def derive_space(subject: Subject, *, max_points: int = DEFAULT_MAX_POINTS, chec
     if max_points < 1:
         raise ValueError(f"max_points must be at least 1, got {max_points}")
     row = subject.target.architecture
-    shape = kernel_shape(fn if fn is not None else subject.source.load())
+    fn = fn if fn is not None else subject.source.load()
+    shape = kernel_shape(fn)
     d = subject.default
     notes = list(subject.notes)
+    recorded = subject.origin.get("source_hash")
+    if recorded:
+        from kbuild.compile.triton_aot import source_hash
+
+        here = source_hash(fn)
+        if here != recorded:
+            notes.append(f"the kernel imported here is not the one recorded (source hash {here[:16]}, recorded "
+                         f"{str(recorded)[:16]}): its module reads the machine at import; the space is compiled "
+                         "from this one")
     combos: list[dict[str, Any]] = [dict(c) for c in subject.tunable] or [dict(d.constexprs)]
     candidates = constexpr_candidates(subject)
     unverified: list[Mapping[str, Any]] = []
