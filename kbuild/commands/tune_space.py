@@ -106,8 +106,12 @@ def run_dry(args: argparse.Namespace, target: Target) -> int:
         spec = subject.origin.get("specialization")
         rows.append((name, spec[:8] if spec else "-", r.derived.default.label(), len(r.verdicts),
                      *(c[x] or "" for x in REASONS), len(r.kept), f"{r.seconds:.0f}s"))
-    print_table(f"kbuild tune --dry-run: derived spaces on {target.name}, pruned on this CPU ({seconds:.0f} s)",
-                ["kernel", "spec", "default", "space", *REASONS, "kept", "time"], rows)
+    short = {"compile-error": "error", "shared-memory": "smem", "occupancy": "occup.", "wgmma-race": "race",
+             "duplicate": "dup."}
+    print_table(f"kbuild tune --dry-run: derived spaces on {target.name}, pruned on this CPU ({seconds:.0f} s; "
+                "pruned per reason: error = compile error, smem = shared memory, occup. = occupancy, race = wgmma "
+                "race, dup. = duplicate code)",
+                ["kernel", "spec", "default", "space", *(short.get(x, x) for x in REASONS), "kept", "time"], rows)
     if len(results) == 1:
         r = results[0]
         print_table(None, ["point", "verdict", "regs", "spills (st/ld)", "shared", "warps/SM", "why"],

@@ -352,7 +352,9 @@ def test_every_recorded_liger_kernel_gets_a_derived_pruned_space(tmp_path: Path)
         assert spec is not None, kernel.function
         pruned = prune(derive_space(from_recording(rec, kernel, spec)), keep_code=True)
         assert pruned.verdicts[0].kept, kernel.function  # the recorded configuration compiles and stays
-        assert pruned.counts()["compile-error"] == 0, [v.detail for v in pruned.pruned][:3]
+        # the only points Triton 3.6 cannot compile: clusters on the two-dot up-projection (PlanCTA fails)
+        failed = [v for v in pruned.pruned if v.reason == "compile-error"]
+        assert all(v.config.num_ctas == 2 and "PlanCTA" in v.detail for v in failed), [v.detail for v in failed][:2]
         check_against_ptxas(pruned, tmp_path, limit=3)
         for reason, n in pruned.counts().items():
             totals[reason] += n
