@@ -5,7 +5,9 @@ A row (:class:`Architecture`) says what kbuild relies on about ``sm_<NN>``: the 
 applies and the module of :mod:`kbuild.sass.isa` that holds it, the arch-specific suffix Triton and nvdisasm use
 (``sm_90a``), the fp8 type Triton has there, whether it has wgmma and TMA, registers per SM, the cycles of each
 latency class the cost models use, the GPU its cost models take (:class:`Part`: SMs, shared memory per SM and per
-block, tensor-core and memory rates) and the name of its shipped PPO checkpoint. Everything else asks the table:
+block, tensor-core and memory rates), what one SM can hold (:class:`Limits`: the occupancy calculator's inputs,
+from the CUDA C++ Programming Guide's table of technical specifications per compute capability) and the name of
+its shipped PPO checkpoint. Everything else asks the table:
 the ISA registry, the targets a project names (:mod:`kbuild.targets`), the compile path and the wgmma hazard check,
 the cost models of the tuner and of :mod:`kbuild.tile`, the bench suite and the CLI's choices. Per-opcode SASS
 semantics are not here: they stay in the ISA tables the rows point to.
@@ -18,6 +20,7 @@ modelled it (no :class:`Part` for sm_86: its cost models take the default archit
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import MappingProxyType
@@ -72,6 +75,42 @@ AMPERE = Part("A100", sms=108, shared_per_sm=164 * 1024, shared_per_block=163 * 
 
 
 @dataclass(frozen=True)
+class Limits:
+    """What one SM of an architecture can hold at once, and what one thread block may ask for: the inputs of the
+    occupancy calculation (registers, warps and shared memory of a block against the SM's), from the CUDA C++
+    Programming Guide's "technical specifications per compute capability". Every GPU of the architecture has
+    them, unlike a :class:`Part`'s rates."""
+
+    max_warps_per_sm: int
+    """Resident warps per SM."""
+    max_blocks_per_sm: int
+    """Resident thread blocks per SM."""
+    shared_per_sm: int
+    """Shared memory of one SM, in bytes (the largest carve-out)."""
+    shared_per_block: int
+    """Shared memory one thread block may use when it opts in (Triton does, for any kernel using more than 48 KB),
+    in bytes: Triton refuses to load a kernel asking for more (``OutOfResources``: shared memory)."""
+    shared_reserved_per_block: int = 1024
+    """Shared memory the CUDA driver reserves for each resident block (from compute capability 8.0 on), in
+    bytes."""
+    max_threads_per_block: int = 1024
+    max_registers_per_thread: int = 255
+    register_unit: int = 256
+    """Registers are given to a warp in units of this many (a thread's count is rounded up to a multiple of 8)."""
+    sub_partitions: int = 4
+    """Processing blocks of an SM; each has a quarter of the register file, and a warp's registers come from one."""
+    shared_unit: int = 128
+    """Shared memory is given to a block in units of this many bytes."""
+
+
+#: sm_80 (A100) and sm_87 (Orin): 164 KB of shared memory per SM.
+_AMPERE_LIMITS = Limits(max_warps_per_sm=64, max_blocks_per_sm=32, shared_per_sm=164 * 1024,
+                        shared_per_block=163 * 1024)
+_HOPPER_LIMITS = Limits(max_warps_per_sm=64, max_blocks_per_sm=32, shared_per_sm=228 * 1024,
+                        shared_per_block=227 * 1024)
+
+
+@dataclass(frozen=True)
 class Architecture:
     """What kbuild knows about one architecture, ``sm_<sm>``."""
 
@@ -92,7 +131,13 @@ class Architecture:
     tma: bool = False
     """The tensor memory accelerator (bulk tensor copies through a descriptor)."""
     registers_per_sm: int = 65536
-    """32-bit registers of one SM."""
+    """32-bit registers of one SM (also the most one thread block may use)."""
+    limits: Limits | None = None
+    """What one SM holds (:class:`Limits`); None: not modelled here (no occupancy and no shared-memory limit is
+    checked for this architecture)."""
+    clusters: bool = False
+    """Thread block clusters: Triton's ``num_ctas`` > 1 (its ``parse_options`` refuses them below compute
+    capability 9.0)."""
     latencies: Mapping[str, int] | None = None
     """Cycles of each latency class for the cost models (every class of :data:`kbuild.sass.isa.LATENCY_CLASSES`);
     None without an opcode table (no class to give an instruction)."""
@@ -121,15 +166,22 @@ def _rows(*rows: Architecture) -> Mapping[int, Architecture]:
 #: Every architecture Triton 3.6's NVIDIA backend compiles for, by SM number, in ascending order.
 TABLE: Mapping[int, Architecture] = _rows(
     Architecture(75, "sm_75"),
-    Architecture(80, "sm_80", "sm80", latencies=LEAD_LATENCIES, part=AMPERE),
-    Architecture(86, "sm_80", "sm80", latencies=LEAD_LATENCIES),
-    Architecture(87, "sm_80", "sm80", latencies=LEAD_LATENCIES),
-    Architecture(89, "sm_89", "sm89", fp8e4nv=True, latencies=LEAD_LATENCIES),
+    Architecture(80, "sm_80", "sm80", latencies=LEAD_LATENCIES, part=AMPERE, limits=_AMPERE_LIMITS),
+    Architecture(86, "sm_80", "sm80", latencies=LEAD_LATENCIES,
+                 limits=Limits(max_warps_per_sm=48, max_blocks_per_sm=16, shared_per_sm=100 * 1024,
+                               shared_per_block=99 * 1024)),
+    Architecture(87, "sm_80", "sm80", latencies=LEAD_LATENCIES,
+                 limits=dataclasses.replace(_AMPERE_LIMITS, max_warps_per_sm=48, max_blocks_per_sm=16)),
+    Architecture(89, "sm_89", "sm89", fp8e4nv=True, latencies=LEAD_LATENCIES,
+                 limits=Limits(max_warps_per_sm=48, max_blocks_per_sm=24, shared_per_sm=100 * 1024,
+                               shared_per_block=99 * 1024)),
     Architecture(90, "sm_90", "sm90", "a", fp8e4nv=True, wgmma=True, tma=True, latencies=LEAD_LATENCIES,
-                 part=HOPPER, ppo_checkpoint="ppo_suite_sm90.zip"),
-    Architecture(100, "sm_100", specific="a", fp8e4nv=True),
-    Architecture(103, "sm_100", specific="a", fp8e4nv=True),
-    Architecture(120, "sm_120", specific="a", fp8e4nv=True),
+                 part=HOPPER, ppo_checkpoint="ppo_suite_sm90.zip", limits=_HOPPER_LIMITS, clusters=True),
+    Architecture(100, "sm_100", specific="a", fp8e4nv=True, limits=_HOPPER_LIMITS, clusters=True),
+    Architecture(103, "sm_100", specific="a", fp8e4nv=True, limits=_HOPPER_LIMITS, clusters=True),
+    Architecture(120, "sm_120", specific="a", fp8e4nv=True, clusters=True,
+                 limits=Limits(max_warps_per_sm=48, max_blocks_per_sm=32, shared_per_sm=128 * 1024,
+                               shared_per_block=99 * 1024)),
 )
 
 #: The architecture kbuild assumes where none is named: the GPU machine's (H100/H200), whose part the cost models
@@ -173,5 +225,5 @@ def modelled(*facts: str) -> tuple[int, ...]:
     return tuple(r.sm for r in TABLE.values() if r.part is not None and all(getattr(r, f) for f in facts))
 
 
-__all__ = ["AMPERE", "DEFAULT_SM", "DEFAULT_TARGETS", "HOPPER", "LEAD_LATENCIES", "TABLE", "Architecture", "Part",
+__all__ = ["AMPERE", "DEFAULT_SM", "DEFAULT_TARGETS", "HOPPER", "LEAD_LATENCIES", "TABLE", "Architecture", "Limits", "Part",
            "UnknownArchitecture", "architecture", "find", "modelled", "names", "rows"]

@@ -32,7 +32,20 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("kernel", nargs="?", metavar="KERNEL", help="a kernel of the project (omit with --suite)")
     add_config_args(p, targets=False)
     p.add_argument("--suite", action="store_true", help="tune kbuild's benchmark suite instead of a project kernel")
-    p.add_argument("--only", action="append", metavar="NAME", help="with --suite: only these suite kernels")
+    p.add_argument("--only", action="append", metavar="NAME",
+                   help="with --suite or --recording: only these kernels (a recorded kernel by its name or "
+                        "module:qualname)")
+    p.add_argument("--recording", metavar="FILE",
+                   help="kernels from a `kbuild record` recording, which declare no space: a space is derived "
+                        "for each (with --dry-run)")
+    p.add_argument("--dry-run", action="store_true",
+                   help="derive each kernel's level-1 space, compile and prune it on this CPU (shared memory, "
+                        "register spills, occupancy, duplicates) and report; measure nothing")
+    p.add_argument("--derive-space", action="store_true",
+                   help="with --suite: tune on a derived space, pruned on this CPU first, instead of the declared "
+                        "one (--dry-run always derives)")
+    p.add_argument("--max-points", type=int, default=None, metavar="N",
+                   help="largest derived space per kernel before it is thinned (default 128)")
     p.add_argument("--configs-from", metavar="BENCH_JSON",
                    help="with --suite: tune the SASS schedule of each kernel's configuration from a `kbuild bench` "
                         "record (implies --levels sass)")
@@ -183,6 +196,24 @@ def run(args: argparse.Namespace) -> int:
     from kbuild.build.resolve import select_targets
     from kbuild.tune.api import learning_curve_png, tune
 
+    if args.max_points is None:
+        from kbuild.tune.level1.derive import DEFAULT_MAX_POINTS
+
+        args.max_points = DEFAULT_MAX_POINTS
+    if args.recording and args.suite:
+        raise UsageError("--recording and --suite name different kernels; give one")
+    if args.dry_run or args.recording:
+        if not args.dry_run:
+            raise UsageError("--recording: tuning a recorded kernel needs inputs generated from the recording, "
+                             "which kbuild cannot do yet; add --dry-run to derive and prune its space on this CPU")
+        from kbuild.commands.tune_space import run_dry
+
+        return run_dry(args, _target(args.target))
+    if args.derive_space and not args.suite:
+        raise UsageError("--derive-space tunes the bench suite on derived spaces (--suite); for a recording use "
+                         "--recording FILE --dry-run")
+    if args.derive_space and (args.configs_from or args.levels == "sass"):
+        raise UsageError("--derive-space derives the level-1 space, which --levels sass and --configs-from skip")
     settings = settings_from_args(args) if not args.suite else None
     target = select_targets(settings, [args.target])[0] if settings else _target(args.target)
     request = _budget(args, settings)
@@ -325,6 +356,7 @@ def run_two_level(args: argparse.Namespace, target: Any, settings: Any, request:
     from kbuild.tune.two_level import project_spec, tune_two_level
 
     jobs: list[tuple[str, Any, tuple[str, ...]]] = []
+    derived: dict[str, dict[str, Any]] = {}  # --derive-space: each kernel's derived, pruned space (no points)
     if args.suite:
         from kbuild.bench.kernels import SUITE
 
@@ -335,6 +367,12 @@ def run_two_level(args: argparse.Namespace, target: Any, settings: Any, request:
         for name in names:
             spec = load_spec(SUITE[name])
             if target.cc in spec.archs:
+                if args.derive_space:  # pruned on this CPU before the GPU measures anything
+                    from kbuild.commands.tune_space import derived_suite_space
+
+                    spec, pruned = derived_suite_space(spec, target, max_points=args.max_points, jobs=args.jobs,
+                                                       enabled=not args.json)
+                    derived[name] = {k: v for k, v in pruned.as_dict().items() if k != "points"}
                 jobs.append((name, spec, ()))
     else:
         from kbuild.build.resolve import resolve
@@ -375,6 +413,8 @@ def run_two_level(args: argparse.Namespace, target: Any, settings: Any, request:
                 rep.update({"name": name, "budget": {"evaluations": request.evaluations,
                                                      "seconds": round(kernel_secs, 2), "seed": request.seed,
                                                      "kinds": list(request.kinds)}})
+                if name in derived:
+                    rep["derived_space"] = derived[name]
                 if args.out:
                     _write_outputs(Path(args.out), name, rep, r, learning_curve_png)
                 results.append(rep)

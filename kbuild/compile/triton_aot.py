@@ -605,11 +605,15 @@ def _guarded_tool(bin_dir: Path, real: str, seconds: float, marker: Path) -> str
 
 
 def hermetic_compile(src: Any, cc: int, options: dict[str, Any], *,
-                     timeout: float | None = DEFAULT_COMPILE_TIMEOUT) -> Any:
+                     timeout: float | None = DEFAULT_COMPILE_TIMEOUT, ptxas_log: list[str] | None = None) -> Any:
     """``triton.compile`` the way every kbuild compile runs: line info off (no source paths in the
     cubin), a private, empty Triton cache (nothing stale or foreign reused), Triton's scratch files in
     a private directory removed at the end (SIGTERM included), ptxas stopped after ``timeout`` seconds
-    (:class:`PtxasTimeout`; None: no bound) and Triton's prints kept off stdout. No GPU needed."""
+    (:class:`PtxasTimeout`; None: no bound) and Triton's prints kept off stdout. No GPU needed.
+
+    ``ptxas_log``: a list that gets the resource report of Triton's own ptxas run (Triton always runs ptxas
+    with ``-v``; its ``dump_ptxas_log`` knob prints what ptxas wrote, which is taken here instead of echoed;
+    :mod:`kbuild.compile.ptxas_report` reads it). Turning it on changes neither the options nor the cubin."""
     import triton
     from triton import knobs
     from triton.backends.compiler import GPUTarget
@@ -621,6 +625,8 @@ def hermetic_compile(src: Any, cc: int, options: dict[str, Any], *,
             (root / sub).mkdir()
         knobs.compilation.disable_line_info = True
         knobs.cache.dir = str(root / "cache")
+        if ptxas_log is not None:
+            knobs.nvidia.dump_ptxas_log = True
         marker = root / "ptxas-timed-out"
         if timeout is not None:
             # Triton falls back to its bundled binary when the knob's path fails, so a broken guard
@@ -636,9 +642,21 @@ def hermetic_compile(src: Any, cc: int, options: dict[str, Any], *,
             if timeout is not None and marker.exists():
                 raise PtxasTimeout(timeout, str(exc).strip()[-2000:]) from None
             raise
-        if printed.getvalue():
-            sys.stderr.write(printed.getvalue())
+        text = printed.getvalue()
+        if ptxas_log is not None:
+            text, log = _split_ptxas_log(text)
+            ptxas_log.append(log)
+        if text:
+            sys.stderr.write(text)
         return compiled
+
+
+def _split_ptxas_log(printed: str) -> tuple[str, str]:
+    """(what Triton printed before ptxas's log, the log): the log is printed last, after the compile's passes
+    (``make_cubin``), and starts with ptxas's first ``ptxas info`` line."""
+    lines = printed.splitlines(keepends=True)
+    start = next((i for i, line in enumerate(lines) if line.startswith("ptxas")), len(lines))
+    return "".join(lines[:start]), "".join(lines[start:])
 
 
 def ast_source_class(fn: Any) -> Any:

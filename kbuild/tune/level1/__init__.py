@@ -4,7 +4,11 @@
   exhaustive sweep), :class:`~.search.Trial`, :class:`~.search.Level1Result`;
 * :mod:`.measurer`: the :class:`~.measurer.ConfigMeasurer` protocol; the GPU worker's and the cost model's;
 * :mod:`.compile`: compiles in a process pool, ahead of the GPU;
-* :mod:`.space`: a space as the sampler sees it (grid dimensions, or a list index).
+* :mod:`.space`: a space as the sampler sees it (grid dimensions, or a list index);
+* :mod:`.subject`, :mod:`.derive`, :mod:`.occupancy`, :mod:`.prune`: a space for a kernel that declares none
+  (a recorded specialisation, or a bench spec without its ``space``): derived from the launch options that cannot
+  change results, and pruned on the CPU before any GPU time is spent (shared memory, spills, occupancy, duplicate
+  machine code); ``kbuild tune --dry-run`` reports it.
 
 Importing this package imports neither torch, triton nor optuna.
 """
