@@ -513,10 +513,10 @@ def recorded_builds(settings: Settings, targets: Sequence[Target]) -> tuple[list
 
 
 def coverage_lines(report: RecordingReport, index: dict[str, Any], data_dir: Path) -> list[str]:
-    """What the package data just written answers of the recordings (:func:`kbuild.runtime.covers.
+    """What the package data just written answers of the recordings (:func:`kbuild.record.covers.
     recording_coverage`, the run time's own lookup, as ``kbuild inspect --recording`` asks it): one line of counts
     per recording, then one per specialisation not answered without compiling."""
-    from kbuild.runtime.covers import recording_coverage
+    from kbuild.record.covers import recording_coverage
     from kbuild.runtime.index import index_bytes, parse_index
 
     shipped = parse_index(index_bytes(index), data_dir=data_dir, where=str(data_dir))

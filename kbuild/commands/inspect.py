@@ -9,7 +9,7 @@ and sha256, its ELF (architecture, kernel symbol, block size, parameter layout, 
 with the entry, and named by no entry of another key. The wheel's member names must be safe to install
 (relative, no ``..``, no backslash, each once), and a ``_kbuild/`` folder must hold only what kbuild writes.
 
-It also shows what a JIT package's wheel covers (:mod:`kbuild.runtime.covers`): its kernels × specialisations ×
+It also shows what a JIT package's wheel covers (:mod:`kbuild.record.covers`): its kernels × specialisations ×
 targets, from the indexes (``"covers"`` in ``--json``), and with ``--recording FILE`` (a ``kbuild record``
 recording) which recorded specialisations and autotuning keys the wheel answers, and why not the others
 (``"recording"``).
@@ -72,7 +72,7 @@ def run(args: argparse.Namespace) -> int:
     covers: list[dict[str, Any]] = []
     recorded: dict[str, Any] | None = None
     if package_data or args.recording:
-        from kbuild.runtime.covers import recording_coverage, shipped_specializations
+        from kbuild.record.covers import recording_coverage, shipped_specializations
 
         indexes = [] if args.wheel.endswith(".json") else wheel_indexes(args.wheel)
         covers = shipped_specializations(indexes)

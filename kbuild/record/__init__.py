@@ -136,7 +136,7 @@ specialisations are united by identity, ``calls`` summed, samples united and cut
 (``samples_truncated`` when anything was cut), tunings united.
 :func:`kbuild.record.format.call_specialization` turns a recorded specialisation back into the
 :class:`kbuild.runtime.keys.CallSpecialization` the run time computes for such a call (its ``key()`` is the run
-time's key of the call and the build's of the matching declaration). :mod:`kbuild.runtime.covers` asks, with the
+time's key of the call and the build's of the matching declaration). :mod:`kbuild.record.covers` asks, with the
 run time's own lookup, whether a wheel's package data answers every call a recording holds.
 
 Captures (``kbuild record --capture N``) are not part of the recording: the integer and bool tensors of up to

@@ -150,8 +150,8 @@ def test_the_wheel_answers_every_call_of_the_committed_recording(built: dict[str
     entry the run time's own lookup finds, with the Triton metadata the zero-JIT loader needs; the two the
     hand-written declarations describe too are built once, under the hand-written names."""
     from kbuild.commands.inspect import wheel_indexes
+    from kbuild.record.covers import recording_coverage
     from kbuild.record.format import load
-    from kbuild.runtime.covers import recording_coverage
 
     recording = load(str(JIT_EXAMPLE / "kbuild-recording.json"))
     (index,) = wheel_indexes(built["wheel"])

@@ -6,7 +6,7 @@ entries carry the choice a GPU recording measured or a Triton autotune cache hol
 a kernel whose module decides at import what it compiles to is imported as on the recording machine
 (:mod:`kbuild.compile.folded`); what a recording does not cover on another GPU, and what cannot be built, is
 reported; and the package data answers every recorded call, as the run time's own lookup says
-(:func:`kbuild.runtime.covers.recording_coverage`, what ``kbuild inspect --recording`` says). examples/jit-package's wheel (with its committed recording) is built in
+(:func:`kbuild.record.covers.recording_coverage`, what ``kbuild inspect --recording`` says). examples/jit-package's wheel (with its committed recording) is built in
 tests/hooks/test_backend_package_data.py.
 """
 
@@ -25,7 +25,7 @@ from test_record import HERE, ROOT, _liger_installed, record
 
 from kbuild.cli import main
 from kbuild.record import format as fmt
-from kbuild.runtime.covers import recording_coverage
+from kbuild.record.covers import recording_coverage
 from kbuild.runtime.index import load_index
 
 JIT = ROOT / "examples" / "jit-package"

@@ -3,7 +3,7 @@ tests/record/test_build_from_recordings_gpu.py``; skipped without an sm_90 GPU).
 
 Each test records a workload through Triton's own hooks (``kbuild record --mode gpu``: measured autotune choices,
 the device's SM count), builds package data from the recording alone (``[tool.kbuild] recordings``, sm_90), checks
-that the run time's lookup answers every recorded call (:func:`kbuild.runtime.covers.recording_coverage`), then runs the
+that the run time's lookup answers every recorded call (:func:`kbuild.record.covers.recording_coverage`), then runs the
 workload again in a fresh process with an empty Triton cache: ``triton.compiler.compile`` must never be entered
 (every specialisation loaded from the package data), and the autotuners benchmark only the tuning keys no entry
 carries (what coverage says).
@@ -24,7 +24,7 @@ from test_record import HERE, ROOT, _liger_installed
 
 from kbuild.cli import main
 from kbuild.record import format as fmt
-from kbuild.runtime.covers import recording_coverage
+from kbuild.record.covers import recording_coverage
 from kbuild.runtime.index import load_index
 
 pytestmark = needs_sm90
