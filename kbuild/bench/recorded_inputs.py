@@ -28,7 +28,6 @@ recorded with one SM (a CPU run), where what follows the SM count cannot be told
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -36,7 +35,7 @@ from typing import Any
 from kbuild.bench.spec import storage_span
 from kbuild.declarations.signature import parse_type
 from kbuild.record.capture import Captures
-from kbuild.record.machine import sm_dependent
+from kbuild.record.machine import derivation_source, sm_dependent, value_at
 
 #: How each argument is made.
 GENERATED, REPLAYED, RECORDED, NONE, REFUSED = "generated", "replayed", "recorded", "none", "refused"
@@ -180,24 +179,6 @@ def replayed(desc: Mapping[str, Any], tensor: Any, device: Any) -> Any:
 # ----------------------------------------------------------------------------------------------
 # The call on another GPU
 
-_CEIL = re.compile(r"ceil\((.+) / sm_count\)")
-
-
-def _source(derivation: str) -> str | None:
-    m = _CEIL.fullmatch(derivation)
-    return m.group(1) if m else None
-
-
-def _value_of(source: str, sample: Mapping[str, Any], constexprs: Mapping[str, Any]) -> int | None:
-    """The recorded integer value of ``source``: an argument, a constexpr, or ``NAME.shape[i]``."""
-    m = re.fullmatch(r"(\w+)\.shape\[(\d+)\]", source)
-    if m:
-        desc = sample.get("args", {}).get(m.group(1))
-        return int(desc["shape"][int(m.group(2))]) if is_tensor(desc) else None
-    value = sample.get("args", {}).get(source, constexprs.get(source))
-    return value if type(value) is int else None
-
-
 def _fits(ty: str, value: int) -> bool:
     t = parse_type(ty)
     if t.is_constant_one:
@@ -229,25 +210,23 @@ def on_target(sample: Mapping[str, Any], samples: Sequence[Mapping[str, Any]], s
         if name.startswith("grid["):
             i = int(name[5:-1])
             d = derivations[0]
-            k = 1 if d == "sm_count" else int(d.split(" ")[0])
-            changes.append(f"{name} = {d}: {grid[i]} → {k * sms}")
-            grid[i] = k * sms
+            now = value_at(d, sample, constexprs, sms)
+            assert now is not None, d  # a grid follows the SM count as K * sm_count
+            changes.append(f"{name} = {d}: {grid[i]} → {now}")
+            grid[i] = now
             continue
-        usable = [d for d in derivations if d == "sm_count" or _source(d) not in marks]
+        usable = [d for d in derivations if d == "sm_count" or derivation_source(d) not in marks]
         if not usable:  # derived both ways: the later parameter follows the earlier
             order = [*signature, *constexprs]
-            usable = [d for d in derivations if (src := _source(d)) is not None and src.split(".")[0] in order
+            usable = [d for d in derivations if (src := derivation_source(d)) is not None and src.split(".")[0] in order
                       and name in order and order.index(src.split(".")[0]) < order.index(name)]
             if not usable:
                 continue
         d = usable[0]
-        if d == "sm_count":
-            now = sms
-        else:
-            n = _value_of(str(_source(d)), sample, constexprs)
-            if n is None:
-                raise NotReproducible(f"{name} = {d}: the recorded value of its source is unknown")
-            now = -(-n // sms)
+        found = value_at(d, sample, constexprs, sms)
+        if found is None:
+            raise NotReproducible(f"{name} = {d}: the recorded value of its source is unknown")
+        now = found
         if name in constexprs:
             if now != constexprs[name]:
                 raise NotReproducible(f"constexpr {name} = {d} would be {now} with {sms} SMs, recorded "

@@ -114,14 +114,23 @@ def sm_dependent(samples: Sequence[Mapping[str, Any]], constexprs: Mapping[str, 
     return {k: sorted(v) for k, v in sorted((common or {}).items()) if v}
 
 
-def _value_at(derivation: str, sample: Mapping[str, Any], constexprs: Mapping[str, Any], sms: int) -> int | None:
-    """The value ``derivation`` (one of :func:`derivations`' forms) gives with ``sms`` SMs for ``sample``."""
+def derivation_source(derivation: str) -> str | None:
+    """The value a ``ceil(SOURCE / sm_count)`` derivation divides (an argument, a constexpr or ``NAME.shape[i]``);
+    None for the other forms (``sm_count``, ``K * sm_count``)."""
+    if derivation.startswith("ceil(") and derivation.endswith(" / sm_count)"):
+        return derivation[len("ceil("):-len(" / sm_count)")]
+    return None
+
+
+def value_at(derivation: str, sample: Mapping[str, Any], constexprs: Mapping[str, Any], sms: int) -> int | None:
+    """The value ``derivation`` (one of :func:`derivations`' forms) gives with ``sms`` SMs for ``sample``; None when
+    its source's recorded value is unknown."""
     if derivation == "sm_count":
         return sms
     if derivation.endswith(" * sm_count"):
         return int(derivation.split(" ")[0]) * sms
-    if derivation.startswith("ceil(") and derivation.endswith(" / sm_count)"):
-        source = derivation[len("ceil("):-len(" / sm_count)")]
+    source = derivation_source(derivation)
+    if source is not None:
         n = _ints(sample, constexprs)[1].get(source)
         return _ceil_div(n, sms) if n is not None else None
     return None
@@ -132,8 +141,8 @@ def _follows_later(name: str, derived: Sequence[str], marks: Mapping[str, Sequen
     """Whether ``name`` and a parameter after it each derive from the other (a CPU recording, one SM, cannot tell
     which follows the SM count): the later one is taken to be derived (``n_rows`` and then ``rows_per_program``)."""
     for d in derived:
-        if d.startswith("ceil(") and d.endswith(" / sm_count)"):
-            other = d[len("ceil("):-len(" / sm_count)")]
+        other = derivation_source(d)
+        if other is not None:
             if (f"ceil({name} / sm_count)" in marks.get(other, ())
                     and order.get(other, -1) > order.get(name, len(order))):
                 return True
@@ -166,7 +175,7 @@ def on_other_gpu(samples: Sequence[Mapping[str, Any]], constexprs: Mapping[str, 
         for sample in samples:
             if sample.get("sm_count") == sms:
                 continue
-            now = _value_at(derivation, sample, constexprs, sms)
+            now = value_at(derivation, sample, constexprs, sms)
             if now is None:
                 continue
             if name in constexprs:
@@ -185,4 +194,5 @@ def on_other_gpu(samples: Sequence[Mapping[str, Any]], constexprs: Mapping[str, 
     return out
 
 
-__all__ = ["MAX_GRID_MULTIPLE", "derivations", "integer_type", "on_other_gpu", "sm_dependent"]
+__all__ = ["MAX_GRID_MULTIPLE", "derivation_source", "derivations", "integer_type", "on_other_gpu", "sm_dependent",
+           "value_at"]
