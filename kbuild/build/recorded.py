@@ -54,6 +54,7 @@ from kbuild.record.format import (
     load,
     merge,
 )
+from kbuild.runtime.lookup import key_differences
 from kbuild.settings.model import Settings
 from kbuild.targets import Target
 
@@ -348,7 +349,7 @@ def _builds_of(settings: Settings, d: Declared, imported: _Imported, targets: Se
             mine = call.key(ptxas_version=tools["ptxas_version"], declared=spec.signature,
                             distribution=imported.distribution)
             if mine.hex != baseline.hex:
-                diffs = _differences(mine.components, baseline.components)
+                diffs = key_differences(mine.components, baseline.components, theirs_are="build")
                 report.say(f"{d.files[0]}: {d.kernel.function} ({spec.name}) is not built: on {target.name} the "
                            f"recorded call keys otherwise than its declaration ({'; '.join(diffs[:3])})")
                 report.not_built += 1
@@ -365,23 +366,6 @@ def _builds_of(settings: Settings, d: Declared, imported: _Imported, targets: Se
                                    also_keys=tuple(tuple(k) for k in (chosen or [])[1:]),
                                    choice=source, notes=tuple(chose_notes))))
     return out
-
-
-def _differences(mine: Any, theirs: Any, path: str = "") -> list[str]:
-    """Leaf paths where two key-component trees differ (``compiler.options.enable_fp_fusion: call False, build
-    True``)."""
-    if isinstance(mine, dict) and isinstance(theirs, dict):
-        out: list[str] = []
-        for k in sorted(set(mine) | set(theirs)):
-            sub = f"{path}.{k}" if path else str(k)
-            if k not in mine or k not in theirs:
-                out.append(f"{sub}: call {mine.get(k, '<absent>')!r}, build {theirs.get(k, '<absent>')!r}")
-            else:
-                out.extend(_differences(mine[k], theirs[k], sub))
-        return out
-    if canonical_json(mine) != canonical_json(theirs):
-        return [f"{path}: call {mine!r}, build {theirs!r}"]
-    return []
 
 
 def _machine_notes(d: Declared, target: Target) -> list[str]:

@@ -119,7 +119,7 @@ def _search(candidates: Sequence[ShippedEntry], call: keys.CallSpecialization, *
         if mine.hex == shipped.key:
             return shipped, None
         if explain:
-            diffs = sorted(_differences(json.loads(canonical_json(mine.components)), comps), key=_priority)
+            diffs = sorted(key_differences(json.loads(canonical_json(mine.components)), comps), key=_priority)
             if closest is None or len(diffs) < len(closest[1]):
                 closest = (shipped, diffs)
     return None, closest
@@ -273,21 +273,22 @@ def _priority(diff: str) -> int:
     return next((i for i, prefix in enumerate(_ORDER) if diff.startswith(prefix)), len(_ORDER))
 
 
-def _differences(mine: Any, theirs: Any, path: str = "") -> list[str]:
-    """Leaf paths where two key-component trees differ: ``"kernel.num_warps: call 8, index 4"``."""
+def key_differences(mine: Any, theirs: Any, path: str = "", *, theirs_are: str = "index") -> list[str]:
+    """Leaf paths where two key-component trees differ, the call's value first: ``"kernel.num_warps: call 8, index
+    4"`` (``theirs_are`` names the other side: the index's entry, the build's declaration)."""
     if isinstance(mine, dict) and isinstance(theirs, dict):
         out: list[str] = []
         for k in sorted(set(mine) | set(theirs)):
             sub = f"{path}.{k}" if path else str(k)
             if k not in mine or k not in theirs:
-                out.append(f"{sub}: call {mine.get(k, '<absent>')!r}, index {theirs.get(k, '<absent>')!r}")
+                out.append(f"{sub}: call {mine.get(k, '<absent>')!r}, {theirs_are} {theirs.get(k, '<absent>')!r}")
             else:
-                out.extend(_differences(mine[k], theirs[k], sub))
+                out.extend(key_differences(mine[k], theirs[k], sub, theirs_are=theirs_are))
         return out
     if mine != theirs or type(mine) is not type(theirs):
-        return [f"{path}: call {mine!r}, index {theirs!r}"]
+        return [f"{path}: call {mine!r}, {theirs_are} {theirs!r}"]
     return []
 
 
 __all__ = ["Choice", "Hit", "Miss", "after_compile", "autotune_choices", "before_compile", "compiled_mismatch",
-           "config_matches", "cuda_arch", "find", "metadata_mismatch", "nearest"]
+           "config_matches", "cuda_arch", "find", "key_differences", "metadata_mismatch", "nearest"]
