@@ -19,10 +19,7 @@ later calls are Triton's own, with no kbuild frame on the path:
   shared memory above 48 KiB, the same out-of-resources checks and load hooks) through kbuild's CUDA driver binding
   (:mod:`kbuild.device.cuda`), and whose launcher is, in this order of preference:
 
-  - **Triton's own** (:func:`cached_triton_launcher`), when Triton's cache already holds its C module for this
-    signature (an earlier process built it): the same ``CudaLauncher`` object Triton would make, loaded without a
-    host compiler, so a later call is exactly Triton's path and cost;
-  - else **kbuild's** (:class:`DirectLauncher`), Python generated once per kernel that writes the launch
+  - **kbuild's** (:class:`DirectLauncher`) for the first call, always, Python generated once per kernel that writes the launch
     configuration and the parameters as Triton 3.6's generated C launcher does (``triton/backends/nvidia/driver.py``
     ``make_launcher``: grid x times ``num_ctas``, ``32 * num_warps`` threads, the metadata's shared memory, the
     non-constexpr arguments in order, then the two scratch pointers, null) with one ``struct`` call, and calls
@@ -36,6 +33,11 @@ later calls are Triton's own, with no kbuild frame on the path:
     host-bound launches, ``benchmarks/results/h100/issue34/``), so a hot specialisation hands over: after
     ``KBUILD_RUNTIME_HANDOVER`` calls (1000) Triton's launcher is built in a background thread and runs the later
     calls (:func:`hand_over_in_background`); the first call still builds nothing.
+  - then **Triton's own** (:func:`cached_triton_launcher`), when Triton's cache already holds its C module for this
+    signature (an earlier process built it): looked for in a background thread right after the kernel is loaded
+    (:func:`adopt_cached_launcher_in_background`; its key costs a ``file`` subprocess, kept off the first call), it
+    is the same ``CudaLauncher`` object Triton would make, loaded without a host compiler, so the later calls are
+    exactly Triton's path and cost.
 * Triton's driver is created without ``cuda_utils`` (:func:`install_lazy_driver`): Triton 3.6's ``CudaDriver``
   whose ``utils`` module is built on first use, i.e. only when Triton itself loads a kernel it compiled (or
   someone asks for ``driver.active.utils``). Its device, stream and target come from torch, as Triton's own.
@@ -331,8 +333,9 @@ def make_direct(kernel: Any) -> Any:
 
 
 def load_direct(kernel: Any) -> bool:
-    """Load ``kernel``'s cubin on the current device through kbuild's driver binding and give it Triton's launcher
-    from Triton's cache (:func:`cached_triton_launcher`) or a :class:`DirectLauncher`, with Triton's checks (shared memory, threads: ``OutOfResources``) and load hooks
+    """Load ``kernel``'s cubin on the current device through kbuild's driver binding and give it a
+    :class:`DirectLauncher` (Triton's launcher from Triton's cache replaces it once found in the background), with
+    Triton's checks (shared memory, threads: ``OutOfResources``) and load hooks
     (False when the CUDA driver or torch is not there: Triton loads it)."""
     from triton import knobs
     from triton.runtime.errors import OutOfResources
@@ -367,36 +370,55 @@ def load_direct(kernel: Any) -> bool:
     threads = driver.function_attribute(function, cuda.CU_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK)
     if int(md.num_warps) * 32 > threads:
         raise OutOfResources(int(md.num_warps) * 32, threads, "threads")
-    try:
-        triton_launcher = cached_triton_launcher(kernel)
-    except Exception:  # Triton's cache unreadable, a module that does not load: kbuild's launcher
-        log.debug("Triton's cached launcher cannot be used; kbuild's launcher runs the shipped kernel", exc_info=True)
-        triton_launcher = None
     kernel.n_regs = driver.function_attribute(function, cuda.CU_FUNC_ATTRIBUTE_NUM_REGS)
     kernel.n_spills, kernel.n_max_threads = 0, threads
-    if triton_launcher is None:
-        from kbuild.errors import ConfigError
-        from kbuild.settings.variables import env_setting
+    from kbuild.errors import ConfigError
+    from kbuild.settings.variables import env_setting
 
-        try:
-            after = int(env_setting("runtime_handover"))
-        except ConfigError as exc:  # a bad KBUILD_RUNTIME_HANDOVER: the kernel still runs, without a hand-over
-            log.warning("%s; kbuild's launcher runs every call", exc)
-            after = 0
-        kernel._run = DirectLauncher(dict(kernel.src.signature), md, driver, after=after,
-                                     hand_over=lambda: hand_over_in_background(kernel, after)).launch
-    else:
-        kernel._run = triton_launcher
+    try:
+        after = int(env_setting("runtime_handover"))
+    except ConfigError as exc:  # a bad KBUILD_RUNTIME_HANDOVER: the kernel still runs, without a hand-over
+        log.warning("%s; kbuild's launcher runs every call", exc)
+        after = 0
+    kernel._run = DirectLauncher(dict(kernel.src.signature), md, driver, after=after,
+                                 hand_over=lambda: hand_over_in_background(kernel, after)).launch
     kernel.function = int(function.value or 0)
     kernel.module = int(module.value or 0)
     if knobs.runtime.kernel_load_end_hook is not None:
         knobs.runtime.kernel_load_end_hook(kernel.module, kernel.function, kernel.name, kernel.metadata_group,
                                            kernel.hash)
-    how = ("Triton's launcher, from Triton's cache" if triton_launcher is not None else "kbuild's launcher")
-    STATE.record(Event(function_name(kernel.src.fn), True, f"direct launch: shipped cubin loaded without a host "
-                       f"compiler, launched by {how}", key=getattr(kernel, "kbuild_entry", None),
+    STATE.record(Event(function_name(kernel.src.fn), True, "direct launch: shipped cubin loaded without a host "
+                       "compiler, launched by kbuild's launcher", key=getattr(kernel, "kbuild_entry", None),
                        stage="direct-launch"))
+    if after > 0:
+        adopt_cached_launcher_in_background(kernel)
     return True
+
+
+def adopt_cached_launcher_in_background(kernel: Any) -> threading.Thread:
+    """Look for Triton's own launcher of ``kernel`` in Triton's cache (:func:`cached_triton_launcher`) in a daemon
+    thread and, when it is there, make it the kernel's launcher, so that later calls take Triton's path at
+    Triton's cost. Not on the first call's path: the cache key needs Triton's ``platform_key()``, which runs
+    ``file`` on the interpreter (10-22 ms on the H100 machine, ``benchmarks/results/h100/issue34-s3/``). Nothing is
+    built here; a launcher that is not cached comes with the hand-over after ``KBUILD_RUNTIME_HANDOVER`` calls. The
+    thread is named like the hand-over's (``kbuild-hand-over-…``), so that what waits for one waits for both."""
+    name = function_name(kernel.src.fn)
+
+    def adopt() -> None:
+        try:
+            launcher = cached_triton_launcher(kernel)
+        except Exception:  # Triton's cache unreadable, a module that does not load: kbuild's launcher goes on
+            log.debug("%s: Triton's cached launcher cannot be used; kbuild's launcher goes on", name, exc_info=True)
+            return
+        if launcher is None:
+            return
+        kernel._run = launcher
+        STATE.record(Event(name, True, "hand-over: Triton's launcher, found in Triton's cache (nothing built), runs "
+                           "the later calls", key=getattr(kernel, "kbuild_entry", None), stage="hand-over"))
+
+    thread = threading.Thread(target=adopt, name=f"kbuild-hand-over-cached-{name}", daemon=True)
+    thread.start()
+    return thread
 
 
 def hand_over_in_background(kernel: Any, calls: int) -> threading.Thread:

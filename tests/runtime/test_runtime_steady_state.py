@@ -188,8 +188,8 @@ def test_the_launcher_is_tritons_own_where_tritons_cache_has_it(shipped: Any, tm
     """Fresh processes against a libcuda stand-in (``benchmarks/standin``, built with cc; labelled): with an empty
     Triton cache a shipped kernel is launched by kbuild's launcher and nothing is built; once a Triton process
     (``KBUILD_RUNTIME=off``) has built Triton's launcher for the signature (gcc, against the stand-in), a kbuild
-    process launches the shipped kernel with that launcher, loaded from Triton's cache: nothing built, the same
-    object Triton's constructor makes, no kbuild frame on a later call."""
+    process launches the shipped kernel's later calls with that launcher, found in Triton's cache off the first
+    call's path: nothing built, the same object Triton's constructor makes, no kbuild frame on a later call."""
     import subprocess
 
     standin = tmp_path / "libcuda"
@@ -218,7 +218,12 @@ def test_the_launcher_is_tritons_own_where_tritons_cache_has_it(shipped: Any, tm
     assert warm["launcher"] == "triton.backends.nvidia.driver.CudaLauncher" and warm["kbuild_entry"]
     assert warm["built"] == [] and warm["asked"] == ["__triton_launcher"]  # only the equality check asks Triton
     assert warm["same_as_tritons"] and warm["frames"] == [] and warm["launches"] == 3
-    assert warm["stages"] == ["zero-jit", "direct-launch"]
+    # the first call is kbuild's launcher (no ``file`` subprocess for Triton's cache key on its path); Triton's, found
+    # in its cache by a background thread, runs the later ones
+    assert warm["stages"] == ["zero-jit", "direct-launch", "hand-over"]
+    never = probe("on", KBUILD_RUNTIME_HANDOVER="0")  # 0: never hand over, not even to a cached launcher
+    assert never["launcher"] == "kbuild.runtime.direct.direct_launch" and never["built"] == []
+    assert never["stages"] == ["zero-jit", "direct-launch"]
 
 
 @pytest.mark.slow
