@@ -193,6 +193,9 @@ class GpuMode:
                     self._tuned(autotuner, key, frame)
                 except Exception as exc:
                     self.recorder.note(f"an autotuner's choice could not be recorded ({type(exc).__name__}: {exc})")
+                # written now, not at the next launch: a process may end here without exiting (an xdist worker
+                # killed by a timeout), and the choice of its last call would be lost
+                self.recorder.tick()
 
     def _tuned(self, autotuner: Any, key: Any, frame: Frame) -> None:
         from triton.runtime.driver import driver

@@ -311,6 +311,21 @@ def test_gpu_mode_through_tritons_hooks_records_what_cpu_mode_records(tmp_path: 
     assert marks["grid[0]"] == ["sm_count"] and "n_rows" not in marks
 
 
+def test_an_autotuners_choice_is_written_before_the_process_can_die(tmp_path: Path) -> None:
+    """A process that ends right after an autotuned call without exiting (``os._exit``, as an xdist worker cut by a
+    timeout's kill): the autotuner's measured choice of that last call is in the recording all the same (it is
+    written as soon as it is known, not at the next launch or at exit; Liger's test_swiglu.py lost its last fused-MoE
+    choices on the H100 that way)."""
+    from kbuild.record import session
+
+    script = str(HERE / "workload_kernels.py")
+    rec = session.run([PY, script, "--fake-gpu", "--hard-exit"], session.Options(mode="gpu")).recording
+    by = {k.name: k for k in rec.kernels.values()}
+    assert sorted(t["key"][0] for t in by["shift"].tunings) == [1024, 4096]  # 4096: the very last call
+    assert all(t["choice"] == 1 and t["source"] == "measured" for t in by["shift"].tunings)
+    assert "rows" not in by  # the process did end there
+
+
 def test_a_sitecustomize_the_command_had_still_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     own = tmp_path / "own"
     own.mkdir()

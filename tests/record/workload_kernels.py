@@ -1,12 +1,13 @@
 """A workload for ``kbuild record`` in the tests: the kernels of ``record_kernels`` on CPU tensors, two shapes each.
 
-``python workload_kernels.py [--fake-gpu | --cuda]``: with ``--cuda`` the tensors are on the GPU and the persistent
-kernel is sized by its SM count (a GPU machine); with ``--fake-gpu`` Triton's driver is replaced first by
+``python workload_kernels.py [--fake-gpu | --cuda] [--hard-exit]``: with ``--cuda`` the tensors are on the GPU and the
+persistent kernel is sized by its SM count (a GPU machine); with ``--fake-gpu`` Triton's driver is replaced first by
 :class:`FakeGpu`, a CPU stand-in for tests only (it compiles for real, for sm_90, and launches nothing: the
 launcher calls Triton's launch hooks as the real one does), and the persistent kernel is sized by its SM count
 (132), as a package sizes it by the GPU's; on a CPU it is sized by one SM, as Liger-Kernel does for CPU tensors.
 """
 
+import os
 import sys
 
 import record_kernels as k
@@ -69,7 +70,7 @@ class _Launcher:
             exit_hook(launch_metadata)
 
 
-def main(fake_gpu, cuda=False):
+def main(fake_gpu, cuda=False, hard_exit=False):
     sms, device = 1, "cpu"
     if fake_gpu:
         from triton.runtime.driver import driver
@@ -83,10 +84,12 @@ def main(fake_gpu, cuda=False):
         k.scale_op(x)
         k.scale_op(x, 0.5)
         k.shift_op(x)
+    if hard_exit:  # a process killed right after an autotuned call (an xdist worker cut by a timeout): no atexit
+        os._exit(0)
     for n_rows in (2048, 4096):
         k.rows_op(torch.randn(n_rows, 96, device=device), sms)
     print("workload done")
 
 
 if __name__ == "__main__":
-    main("--fake-gpu" in sys.argv[1:], "--cuda" in sys.argv[1:])
+    main("--fake-gpu" in sys.argv[1:], "--cuda" in sys.argv[1:], "--hard-exit" in sys.argv[1:])
