@@ -132,6 +132,9 @@ class Shipment:
     note: str | None = None
     also_keys: tuple[tuple[Any, ...], ...] = ()
     """Other tuning keys whose choice this configuration is (recorded kernels: :class:`RecordedBuild`)."""
+    serves: dict[str, Any] | None = None
+    """A tuned configuration served to calls that ask for the default (issue 35 part 3): ``{option: the value the
+    call asks}`` for the options in which they differ (:data:`kbuild.declarations.space.SERVABLE_OPTIONS`)."""
 
 
 def _reachable_autotuner(settings: Settings | None, b: KernelBuild) -> tuple[Any, Any, tuple[tuple[str, Any], ...],
@@ -226,10 +229,14 @@ def select_shipped(builds: Iterable[KernelBuild], *, include_untuned: bool = Fal
     default (issue 15) ships only where a call can reach it: an ``@triton.autotune`` kernel whose autotuner has
     that config and whose autotune key the declaration determines (:func:`kbuild.runtime.autotune.autotune_key`):
     its entry is filed under that configuration's key and answers the autotuner. A plain ``@triton.jit`` caller
-    launches the default's constexprs and warps, so there the default's compile ships (``default-of-tuned``; from
-    ``store``, default the settings' store, else compiled now), with a note saying so. The autotuner is answered
+    launches the default's constexprs and options: a tuned configuration that differs from the default only in
+    options that change neither results nor the grid (:func:`kbuild.declarations.space.servable_difference`) is
+    filed under the default's key with ``serves_call`` (the options the call asks; the run time serves it,
+    issue 35 part 3); any other, the default's compile ships (``default-of-tuned``; from ``store``, default the
+    settings' store, else compiled now), with a note saying so. The autotuner is answered
     only with measured choices (``tuned``, ``baseline-kept``): an untuned autotuned kernel ships its default's
     cubin without an autotune key, and Triton autotunes on its first call as without kbuild."""
+    from kbuild.declarations.space import servable_difference
     from kbuild.runtime.autotune import autotune_key
 
     everything = include_untuned or (settings is not None and getattr(settings, "package_data", "all") == "all")
@@ -276,7 +283,18 @@ def select_shipped(builds: Iterable[KernelBuild], *, include_untuned: bool = Fal
         if key is not None and config_key(b, b.default_config).hex == b.baseline_key.hex:
             shipped.append(Shipment(b, b.artefact, key, b.state, b.improved, akey, "; ".join(notes) or None, also))
             continue
-        why = ("a @triton.jit caller launches the declared default's constexprs and warps" if autotuner is None
+        serves, unservable = servable_difference(b.default_config, config)
+        if autotuner is None and serves:  # a @triton.jit caller asks for the default: served the tuned options
+            speedup = b.artefact.meta.get("speedup")
+            gain = f" (×{speedup:.3f})" if isinstance(speedup, (int, float)) and not isinstance(speedup, bool) else ""
+            asked = ", ".join(f"{k}={v}" for k, v in sorted(serves.items()))
+            notes.append(f"the tuned configuration {_describe(config)}{gain} is served to calls that ask for {asked} "
+                         "(options that change neither results nor the grid)")
+            shipped.append(Shipment(b, b.artefact, b.baseline_key, b.state, b.improved, None, "; ".join(notes),
+                                    serves=serves))
+            continue
+        why = (f"a @triton.jit caller launches the declared default's constexprs and options, and {unservable}"
+               if autotuner is None
                else "the autotuner cannot be answered with it" if akey is None
                else "its key could not be recomputed from the baseline's components")
         speedup = b.artefact.meta.get("speedup")
@@ -310,7 +328,7 @@ def mark_shared_cubins(entries: Sequence[tuple[str, dict[str, Any]]]) -> list[tu
 def index_entry(build: KernelBuild, *, autotune_key: Sequence[Any] | None = None,
                 also_keys: Sequence[Sequence[Any]] = (), artefact: Artefact | None = None,
                 key: KernelKey | None = None, tuned: bool | None = None, state: str | None = None,
-                note: str | None = None) -> tuple[str, dict[str, Any]]:
+                note: str | None = None, serves: dict[str, Any] | None = None) -> tuple[str, dict[str, Any]]:
     """``(key, entry)`` of the run-time index (:mod:`kbuild.runtime.index`) for one build with an artefact.
 
     ``triton_metadata`` comes from the artefact's ``meta["triton_metadata"]`` (recorded at compile time);
@@ -359,6 +377,8 @@ def index_entry(build: KernelBuild, *, autotune_key: Sequence[Any] | None = None
         entry["autotune"] = {"key": list(autotune_key)}
         if also_keys:
             entry["autotune"]["also_keys"] = [list(k) for k in also_keys]
+    if serves:  # the cubin's own options are in its triton_metadata and checks; the key's are the call's
+        entry["serves_call"] = dict(sorted(serves.items()))
     if note:
         entry["note"] = note
     return key.hex, entry
@@ -383,7 +403,7 @@ def write_package_data(settings: Settings, builds: Sequence[KernelBuild], packag
     shipped, skipped = select_shipped(builds, include_untuned=include_untuned, settings=settings, store=store)
     index = build_index(mark_shared_cubins([index_entry(s.build, artefact=s.artefact, key=s.key, tuned=s.tuned,
                                                         state=s.state, autotune_key=s.autotune_key,
-                                                        also_keys=s.also_keys, note=s.note)
+                                                        also_keys=s.also_keys, note=s.note, serves=s.serves)
                                             for s in shipped]), package=pkg)
     data_dir = Path(package_dir) / DATA_DIR
     data_dir.mkdir(parents=True, exist_ok=True)

@@ -40,6 +40,13 @@ from typing import Any
 OPTION_KEYS = ("num_warps", "num_stages", "maxnreg", "num_ctas", "ptx_options")
 #: Most points a space may expand to (a grid of a few lists multiplies fast).
 MAX_POINTS = 4096
+#: The options a call's configuration may be swapped in for (issue 35 part 3: the run time serves a tuned
+#: configuration to a call that asks for the default): they change how the same program is laid out, pipelined and
+#: register-allocated, never its arithmetic (:mod:`kbuild.tune.level1.derive` says why, read from Triton 3.6) nor
+#: its launch grid. Not ``num_ctas`` (the launcher launches ``grid × num_ctas`` blocks in clusters) and no
+#: constexpr (a caller's grid and masks are written for its own). ``ptx_options`` only as
+#: :func:`check_ptx_options` accepts them (no flag that changes results).
+SERVABLE_OPTIONS = ("num_warps", "num_stages", "maxnreg", "ptx_options")
 
 
 class SpaceError(ValueError):
@@ -345,3 +352,23 @@ def autotune_default(declared: dict[str, Any], entries: Sequence[Mapping[str, An
 
 __all__ = ["MAX_POINTS", "OPTION_KEYS", "SpaceError", "autotune_configs", "autotune_default", "check_option", "check_ptx_options", "expand",
            "label", "make_point", "normalize_point", "point_id"]
+
+
+def servable_difference(asked: Mapping[str, Any], tuned: Mapping[str, Any]) -> tuple[dict[str, Any] | None, str]:
+    """Whether configuration ``tuned`` may answer a call that asks for ``asked`` (both points): ``({option: the value
+    the call asks}, "")`` for the :data:`SERVABLE_OPTIONS` that differ (empty when none does), else ``(None, why)``:
+    a constexpr or another option differs, or a ``ptx_options`` flag could change results (refused by
+    :func:`check_ptx_options` when the point is normalised)."""
+    try:  # normalising checks every option, ptx_options by check_ptx_options (a flag that changes results raises)
+        a, t = normalize_point(asked, where="asked"), normalize_point(tuned, where="tuned")
+    except SpaceError as exc:
+        return None, str(exc)
+    if a["constexprs"] != t["constexprs"]:
+        names = sorted(n for n in set(a["constexprs"]) | set(t["constexprs"])
+                       if a["constexprs"].get(n) != t["constexprs"].get(n))
+        return None, f"its constexprs differ ({', '.join(names)}): the caller's grid and masks are written for its own"
+    differ = [n for n in OPTION_KEYS if a.get(n) != t.get(n)]
+    fixed = [n for n in differ if n not in SERVABLE_OPTIONS]
+    if fixed:
+        return None, f"{', '.join(fixed)} differ{'s' if len(fixed) == 1 else ''}: not an option a call may be served"
+    return {n: a.get(n) for n in differ}, ""

@@ -143,7 +143,8 @@ _FIELD_TYPES: dict[str, type | tuple[type, ...]] = {
 
 #: Types of the optional fields of version 2 (checked when present).
 _OPTIONAL_TYPES: dict[str, type | tuple[type, ...]] = {"triton_metadata": dict, "config": dict, "autotune": dict,
-                                                       "state": str, "note": str, "shares_cubin_with": list}
+                                                       "state": str, "note": str, "shares_cubin_with": list,
+                                                       "serves_call": dict}
 
 
 def parse_index(data: bytes | str, *, data_dir: Path, where: str) -> Index:
@@ -202,6 +203,16 @@ def _check_v2_fields(entry: Mapping[str, Any], *, where: str) -> None:
         if not isinstance(config.get("kwargs"), dict) or any(type(config.get(f)) is not int
                                                               for f in ("num_warps", "num_stages", "num_ctas")):
             raise IndexFormatError(f"{where}.config: needs kwargs (a table) and integer num_warps, num_stages, num_ctas")
+    serves = entry.get("serves_call")
+    if serves is not None:
+        from kbuild.declarations.space import SERVABLE_OPTIONS
+
+        odd = sorted(n for n in serves if n not in SERVABLE_OPTIONS)
+        if odd:
+            raise IndexFormatError(f"{where}.serves_call.{odd[0]}: not an option a call may be served "
+                                   f"({', '.join(SERVABLE_OPTIONS)})")
+        if md is None:
+            raise IndexFormatError(f"{where}.serves_call: a served configuration needs its triton_metadata")
     autotune = entry.get("autotune")
     if autotune is not None:
         if not isinstance(autotune.get("key"), list):

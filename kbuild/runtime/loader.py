@@ -228,8 +228,13 @@ def shipped_kernel(src: Any, target: Any, options: Mapping[str, Any]) -> Any | N
                             hash=str(md.get("hash") or entry["cubin_sha256"]))
     kernel = kernel_from_payload(src, payload)
     kernel.kbuild_entry = found.shipped.key  # the post-compile hook leaves it alone
-    STATE.record(Event.of_entry(function, found.shipped, substituted=True,
-                                reason="zero-JIT: shipped cubin loaded without compiling", stage="zero-jit"))
+    reason = "zero-JIT: shipped cubin loaded without compiling"
+    serves = entry.get("serves_call")
+    if serves:  # issue 35 part 3: the tuned options answer a call that asks for the default's
+        tuned = ", ".join(f"{k}={md.get(k)!r}" for k in sorted(serves))
+        asked = ", ".join(f"{k}={v!r}" for k, v in sorted(serves.items()))
+        reason += f"; the tuned configuration ({tuned}) serves this call, which asks {asked}"
+    STATE.record(Event.of_entry(function, found.shipped, substituted=True, reason=reason, stage="zero-jit"))
     if found.call is not None:
         STATE.coverage.specialization(function, coverage.describe(found.call), hit=True,
                                       package=found.shipped.index.package, shipped=len(candidates),

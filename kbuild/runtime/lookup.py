@@ -102,9 +102,10 @@ def nearest(candidates: Sequence[ShippedEntry], call: keys.CallSpecialization, *
             distribution: Any = keys.installed_distribution) -> tuple[ShippedEntry | None, list[str]]:
     """The candidate with the call's key and no differences; else the candidate whose key components differ from
     the call's in the fewest fields, and those fields (most telling first); ``(None, [])`` without candidates."""
-    found, closest = _search(candidates, call, explain=True, distribution=distribution)
+    found, _ = _search(candidates, call, explain=False, distribution=distribution)  # a hit compares keys only
     if found is not None:
         return found, []
+    _, closest = _search(candidates, call, explain=True, distribution=distribution)
     return closest if closest is not None else (None, [])
 
 
@@ -145,11 +146,13 @@ def before_compile(candidates: Sequence[ShippedEntry], src: Any, target: Any, op
         return Miss(f"no shipped entry has this call's key{where}", target=call.target.arch, call=call,
                     nearest=close, differences=tuple(diffs))
     md = found.entry["triton_metadata"]
-    problem = metadata_mismatch(md, options, arch, triton_version) or _checks_mismatch(md, found.entry)
+    serves = found.entry.get("serves_call")
+    problem = metadata_mismatch(md, options, arch, triton_version, serves=serves) or _checks_mismatch(md, found.entry)
     if problem is not None:
         return Miss(problem, found, call=call)
     expected = Expected(cc=arch, params=call_params(getattr(src, "signature", None) or {}),
-                        num_warps=options.get("num_warps"), name=getattr(jit.fn, "__name__", None))
+                        num_warps=md.get("num_warps") if serves else options.get("num_warps"),
+                        name=getattr(jit.fn, "__name__", None))
     return Hit(found, expected, call)
 
 
@@ -209,16 +212,32 @@ def _norm(value: Any) -> Any:
     return json.loads(json.dumps(value, default=vars))
 
 
-def metadata_mismatch(md: Mapping[str, Any], options: Mapping[str, Any], arch: int, triton_version: str) -> str | None:
+def metadata_mismatch(md: Mapping[str, Any], options: Mapping[str, Any], arch: int, triton_version: str, *,
+                      serves: Mapping[str, Any] | None = None) -> str | None:
     """Why Triton metadata recorded at build time does not describe a compile with ``options`` for ``arch``
-    (None when it does): the Triton version, the target and every option (paths aside) must be equal."""
+    (None when it does): the Triton version, the target and every option (paths aside) must be equal.
+
+    ``serves`` (an entry's ``serves_call``: a tuned configuration served to calls that ask for the default, issue 35
+    part 3): for those options the call must ask exactly the values listed, and the metadata holds the tuned ones;
+    only :data:`kbuild.declarations.space.SERVABLE_OPTIONS` may be listed."""
     if md.get("triton_version") != triton_version:
         return f"shipped metadata is of Triton {md.get('triton_version')!r}, this is {triton_version!r}"
     target = md.get("target") or {}
     if target.get("backend") != "cuda" or target.get("arch") != arch or target.get("warp_size") != 32:
         return f"shipped metadata targets {target!r}, this GPU is cuda/{arch}"
+    served = dict(serves or {})
+    if served:
+        from kbuild.declarations.space import SERVABLE_OPTIONS
+
+        odd = sorted(n for n in served if n not in SERVABLE_OPTIONS)
+        if odd:
+            return f"the entry serves option {odd[0]}, which may change results"
     for name, value in _norm(dict(options)).items():
         if name in _PATH_OPTIONS:
+            continue
+        if name in served:
+            if _norm(served[name]) != value:
+                return f"option {name} is {value!r}, the served configuration answers calls asking {served[name]!r}"
             continue
         if name not in md:
             return f"option {name} is not in the shipped metadata"

@@ -165,8 +165,10 @@ def cubin_mismatch(data: bytes, entry: Mapping[str, Any], *, where: str, call: E
         return f"the cubin is for {cubin.arch}, the entry's target is {target.get('arch')!r}"
     if call is not None and call.cc is not None and cubin.sm != call.cc:
         return f"the cubin is for {cubin.arch}, this GPU is sm_{call.cc}"
+    # a served entry's config is the call's (its key); the cubin's own warps are in its checks and metadata
+    served = entry.get("serves_call") or {}
     warps = {w for w in (_int(checks.get("num_warps")), _int(md.get("num_warps")),
-                         _int((entry.get("config") or {}).get("num_warps")),
+                         None if "num_warps" in served else _int((entry.get("config") or {}).get("num_warps")),
                          call.num_warps if call is not None else None) if w is not None}
     if threads is not None and any(threads != (32 * w, 1, 1) for w in warps):
         return f"the cubin's block is {threads[0]}×{threads[1]}×{threads[2]} threads, the entry's num_warps is " \

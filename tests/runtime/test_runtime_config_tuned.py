@@ -1,7 +1,9 @@
 """Config-tuned artefacts in package data (issue 15 × issue 16) and the autotune key filled at build time.
 
 A tuned artefact may be the compile of a configuration other than the declared default. A plain ``@triton.jit``
-caller launches the default's constexprs and warps, so the default's compile ships (``default-of-tuned``); an
+caller launches the default's constexprs and options: a tuned configuration that differs only in options that change
+neither results nor the grid is served to it (``serves_call``, issue 35 part 3); one with other constexprs cannot
+be reached, so the default's compile ships (``default-of-tuned``); an
 ``@triton.autotune`` kernel gets its tuned config under that config's key, with the autotune key that makes the
 autotuner choose it. Calls go through Triton's real JIT and autotuner code on a CPU (``runtime_helpers.FakeDriver``:
 load and launch are recording stand-ins, no kernel runs); Triton's compiler is made to raise
@@ -20,7 +22,7 @@ from typing import Any
 
 import pytest
 from runtime_helpers import MARKER
-from test_runtime_zero_jit import _tensors, no_compiler  # noqa: F401  (fixture)
+from test_runtime_zero_jit import CompilerCalled, _tensors, no_compiler  # noqa: F401  (fixture)
 
 import kbuild.runtime
 from kbuild.build.baselines import compile_config
@@ -44,23 +46,83 @@ def _stand_in_tuned(settings: Any, b: Any, config: dict[str, Any]) -> Any:
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# Plain @triton.jit: the tuned configuration cannot be reached by the caller; the default's compile ships.
+# Plain @triton.jit: a tuned configuration that differs from the caller's only in options that change neither results
+# nor the grid is served to the caller (issue 35 part 3); one with other constexprs cannot be reached, and the
+# default's compile ships.
 
 
-def test_jit_kernel_tuned_at_another_config_ships_the_default(jit_settings: Any, baseline_builds: list[Any],
-                                                             kernels: Any, fake_gpu: Any, tmp_path: Path,
-                                                             request: pytest.FixtureRequest) -> None:
+def test_jit_kernel_tuned_in_launch_options_is_served_to_the_default_call(
+        jit_settings: Any, baseline_builds: list[Any], kernels: Any, fake_gpu: Any, tmp_path: Path,
+        request: pytest.FixtureRequest) -> None:
     (b90,) = [b for b in baseline_builds if b.target.cc == 90]
-    tuned = _stand_in_tuned(jit_settings, b90, {**b90.default_config, "num_warps": 8})
+    tuned = _stand_in_tuned(jit_settings, b90, {**b90.default_config, "num_warps": 8, "num_stages": 2})
     assert not tuned.is_default_config and tuned.improved
     shipped = write_package_data(jit_settings, [tuned], tmp_path / "kbx_jit")
     ((key, entry),) = shipped.index["entries"].items()
-    assert key == b90.baseline_key.hex
+    assert key == b90.baseline_key.hex  # the call's key: the default's
+    assert entry["serves_call"] == {"num_stages": 3, "num_warps": 4}
+    assert entry["state"] == "tuned" and entry["tuned"] is True and entry["speedup"] == 1.3
+    assert entry["cubin_sha256"] == tuned.artefact.cubin_sha256 != b90.artefact.cubin_sha256
+    assert entry["config"]["num_warps"] == 4  # the key's (the call's) configuration ...
+    assert entry["checks"]["num_warps"] == entry["triton_metadata"]["num_warps"] == 8  # ... the cubin's own
+    assert entry["triton_metadata"]["num_stages"] == 2
+    assert "served to calls that ask for num_stages=3, num_warps=4" in entry["note"]
+    # The default call gets the tuned cubin, launched with its own 8 warps, without compiling.
+    compiler_calls = request.getfixturevalue("no_compiler")  # from here on, compiling fails the test
+    fake = fake_gpu(90)
+    assert kbuild.runtime.enable("kbx_jit", data_dir=shipped.data_dir)
+    kernels.softmax.device_caches.clear()
+    x, out = _tensors(64, 1024)
+    kernels.softmax[(64,)](out, x, x.stride(0), out.stride(0), 1024, BLOCK=1024, num_warps=4, num_stages=3)
+    assert compiler_calls == [] and [c for _, c, _, _ in fake.loads] == [tuned.artefact.cubin]
+    (kernel,) = kernels.softmax.device_caches[0][0].values()
+    assert kernel.metadata.num_warps == 8 and kernel.metadata.num_stages == 2
+    (event,) = [e for e in kbuild.runtime.events() if e.stage == "zero-jit"]
+    assert "serves this call, which asks num_stages=3, num_warps=4" in event.reason
+    # A call asking for other options is not served by it: Triton compiles (here: the stand-in refuses).
+    kernels.softmax.device_caches.clear()
+    with pytest.raises(CompilerCalled):
+        kernels.softmax[(64,)](out, x, x.stride(0), out.stride(0), 1024, BLOCK=1024, num_warps=8, num_stages=2)
+    assert compiler_calls
+
+
+def test_served_options_are_checked_at_run_time(jit_settings: Any, baseline_builds: list[Any]) -> None:
+    """``serves_call`` lists only options that change neither results nor the grid: an index naming another is
+    refused when read, and the lookup refuses one all the same."""
+    from kbuild.runtime.index import IndexFormatError, _check_v2_fields
+    from kbuild.runtime.lookup import metadata_mismatch
+
+    md = {"triton_version": "3.6.0", "target": {"backend": "cuda", "arch": 90, "warp_size": 32}, "num_warps": 8,
+          "num_ctas": 1, "name": "k", "shared": 0}
+    assert metadata_mismatch(md, {"num_warps": 4, "num_ctas": 1}, 90, "3.6.0", serves={"num_warps": 4}) is None
+    assert "asking 4" in str(metadata_mismatch(md, {"num_warps": 2, "num_ctas": 1}, 90, "3.6.0",
+                                               serves={"num_warps": 4}))
+    assert "may change results" in str(metadata_mismatch(md, {"num_warps": 8, "num_ctas": 2}, 90, "3.6.0",
+                                                         serves={"num_ctas": 2}))
+    assert "num_warps is 4, shipped 8" in str(metadata_mismatch(md, {"num_warps": 4, "num_ctas": 1}, 90, "3.6.0"))
+    entry = {"triton_metadata": md, "checks": {"name": "k"}, "serves_call": {"num_ctas": 2}}
+    with pytest.raises(IndexFormatError, match=r"serves_call\.num_ctas: not an option a call may be served"):
+        _check_v2_fields(entry, where="index.json: entries.k")
+    with pytest.raises(IndexFormatError, match="needs its triton_metadata"):
+        _check_v2_fields({"serves_call": {"num_warps": 4}}, where="index.json: entries.k")
+
+
+def test_jit_kernel_tuned_at_other_constexprs_ships_the_default(jit_settings: Any, baseline_builds: list[Any],
+                                                               kernels: Any, fake_gpu: Any, tmp_path: Path,
+                                                               request: pytest.FixtureRequest) -> None:
+    (b90,) = [b for b in baseline_builds if b.target.cc == 90]
+    chosen = {**b90.default_config, "constexprs": {**b90.default_config["constexprs"], "BLOCK": 2048},
+              "num_warps": 8}
+    tuned = _stand_in_tuned(jit_settings, b90, chosen)
+    assert not tuned.is_default_config and tuned.improved
+    shipped = write_package_data(jit_settings, [tuned], tmp_path / "kbx_jit")
+    ((key, entry),) = shipped.index["entries"].items()
+    assert key == b90.baseline_key.hex and "serves_call" not in entry
     assert entry["state"] == "default-of-tuned" and entry["tuned"] is False and entry["speedup"] is None
     assert entry["cubin_sha256"] == b90.artefact.cubin_sha256 != tuned.artefact.cubin_sha256
     assert entry["artefact_key"] == b90.baseline_key.hex
     assert entry["config"]["num_warps"] == 4 and entry["checks"]["num_warps"] == 4
-    assert "num_warps=8" in entry["note"] and "not shipped" in entry["note"] and "@triton.jit caller" in entry["note"]
+    assert "BLOCK=2048" in entry["note"] and "not shipped" in entry["note"] and "constexprs differ (BLOCK)" in entry["note"]
     assert shipped.notes == [("softmax", "sm_90", entry["note"])]
     # The default call launches the shipped default cubin without compiling.
     compiler_calls = request.getfixturevalue("no_compiler")  # from here on, compiling fails the test
@@ -78,7 +140,8 @@ def test_jit_kernel_default_found_by_compiling_when_the_store_lacks_it(jit_setti
     from kbuild.cache import open_store
 
     (b90,) = [b for b in baseline_builds if b.target.cc == 90]
-    tuned = _stand_in_tuned(jit_settings, b90, {**b90.default_config, "num_warps": 8})
+    tuned = _stand_in_tuned(jit_settings, b90, {**b90.default_config, "num_warps": 8,
+                                               "constexprs": {**b90.default_config["constexprs"], "BLOCK": 2048}})
     empty = open_store(dataclasses.replace(jit_settings, store=tmp_path / "empty-store"))
     shipped = write_package_data(jit_settings, [tuned], tmp_path / "kbx_jit", store=empty)
     (entry,) = shipped.index["entries"].values()
