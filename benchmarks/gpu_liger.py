@@ -161,11 +161,29 @@ logging.getLogger("kbuild").addHandler(_H()); logging.getLogger("kbuild").setLev
 {calls}
 import kbuild.runtime
 run = make({op!r}, {dtype!r}, "cuda")
+import os
+profile_dir = os.environ.get("KBX_PROFILE_DIR")   # a diagnostic run: the first call under cProfile (slower)
+if profile_dir:
+    import cProfile
+    profiler = cProfile.Profile()
 torch.cuda.synchronize()
 t0 = time.perf_counter()
+if profile_dir:
+    profiler.enable()
 outs = run()
 torch.cuda.synchronize()
+if profile_dir:
+    profiler.disable()
 seconds = time.perf_counter() - t0
+if profile_dir:
+    import io, pstats
+    text = io.StringIO()
+    text.write(f"{{seconds:.4f}} s (profiled) KBUILD_RUNTIME={{os.environ.get('KBUILD_RUNTIME')}}\n")
+    pstats.Stats(profiler, stream=text).sort_stats("cumulative").print_stats(45)
+    pstats.Stats(profiler, stream=text).sort_stats("tottime").print_stats(25)
+    name = "%s-%s-%s-%d.txt" % ({op!r}, {dtype!r}, os.environ.get("KBUILD_RUNTIME"), os.getpid())
+    with open(os.path.join(profile_dir, name), "w") as f:
+        f.write(text.getvalue())
 print(json.dumps({{"seconds": seconds, "compiles": compiles, "host_builds": host_builds, "fallbacks": fallbacks,
                   "events": [e.as_dict() for e in kbuild.runtime.events()],
                   "enabled": kbuild.runtime.enabled_packages(), "out_sha256": digest(outs)}}))

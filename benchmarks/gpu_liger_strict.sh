@@ -7,8 +7,10 @@
 #   OUT=$OUT/strict REC=benchmarks/results/h100/issue36-s2/record/liger.recording.json DYT_S=110 \
 #     bash benchmarks/gpu_liger_strict.sh
 #
-# 1. DYT_S > 0: test_dyt.py is recorded again (PER_FILE_S=DYT_S, 4 workers) into a copy of REC, so that every
-#    autotuned dyt call has a measured choice (the first recording cut it short); the merged recording is kept.
+# WHEEL=FILE skips steps 1 and 2 (the wheel is tested as it is).
+# 1. RERECORD="swiglu dyt" (RERECORD_S seconds per file, RERECORD_WORKERS): these test files are recorded again
+#    into a copy of REC, so that every call has an entry and every autotuned call a measured choice (a file cut
+#    short keeps only what it launched); the merged recording is kept. DYT_S=N is RERECORD=dyt with 4 workers.
 # 2. examples/liger is copied, its [tool.kbuild] pointed at that recording for sm_90 (hand-written declarations
 #    kept), and built through kbuild's backend (tune off, an empty store); the build's report is kept.
 # 3. The wheel is installed into a target dir and each test file runs under pytest-xdist with KBUILD_RUNTIME=strict,
@@ -19,29 +21,38 @@ OUT=${OUT:-/tmp/kbuild-liger-strict}; mkdir -p "$OUT"
 FILES=${FILES:-"rms_norm swiglu geglu layer_norm cross_entropy dyt"}
 REC=${REC:-benchmarks/results/h100/issue36-s2/record/liger.recording.json}
 DYT_S=${DYT_S:-0}; PER_FILE_S=${PER_FILE_S:-90}; WORKERS=${WORKERS:-8}
+RERECORD=${RERECORD:-}; RERECORD_S=${RERECORD_S:-120}; RERECORD_WORKERS=${RERECORD_WORKERS:-8}
+if [ "$DYT_S" -gt 0 ]; then RERECORD="dyt"; RERECORD_S=$DYT_S; RERECORD_WORKERS=4; fi
 work=$(mktemp -d); out=$(realpath "$OUT")
 cp "$REC" "$out/liger.recording.json"
-if [ "$DYT_S" -gt 0 ]; then
-  OUT=$out FILES=dyt PER_FILE_S=$DYT_S WORKERS=4 bash benchmarks/gpu_record_liger.sh > "$out/record_dyt_again.log" 2>&1
-  tail -3 "$out/record_dyt_again.log"
+if [ -n "$RERECORD" ]; then   # these files recorded again, merged into the copy of REC (kbuild record --out merges)
+  OUT=$out FILES="$RERECORD" PER_FILE_S=$RERECORD_S WORKERS=$RERECORD_WORKERS bash benchmarks/gpu_record_liger.sh \
+    > "$out/record_again.log" 2>&1
+  grep -E "^[a-z_]+: rc=" "$out/record_again.log"; tail -3 "$out/record_again.log"
 fi
-# 2. the build
-cp -r examples/liger "$work/proj"; mkdir -p "$work/proj/recordings"
-cp "$out/liger.recording.json" "$work/proj/recordings/liger-tests.json"
-python3 - "$work/proj/pyproject.toml" <<'PY'
+# 2. the build (WHEEL=FILE: a wheel built elsewhere, e.g. on a CPU machine from the committed recording, instead)
+if [ -n "${WHEEL:-}" ]; then
+  wheel=$(realpath "$WHEEL"); build_rc=0; build_s=0; echo "wheel given: $wheel"
+else
+  cp -r examples/liger "$work/proj"; mkdir -p "$work/proj/recordings"
+  cp "$out/liger.recording.json" "$work/proj/recordings/liger-tests.json"
+  python3 - "$work/proj/pyproject.toml" <<'PY'
 import re, sys
 p = sys.argv[1]; s = open(p).read()
 s = re.sub(r'^targets = .*$', 'targets = ["sm_90"]', s, count=1, flags=re.M)
+s = re.sub(r'^tune = .*$', 'tune = "off"', s, count=1, flags=re.M)
+s = re.sub(r'^recordings = .*$', '', s, flags=re.M)  # the example's own recordings: replaced by REC alone
 s = re.sub(r'^tune = .*$', 'tune = "off"\nrecordings = ["recordings/liger-tests.json"]', s, count=1, flags=re.M)
 open(p, "w").write(s)
 PY
-start=$(date +%s)
-KBUILD_STORE=$work/store python3 -m pip wheel -q --no-deps --no-build-isolation -w "$work/dist" "$work/proj" \
-  > "$out/build.log" 2>&1; build_rc=$?
-build_s=$(( $(date +%s) - start ))
-echo "build rc=$build_rc ${build_s}s"; grep -E "^kbuild:|recorded|answers" "$out/build.log" | tail -8
-wheel=$(ls "$work"/dist/kbx_liger-*.whl 2>/dev/null | head -1)
-[ -n "$wheel" ] || { echo "no wheel"; tail -30 "$out/build.log"; exit 1; }
+  start=$(date +%s)
+  KBUILD_STORE=$work/store python3 -m pip wheel -q --no-deps --no-build-isolation -w "$work/dist" "$work/proj" \
+    > "$out/build.log" 2>&1; build_rc=$?
+  build_s=$(( $(date +%s) - start ))
+  echo "build rc=$build_rc ${build_s}s"; grep -E "^kbuild:|recorded|answers" "$out/build.log" | tail -8
+  wheel=$(ls "$work"/dist/kbx_liger-*.whl 2>/dev/null | head -1)
+  [ -n "$wheel" ] || { echo "no wheel"; tail -30 "$out/build.log"; exit 1; }
+fi
 python3 -m pip install -q --no-deps --no-index --target "$work/kbx" "$wheel"
 # 3. the tests, strict
 site=$work/tests-site
