@@ -260,8 +260,9 @@ def load_spec(ref: str, *, small: bool = False, python_path: Sequence[str] = ())
         unknown = sorted(n for n in arguments if n not in params and not takes_any)
         if unknown:
             raise BenchSpecError(ref, f"{attr}() takes no argument {unknown[0]!r}")
-        try:
-            obj = obj(small=small, **arguments) if takes_small else obj(**arguments)
+        try:  # on the same path as the import: a spec made from a recording imports the recorded kernel's module
+            with usercode.on_path(python_path):
+                obj = obj(small=small, **arguments) if takes_small else obj(**arguments)
         except BenchSpecError:
             raise
         except Exception as exc:
