@@ -15,13 +15,34 @@ Importing this package imports neither torch, triton nor optuna.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from kbuild.extras import needs
 
-# The [tune] extra (numpy, optuna, ...): without it, one MissingDependencyError naming `pip install 'kbuild[tune]'`.
-with needs("tune", "tuning (kbuild.tune.level1)"):
+if TYPE_CHECKING:
     from .measurer import ConfigMeasurer, GpuConfigMeasurer, ModelConfigMeasurer, Prepared, TimedBatch
     from .search import Level1Result, NoWorkingConfig, Trial, search_configs
     from .space import Space
+
+_LAZY = {"ConfigMeasurer": "measurer", "GpuConfigMeasurer": "measurer", "ModelConfigMeasurer": "measurer",
+         "Prepared": "measurer", "TimedBatch": "measurer", "Level1Result": "search", "NoWorkingConfig": "search",
+         "Trial": "search", "search_configs": "search", "Space": "space"}
+
+
+def __getattr__(name: str) -> Any:
+    """The search and the measurers, imported when first asked for: a build that only derives a recorded kernel's
+    space (:mod:`.derive`, :mod:`.subject`: no extra needed) imports this package without the [tune] extra (numpy,
+    optuna, ...), which the search needs; without it, one MissingDependencyError naming
+    ``pip install 'kbuild[tune]'``."""
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    import importlib
+
+    with needs("tune", "tuning (kbuild.tune.level1)"):
+        value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
 
 __all__ = ["ConfigMeasurer", "GpuConfigMeasurer", "Level1Result", "ModelConfigMeasurer", "NoWorkingConfig",
            "Prepared", "Space", "TimedBatch", "Trial", "search_configs"]
