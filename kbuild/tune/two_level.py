@@ -36,6 +36,8 @@ from kbuild.bench.spec import BenchSpec, Config
 from kbuild.settings.model import TuneRequest
 
 LEVEL1_SHARE = 0.3
+#: Rounds per configuration of level 1's exhaustive sweep (``search_configs``' default).
+SWEEP_ROUNDS = 8
 """Fraction of the evaluation budget that level 1 may spend."""
 LEVEL1_SECONDS_SHARE = 0.45
 """Fraction of the seconds after which level 1 proposes no new configuration (compiles dominate it)."""
@@ -136,8 +138,13 @@ def tune_two_level(spec: BenchSpec, arch: int, request: TuneRequest, *, measurer
     space = spec.search_space()
     evaluations, seconds, top = request.evaluations, request.seconds, request.top
     l1_evals = level1_budget(len(space), evaluations)
-    say(f"{spec.name}: level 1 over {len(space)} configurations, ≤ {l1_evals} evaluations")
-    l1 = search_configs(spec, measurer, method=request.method, evaluations=l1_evals, seed=request.seed, top=top,
+    method = request.method
+    if method == "racing" and len(space) * SWEEP_ROUNDS <= int(evaluations * LEVEL1_SHARE):
+        # a space whose whole sweep fits level 1's share is swept: racing on a quarter of it screens too few points
+        # (an 8-point space gets 16 evaluations, one point's rounds)
+        method, l1_evals = "exhaustive", len(space) * SWEEP_ROUNDS
+    say(f"{spec.name}: level 1 over {len(space)} configurations ({method}), ≤ {l1_evals} evaluations")
+    l1 = search_configs(spec, measurer, method=method, evaluations=l1_evals, seed=request.seed, top=top,
                         batch=LEVEL1_BATCH, seconds=seconds * LEVEL1_SECONDS_SHARE, default=default)
     racy_default = l1.decision  # the default's cubin is racy: it ships, nothing else is claimed
     if racy_default:
