@@ -42,6 +42,10 @@ class RecordedBuild:
     (Triton's autotuner benchmarks on the first call, from the shipped cubins)."""
     notes: tuple[str, ...] = ()
     """What the index entry and the build report say about it."""
+    derived: Any = field(default=None, compare=False, repr=False)
+    """The level-1 space derived for it where the build tunes it (a
+    :class:`kbuild.tune.level1.derive.DerivedSpace`; its points are :attr:`KernelBuild.space`): the tune phase prunes
+    it on the CPU before measuring (:func:`kbuild.build.tuning.tune_build`); None: not tuned from a recording."""
 
     def manifest(self) -> dict[str, Any]:
         """The manifest entry's ``recorded`` field (nothing that depends on this machine)."""

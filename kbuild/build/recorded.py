@@ -23,7 +23,10 @@
    report names the key components that differ. Values derived from the SM count are recomputed for each target's
    GPU (:func:`kbuild.record.machine.on_other_gpu`) and what the recording does not cover there is reported;
 4. **choose** (:mod:`kbuild.build.choices`): an autotuned kernel's entries carry, per target, the tuning key whose
-   choice their configuration is;
+   choice their configuration is; where the build tunes (``tune`` not ``off``), a plain ``@triton.jit`` kernel
+   recorded for a target gets a bench spec made from its recorded call and a space derived from what cannot change
+   its results (:func:`_tunable`), so that the tune phase (a GPU of the target here, or ``kbuild prewarm``) tunes it
+   like a declared kernel, and the package data serves the choice to the recorded call (``serves_call``);
 5. **collapse** (:func:`collapse`): a recorded entry whose baseline key a hand-written one has (or another recorded
    one) is built once, as the first.
 
@@ -334,10 +337,9 @@ def _dist(dist: dict[str, str] | None) -> str:
 def _builds_of(settings: Settings, d: Declared, imported: _Imported, targets: Sequence[Target], tools: dict[str, str],
                tuner: dict[str, Any] | None, choices: _Choices, report: RecordingReport) -> list[KernelBuild]:
     """One declaration's builds, one per target; none when a target it was recorded for keys the call otherwise."""
-    spec = d.spec
-    space = [spec.default_config()]
     out = []
     for target in targets:
+        spec, space, derived = _tunable(settings, d, target, imported, tuner, report)
         baseline, tuned = kernel_keys(spec, target, imported.source_hash, tools, tuner, space, imported.distribution)
         recorded = d.recorded.get(target.name)
         if recorded is not None:
@@ -364,8 +366,46 @@ def _builds_of(settings: Settings, d: Declared, imported: _Imported, targets: Se
                                    autotuned=d.kernel.autotune is not None,
                                    autotune_key=chosen[0] if chosen else None,
                                    also_keys=tuple(tuple(k) for k in (chosen or [])[1:]),
-                                   choice=source, notes=tuple(chose_notes))))
+                                   choice=source, notes=tuple(chose_notes), derived=derived)))
     return out
+
+
+def _tunable(settings: Settings, d: Declared, target: Target, imported: _Imported, tuner: dict[str, Any] | None,
+             report: RecordingReport) -> tuple[KernelSettings, list[dict[str, Any]], Any]:
+    """The declaration as the tune phase takes it on ``target``, and the configuration space its tuned key names.
+
+    Where the build tunes (``tune`` is not ``off``), a plain ``@triton.jit`` kernel recorded for ``target`` gets a
+    bench spec made from its recorded call (:func:`kbuild.bench.recorded.recorded_ref`: inputs from the recorded
+    shapes, the recorded configuration's own output as the reference) and a space derived from what cannot change
+    its results (:func:`kbuild.tune.level1.derive.derive_space`; pruning by ptxas is the tune phase's). What it
+    chooses ships to calls that ask for the recorded configuration (``serves_call``, issue 35 part 3). An
+    ``@triton.autotune`` kernel keeps its autotuner's choices (:mod:`kbuild.build.choices`); elsewhere the
+    default alone. The third value is the derived space (None where there is none), which the tune phase prunes."""
+    spec, default = d.spec, [d.spec.default_config()]
+    recorded = d.recorded.get(target.name)
+    if tuner is None or d.kernel.autotune is not None or recorded is None or spec.bench:
+        return spec, default, None
+    if any(isinstance(v, dict) for v in spec.constexprs.values()):  # a dtype constexpr, { dtype = "fp16" }
+        report.say(f"{d.kernel.function} ({spec.name}) on {target.name}: not tuned: a dtype constexpr cannot be a "
+                   "point of a level-1 space yet")
+        return spec, default, None
+    from kbuild.bench.recorded import recorded_ref
+    from kbuild.declarations.space import make_point
+    from kbuild.tune.level1.derive import derive_space
+    from kbuild.tune.level1.subject import from_recording
+
+    try:
+        derived = derive_space(from_recording(d.recording, d.kernel, recorded, where=d.files[0]), fn=imported.jit)
+    except Exception as exc:  # a kernel the derivation cannot read ships its recorded configuration
+        report.say(f"{d.kernel.function} ({spec.name}) on {target.name}: not tuned: no space could be derived "
+                   f"({type(exc).__name__}: {exc})")
+        return spec, default, None
+    ref = recorded_ref(settings.project_path(d.files[0]), d.kernel.function, recorded.id, target=target.name)
+    # only points the recorded call can be served (SERVABLE_OPTIONS): not another num_ctas, which launches clusters
+    space = [make_point({**spec.constexprs, **c.constexprs}, c.num_warps, c.num_stages, c.maxnreg, c.num_ctas,
+                        c.ptx_options) for c in derived.space.configs
+             if c.num_ctas == spec.num_ctas and not c.constexprs]
+    return dataclasses.replace(spec, bench=ref), space, derived
 
 
 def _machine_notes(d: Declared, target: Target) -> list[str]:

@@ -101,7 +101,8 @@ def _tune_two_level(settings: Settings, b: KernelBuild, request: TuneRequest, py
 
     assert b.spec.bench
     bench_ref = b.spec.bench
-    spec = project_spec(load_spec(bench_ref, python_path=python_path), b.space)
+    points, space_report = _pruned_space(b, request, python_path)
+    spec = project_spec(load_spec(bench_ref, python_path=python_path), points)
     compiled: dict[str, Artefact] = {}
 
     def baseline(config: Config) -> tuple[bytes, str, dict[str, Any]]:
@@ -132,12 +133,42 @@ def _tune_two_level(settings: Settings, b: KernelBuild, request: TuneRequest, py
     total = result.gains.get("final") or result.gains.get("total")
     reason = (result.final or {}).get("reason") or (
         result.level2[result.config.label()].decision.reason if result.config.label() in result.level2 else "")
+    report = result.report()
+    if space_report is not None:
+        report["space"] = space_report
     return tuned_artefact(b, result.cubin, accepted=result.accepted, speedup=total, reason=str(reason),
-                          report=result.report(), seconds=time.time() - started,
+                          report=report, seconds=time.time() - started,
                           base=None if default else compiled.get(result.config.label()) or
                           compile_config(settings, b, result.config.as_dict()),
                           gains={"level1": float(result.gains.get("level1") or 1.0),
                                  "level2": float(result.gains.get("level2") or 1.0)})
+
+
+def _pruned_space(b: KernelBuild, request: TuneRequest, python_path: tuple[str, ...] = ()
+                  ) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    """``b.space``, less what the CPU prunes before any GPU time is spent, where the space was derived for a
+    recorded kernel (:func:`kbuild.tune.level1.prune.prune`: compile errors, shared memory, occupancy, spills,
+    wgmma races, duplicate machine code), and the report of it (``{derived, size, kept, pruned, points}``; None for a
+    declared space, which is searched as declared)."""
+    recorded = getattr(b, "recorded", None)
+    derived = recorded.derived if recorded is not None else None
+    if derived is None:
+        return list(b.space), None
+    from kbuild.tune.level1.prune import prune
+    from kbuild.usercode import on_path
+
+    with on_path(python_path):  # the compile processes import the project's kernel (they start with this sys.path)
+        pruned = prune(derived, jobs=request.jobs, timeout=request.compile_timeout)
+
+    def options(p: Any) -> tuple[Any, ...]:
+        get = p.get if isinstance(p, dict) else lambda n: getattr(p, n)
+        return tuple(get(n) for n in ("num_warps", "num_stages", "maxnreg", "num_ctas", "ptx_options"))
+
+    kept = {options(v.config) for v in pruned.verdicts if v.kept}
+    points = [p for i, p in enumerate(b.space) if i == 0 or options(p) in kept]  # the default is always searched
+    report = pruned.as_dict()
+    report["searched"] = len(points)
+    return points, report
 
 
 def tuned_artefact(b: KernelBuild, cubin: bytes, *, accepted: bool, speedup: float | None, reason: str,

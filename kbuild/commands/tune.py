@@ -204,8 +204,10 @@ def run(args: argparse.Namespace) -> int:
         raise UsageError("--recording and --suite name different kernels; give one")
     if args.dry_run or args.recording:
         if not args.dry_run:
-            raise UsageError("--recording: tuning a recorded kernel needs inputs generated from the recording, "
-                             "which kbuild cannot do yet; add --dry-run to derive and prune its space on this CPU")
+            raise UsageError("--recording tunes nothing itself: a project that declares a recording "
+                             "([tool.kbuild] recordings) with tune = \"auto\" tunes its plain @triton.jit kernels in "
+                             "the build or `kbuild prewarm` on a GPU machine (a bench spec from the recorded call, a "
+                             "derived space); add --dry-run to derive and prune the spaces here on the CPU")
         from kbuild.commands.tune_space import run_dry
 
         return run_dry(args, _target(args.target))

@@ -532,6 +532,39 @@ def _config_table(l1: Mapping[str, Any], chosen: str | None, est: str) -> str:
     return "".join(out)
 
 
+def _space_html(space: Mapping[str, Any]) -> str:
+    """The ``space`` of a report (:func:`kbuild.build.tuning._pruned_space`: a derived space and its pruning): the
+    dimensions, the counts, and each pruned point with its reason."""
+    def table(value: Any) -> Mapping[str, Any]:
+        return value if isinstance(value, Mapping) else {}
+
+    dims = table(table(space.get("space")).get("dimensions"))
+
+    def dimension(name: str, d: Mapping[str, Any]) -> str:
+        values = ", ".join(map(str, d.get("values", [])))
+        why = f" ({_e(d['why'])})" if d.get("why") else ""
+        return f"<code>{_e(name)}</code> {_e(values)}{why}"
+
+    dim_txt = "; ".join(dimension(name, d) for name, d in dims.items() if isinstance(d, Mapping))
+    counts = table(space.get("pruned"))
+    by_reason = ", ".join(f"{_e(r)} {n}" for r, n in counts.items() if n) or "none"
+    out = [f"<p id=space>{_e(space.get('size', '—'))} points derived from what cannot change results "
+           f"({dim_txt or '—'}); {_e(space.get('kept', '—'))} kept, {_e(space.get('searched', '—'))} searched; "
+           f"pruned on the CPU before any GPU time: {by_reason}.</p>"]
+    rows = [p for p in space.get("points", []) if isinstance(p, Mapping) and not p.get("kept")]
+    if rows:
+        out.append("<table class=configs id=pruned><tr><th>configuration</th><th>pruned: reason</th><th>detail</th>"
+                   "<th>registers</th><th>spills</th><th>shared</th></tr>")
+        for p in rows:
+            spills = (p.get("spill_stores") or 0) + (p.get("spill_loads") or 0) if p.get("registers") is not None \
+                else None
+            out.append(f"<tr><td><code>{_e(p.get('label'))}</code></td><td>{_e(p.get('reason'))}</td>"
+                       f"<td>{_e(p.get('detail') or p.get('error') or '')}</td><td>{_e(p.get('registers', '—'))}</td>"
+                       f"<td>{_e('—' if spills is None else spills)}</td><td>{_e(p.get('shared', '—'))}</td></tr>")
+        out.append("</table>")
+    return "".join(out)
+
+
 def _sci(v: Any) -> str:
     f = _num(v)
     return "—" if f is None else f"{f:.2e}"
@@ -680,6 +713,10 @@ def render_report_html(report: Mapping[str, Any], baseline_cubin: bytes, shipped
                  f"<dt>Wrong results shipped</dt><dd>{wrong_txt}</dd>"
                  f"<dt>Budget used</dt><dd>{_e(report.get('evaluations', '—'))} evaluations, "
                  f"{_e(report.get('seconds', '—'))} s</dd></dl>")
+    space = report.get("space")
+    if isinstance(space, Mapping):  # a space derived for a recorded kernel, pruned on the CPU
+        parts.append("<h2>Space: derived and pruned</h2>")
+        parts.append(_space_html(space))
     # configuration table
     parts.append("<h2>Level 1: configurations</h2>")
     parts.append(_config_table(l1, chosen, est) if l1 else '<p class="muted">No level-1 search in this report.</p>')

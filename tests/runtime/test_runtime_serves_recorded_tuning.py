@@ -1,0 +1,130 @@
+"""Issue 35's whole path on a CPU: record → inputs → tune on the cost model → ship → the run time serves the tuned
+configuration, and the per-kernel report (the derived space, what was pruned and why, the search, the choice).
+
+examples/jit-package's softmax is recorded as its package calls it (``kbuild record --mode cpu``, launches recorded
+instead of run); a project declares nothing but that recording. With ``tune = "auto"`` the build gives the recorded
+plain ``@triton.jit`` kernel a bench spec made from the recorded call and a space derived from what cannot change
+its results; the tune phase's two levels run with the CPU cost model as the measurer (**a labelled stand-in for the
+GPU**: the model's estimate, not a measurement, so the prewarm never ships such a result; shipped here only to drive
+the path to the end); the package data files the chosen configuration under the recorded call's key with
+``serves_call``; and a call exactly as the package makes it (one warp per row, ``num_warps=1``) gets that cubin,
+launched with the tuned warps, through Triton's real JIT on a CPU (``runtime_helpers.FakeDriver``: load and launch
+are recording stand-ins) with Triton's compiler made to raise.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from test_runtime_zero_jit import no_compiler  # noqa: F401  (fixture)
+
+import kbuild.runtime
+
+ROOT = Path(__file__).resolve().parents[2]
+JIT_EXAMPLE = ROOT / "examples" / "jit-package"
+
+
+#: The package's call: examples/jit-package's softmax launched with one warp per 1,024-wide row (a package's rule
+#: written once), which the tuner can beat by options alone.
+WORKLOAD = """
+import sys
+sys.path.insert(0, {example!r})
+import torch
+from kbx_jit import kernels
+x = torch.randn(64, 1024).half()
+out = torch.empty_like(x)
+kernels.softmax[(64,)](out, x, x.stride(0), out.stride(0), 1024, BLOCK=1024, num_warps=1, num_stages=3)
+"""
+
+
+def call(kernels: Any) -> None:
+    import torch
+
+    x = torch.randn(64, 1024).half()
+    out = torch.empty_like(x)
+    kernels.softmax[(64,)](out, x, x.stride(0), out.stride(0), 1024, BLOCK=1024, num_warps=1, num_stages=3)
+
+
+@pytest.fixture(scope="module")
+def recorded_project(tmp_path_factory: pytest.TempPathFactory) -> Any:
+    """examples/jit-package's softmax recorded on a CPU, and a project that declares it by that recording alone."""
+    import shutil
+
+    from kbuild.settings.sources import load_settings
+
+    tmp = tmp_path_factory.mktemp("recorded-tuning")
+    rec = tmp / "softmax.recording.json"
+    (tmp / "workload.py").write_text(WORKLOAD.format(example=str(JIT_EXAMPLE)))
+    done = subprocess.run([sys.executable, "-m", "kbuild", "record", "--mode", "cpu", "--target", "sm_90", "--out",
+                           str(rec), "--", sys.executable, str(tmp / "workload.py")],
+                          capture_output=True, text=True, timeout=600, cwd=tmp, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    project = tmp / "proj"
+    shutil.copytree(JIT_EXAMPLE / "kbx_jit", project / "kbx_jit", ignore=shutil.ignore_patterns("_kbuild"))
+    (project / "pyproject.toml").write_text(
+        '[project]\nname = "kbx-jit"\nversion = "0.1.0"\n\n[tool.kbuild]\nship = "package-data"\n'
+        'targets = ["sm_90"]\ntune = "auto"\nrecordings = ["../softmax.recording.json"]\n'
+        'budget = { evaluations = 400 }\n')  # level 1's share sweeps the pruned space
+    return dataclasses.replace(load_settings(project / "pyproject.toml"), store=tmp / "store")
+
+
+def test_record_tune_on_the_cost_model_ship_and_serve(recorded_project: Any, fake_gpu: Any, tmp_path: Path,
+                                                      request: pytest.FixtureRequest) -> None:
+    from kbuild.build.package_data import write_package_data
+    from kbuild.build.pipeline import run_pipeline
+    from kbuild.build.tuning import tune_build
+
+    settings = recorded_project
+    (b,) = run_pipeline(settings)
+    # the recorded call as the declaration: a bench spec from the recording, a derived space (the recorded
+    # configuration first), and no hand-written field
+    assert b.recorded is not None and b.spec.bench.startswith("kbuild.bench.recorded:recorded_spec?")
+    assert "specialization=" in b.spec.bench and "target=sm_90" in b.spec.bench
+    assert len(b.space) > 1 and b.space[0] == b.spec.default_config()
+    assert b.space[0]["num_warps"] == 1 and {p["num_warps"] for p in b.space} > {1}
+    assert all(p["constexprs"] == {"BLOCK": 1024} for p in b.space)
+    assert b.tuned_key is not None and b.tuned_key.components["tuner"]["space"]
+
+    art = tune_build(settings, b, measure="model")  # the cost model stands in for the GPU (labelled)
+    assert art.meta["tuned"] is True and "cost model" in art.meta["tune_decision"]
+    report = art.meta["tune_report"]
+    assert report["level1"]["backend"].startswith("cost-model")
+    # the per-kernel report: the derived space, what the CPU pruned before measuring and why, the search, the choice
+    space = report["space"]
+    assert space["size"] == len(b.space) and space["kept"] + sum(space["pruned"].values()) == space["size"]
+    assert report["level1"]["space_size"] == space["searched"] <= space["kept"] + 1
+    assert all(p["reason"] for p in space["points"] if not p["kept"])
+    from kbuild.tune.report_html import render_report_html
+
+    page = render_report_html(report, b.artefact.cubin, art.cubin, kernel_symbol="softmax")
+    assert "Space: derived and pruned" in page and f"{space['size']} points derived" in page
+    assert "Level 1: configurations" in page
+    chosen = art.meta["config"]
+    assert chosen != b.default_config and chosen["constexprs"] == {"BLOCK": 1024}
+    assert art.meta["triton_metadata"]["num_warps"] == chosen["num_warps"]
+
+    tuned = dataclasses.replace(b)
+    tuned.artefact, tuned.tuned = art, True
+    shipped = write_package_data(settings, [tuned], tmp_path / "kbx_jit")
+    ((key, entry),) = shipped.index["entries"].items()
+    assert key == b.baseline_key.hex  # the recorded call's key
+    asked = {n: b.default_config[n] for n in entry["serves_call"]}
+    assert entry["serves_call"] == asked and set(asked) <= {"num_warps", "num_stages", "maxnreg", "ptx_options"}
+    assert entry["cubin_sha256"] == art.cubin_sha256
+
+    compiler_calls = request.getfixturevalue("no_compiler")  # from here on, compiling fails the test
+    fake = fake_gpu(90)
+    assert kbuild.runtime.enable("kbx_jit", data_dir=shipped.data_dir)
+    kernels = sys.modules[b.fn.fn.__module__]  # the package's module, as the build imported it
+    kernels.softmax.device_caches.clear()
+    call(kernels)  # the package's own call, as recorded: num_warps=1
+    assert compiler_calls == [] and [c for _, c, _, _ in fake.loads] == [art.cubin]
+    (kernel,) = kernels.softmax.device_caches[0][0].values()
+    assert kernel.metadata.num_warps == chosen["num_warps"]
+    (event,) = [e for e in kbuild.runtime.events() if e.stage == "zero-jit"]
+    assert "serves this call" in event.reason
