@@ -21,6 +21,7 @@ import errno
 import json
 import math
 import os
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -59,10 +60,22 @@ def parse_json(data: bytes | bytearray | str, *, max_depth: int = DEFAULT_MAX_DE
         raise ValueError(f"nested deeper than {max_depth} levels") from None
     except ValueError as exc:  # JSONDecodeError, UnicodeDecodeError, too many integer digits, NaN
         raise ValueError(str(exc)) from None
-    problem = _check(value, max_depth)
+    problem = _check(value, max_depth, strings=_may_hold_surrogates(data))
     if problem is not None:
         raise ValueError(problem)
     return value
+
+
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+def _may_hold_surrogates(data: bytes | bytearray | str) -> bool:
+    """Whether a string of the parsed document may be a lone surrogate, not valid Unicode: bytes decode as strict
+    UTF-8 (which has no surrogates), so only a ``\\uD800``-``\\uDFFF`` escape makes one; text may hold one as it is.
+    A scan at C speed, so that a large document (a wheel's index) is not walked string by string."""
+    if isinstance(data, str):  # text may hold one as it is, or escaped
+        return not data.isascii() or _SURROGATE_ESCAPE.search(data.encode("ascii")) is not None
+    return _SURROGATE_ESCAPE.search(data) is not None
 
 
 def read_json_file(path: str | os.PathLike[str], *, where: str | None = None, max_bytes: int = DEFAULT_MAX_BYTES,
@@ -81,28 +94,37 @@ def read_json_file(path: str | os.PathLike[str], *, where: str | None = None, ma
     return load_json(data, where=name, max_bytes=max_bytes, max_depth=max_depth, error=error)
 
 
-def _check(value: Any, max_depth: int) -> str | None:
-    """The first problem in a parsed document, without recursion (the document may be deep)."""
-    # Each stack entry: (value, depth, where) with ``where`` = (parent's where, key or index), built into
+def _check(value: Any, max_depth: int, *, strings: bool = True) -> str | None:
+    """The first problem in a parsed document, without recursion (the document may be deep). ``strings``: whether
+    strings must be checked for lone surrogates (:func:`_may_hold_surrogates`); only containers are pushed on the
+    stack, scalars are checked where they sit."""
+    # Each stack entry: (container, depth, where) with ``where`` = (parent's where, key or index), built into
     # a readable path only for the message.
+    if not isinstance(value, (dict, list)):
+        return _scalar_problem(value, None, strings)
     stack: list[tuple[Any, int, Any]] = [(value, 0, None)]
     while stack:
         item, depth, at = stack.pop()
-        if isinstance(item, dict):
-            if depth >= max_depth:
-                return f"nested deeper than {max_depth} levels at {_path(at)}"
-            for k, v in item.items():
-                if not _is_unicode(k):
-                    return f"a key at {_path(at)} is not valid Unicode"
+        if depth >= max_depth:
+            return f"nested deeper than {max_depth} levels at {_path(at)}"
+        pairs = item.items() if isinstance(item, dict) else enumerate(item)
+        for k, v in pairs:
+            if strings and isinstance(k, str) and not _is_unicode(k):
+                return f"a key at {_path(at)} is not valid Unicode"
+            if isinstance(v, (dict, list)):
                 stack.append((v, depth + 1, (at, k)))
-        elif isinstance(item, list):
-            if depth >= max_depth:
-                return f"nested deeper than {max_depth} levels at {_path(at)}"
-            stack.extend((v, depth + 1, (at, i)) for i, v in enumerate(item))
-        elif isinstance(item, float) and not math.isfinite(item):
-            return f"non-finite number at {_path(at)}"
-        elif isinstance(item, str) and not _is_unicode(item):
-            return f"the string at {_path(at)} is not valid Unicode"
+            elif isinstance(v, (float, str)):
+                problem = _scalar_problem(v, (at, k), strings)
+                if problem is not None:
+                    return problem
+    return None
+
+
+def _scalar_problem(item: Any, at: Any, strings: bool) -> str | None:
+    if isinstance(item, float) and not math.isfinite(item):
+        return f"non-finite number at {_path(at)}"
+    if strings and isinstance(item, str) and not _is_unicode(item):
+        return f"the string at {_path(at)} is not valid Unicode"
     return None
 
 
