@@ -92,8 +92,11 @@ import hashlib
 import torch
 from liger_kernel.ops import (LigerCrossEntropyFunction, LigerDyTFunction, LigerGELUMulFunction,
                               LigerLayerNormFunction, LigerRMSNormFunction, LigerSiLUMulFunction)
+import os
 import kbx_liger
-S = kbx_liger.SHAPES
+S = dict(kbx_liger.SHAPES)
+if os.environ.get("KBX_LIGER_SHAPES") == "llama3":  # issue 35's shapes (examples/liger/workload.py --llama3)
+    S.update(rows=4096, hidden=4096, intermediate=14336, vocab=128256)
 DT = {"fp16": torch.float16, "bf16": torch.bfloat16}
 
 def make(op, dtype, device):

@@ -6,6 +6,10 @@ follows the row count: ``ceil(n_rows / sm_count)``, one SM on a CPU). ``recordin
 recording (``kbuild record --mode cpu --target sm_80,sm_90 --out recordings/llama-shapes.cpu.json -- python
 workload.py``); ``benchmarks/gpu_liger.py`` times these calls on the GPU machine.
 ``python workload.py [--cuda] [DTYPE...]``: ``--cuda`` puts the tensors on the GPU (a GPU machine).
+
+``python workload.py --llama3 [--cuda]``: issue 35's shapes instead, Llama-3-8B's (hidden 4096, intermediate 14336,
+vocabulary 128256), bf16, at 4096 and 16384 tokens (cross entropy at 4096 and 8192: its logits are 2 GiB at 8192);
+``recordings/llama3-8b.cpu.json`` is its recording, what ``tune = "auto"`` tunes on the GPU machine.
 """
 
 import sys
@@ -38,6 +42,33 @@ def main(dtypes, device="cpu"):
         dyt.liger_dyt_fwd(x, alpha, gamma, beta)
 
 
+LLAMA3 = {"hidden": 4096, "intermediate": 14336, "vocab": 128256, "tokens": (4096, 16384), "ce_tokens": (4096, 8192)}
+
+
+def llama3(device="cpu"):
+    """Liger's wrappers at Llama-3-8B's shapes, bf16 (issue 35's targets)."""
+    torch.set_default_device(device)
+    dt, hidden, inter, vocab = torch.bfloat16, LLAMA3["hidden"], LLAMA3["intermediate"], LLAMA3["vocab"]
+    w = torch.ones(hidden, dtype=dt, requires_grad=True)
+    for rows in LLAMA3["tokens"]:
+        x = torch.randn(rows, hidden, dtype=dt)
+        _y, xv, rstd, block, warps, mode = rms_norm.rms_norm_forward(x, w, 1e-6, 0.0, "llama", None)
+        rms_norm.rms_norm_backward(torch.randn(rows, hidden, dtype=dt), xv, w, rstd, 0.0, mode, block, warps, True,
+                                   None, needs_dw=True)
+        a, b = torch.randn(rows, inter, dtype=dt), torch.randn(rows, inter, dtype=dt)
+        swiglu.swiglu_forward(a, b, 1.0)
+        geglu.geglu_forward(a, b)
+        layer_norm.layer_norm_forward(x, w, torch.zeros(hidden, dtype=dt), 1e-5)
+    for rows in LLAMA3["ce_tokens"]:
+        logits = torch.randn(rows, vocab, dtype=dt).requires_grad_(True)
+        target = torch.randint(0, vocab, (rows,))
+        cross_entropy.cross_entropy_forward(logits, target, None, -100, 0.0, 0.0, "mean", None, False)
+
+
 if __name__ == "__main__":
-    names = [a for a in sys.argv[1:] if a != "--cuda"]
-    main(names or ["float16", "bfloat16"], "cuda" if "--cuda" in sys.argv[1:] else "cpu")
+    device = "cuda" if "--cuda" in sys.argv[1:] else "cpu"
+    if "--llama3" in sys.argv[1:]:
+        llama3(device)
+    else:
+        names = [a for a in sys.argv[1:] if a not in ("--cuda", "--llama3")]
+        main(names or ["float16", "bfloat16"], device)
