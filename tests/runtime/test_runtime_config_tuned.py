@@ -51,6 +51,18 @@ def _stand_in_tuned(settings: Any, b: Any, config: dict[str, Any]) -> Any:
 # default's compile ships.
 
 
+def _default_call(request: pytest.FixtureRequest, fake_gpu: Any, kernels: Any, shipped: Any) -> tuple[list[str], Any]:
+    """The example's softmax called as its package calls it (num_warps=4, num_stages=3) on a fake sm_90, with the
+    package data enabled and Triton's compiler made to raise: (the compiler calls, the fake driver)."""
+    compiler_calls = request.getfixturevalue("no_compiler")  # from here on, compiling fails the test
+    fake = fake_gpu(90)
+    assert kbuild.runtime.enable("kbx_jit", data_dir=shipped.data_dir)
+    kernels.softmax.device_caches.clear()
+    x, out = _tensors(64, 1024)
+    kernels.softmax[(64,)](out, x, x.stride(0), out.stride(0), 1024, BLOCK=1024, num_warps=4, num_stages=3)
+    return compiler_calls, fake
+
+
 def test_jit_kernel_tuned_in_launch_options_is_served_to_the_default_call(
         jit_settings: Any, baseline_builds: list[Any], kernels: Any, fake_gpu: Any, tmp_path: Path,
         request: pytest.FixtureRequest) -> None:
@@ -68,12 +80,7 @@ def test_jit_kernel_tuned_in_launch_options_is_served_to_the_default_call(
     assert entry["triton_metadata"]["num_stages"] == 2
     assert "served to calls that ask for num_stages=3, num_warps=4" in entry["note"]
     # The default call gets the tuned cubin, launched with its own 8 warps, without compiling.
-    compiler_calls = request.getfixturevalue("no_compiler")  # from here on, compiling fails the test
-    fake = fake_gpu(90)
-    assert kbuild.runtime.enable("kbx_jit", data_dir=shipped.data_dir)
-    kernels.softmax.device_caches.clear()
-    x, out = _tensors(64, 1024)
-    kernels.softmax[(64,)](out, x, x.stride(0), out.stride(0), 1024, BLOCK=1024, num_warps=4, num_stages=3)
+    compiler_calls, fake = _default_call(request, fake_gpu, kernels, shipped)
     assert compiler_calls == [] and [c for _, c, _, _ in fake.loads] == [tuned.artefact.cubin]
     (kernel,) = kernels.softmax.device_caches[0][0].values()
     assert kernel.metadata.num_warps == 8 and kernel.metadata.num_stages == 2
@@ -81,6 +88,7 @@ def test_jit_kernel_tuned_in_launch_options_is_served_to_the_default_call(
     assert "serves this call, which asks num_stages=3, num_warps=4" in event.reason
     # A call asking for other options is not served by it: Triton compiles (here: the stand-in refuses).
     kernels.softmax.device_caches.clear()
+    x, out = _tensors(64, 1024)
     with pytest.raises(CompilerCalled):
         kernels.softmax[(64,)](out, x, x.stride(0), out.stride(0), 1024, BLOCK=1024, num_warps=8, num_stages=2)
     assert compiler_calls
@@ -125,12 +133,7 @@ def test_jit_kernel_tuned_at_other_constexprs_ships_the_default(jit_settings: An
     assert "BLOCK=2048" in entry["note"] and "not shipped" in entry["note"] and "constexprs differ (BLOCK)" in entry["note"]
     assert shipped.notes == [("softmax", "sm_90", entry["note"])]
     # The default call launches the shipped default cubin without compiling.
-    compiler_calls = request.getfixturevalue("no_compiler")  # from here on, compiling fails the test
-    fake = fake_gpu(90)
-    assert kbuild.runtime.enable("kbx_jit", data_dir=shipped.data_dir)
-    kernels.softmax.device_caches.clear()
-    x, out = _tensors(64, 1024)
-    kernels.softmax[(64,)](out, x, x.stride(0), out.stride(0), 1024, BLOCK=1024, num_warps=4, num_stages=3)
+    compiler_calls, fake = _default_call(request, fake_gpu, kernels, shipped)
     assert compiler_calls == [] and [c for _, c, _, _ in fake.loads] == [b90.artefact.cubin]
 
 
