@@ -1,4 +1,5 @@
-"""Peers: the torch implementations a user would pick instead of each suite kernel, for ``kbuild bench``.
+"""Peers: the torch implementations a user would pick instead of each suite kernel (and of the package kernels
+in :data:`FUNCTION_PEERS`, by function), for ``kbuild bench``.
 
 Design (the smallest that works): peers are keyed by the suite kernel's spec name in :data:`PEERS` (the
 names of :data:`kbuild.bench.kernels.SUITE`), so the bench spec interface stays as it is; a project's own
@@ -178,9 +179,79 @@ PEERS: dict[str, list[Peer]] = {
 }
 
 
+# -- peers of kernels a package runs (a spec made from a recording: its inputs are the kernel's own parameters) ---
+
+
+def _arg(spec: BenchSpec, x: Mapping[str, Any], name: str, default: Any = None) -> Any:
+    """A scalar the kernel takes as an argument or a constexpr."""
+    return x[name] if name in x else spec.constexprs.get(name, default)
+
+
+def _liger_rms_norm(spec: BenchSpec, x: Mapping[str, Any]) -> Thunk:
+    import torch
+
+    inp, w = x["X_ptr"], x["W_ptr"]
+    eps, offset = float(_arg(spec, x, "eps")), float(_arg(spec, x, "offset", 0.0))
+    # Liger scales by (offset + W) (Gemma's offset 1); without a weight (elementwise_affine off), not at all
+    weight = None if w is None else (w + offset if offset else w)
+    return lambda: {"Y_ptr": torch.nn.functional.rms_norm(inp, [inp.shape[-1]], weight, eps)}
+
+
+def _liger_layer_norm(spec: BenchSpec, x: Mapping[str, Any]) -> Thunk:
+    import torch
+
+    inp, w, b, eps = x["X_ptr"], x["W_ptr"], x["B_ptr"], float(_arg(spec, x, "eps"))
+
+    def run() -> Outputs:
+        y, mean, rstd = torch.native_layer_norm(inp, [inp.shape[-1]], w, b, eps)
+        return {"Y_ptr": y, "Mean_ptr": mean.view(-1), "RSTD_ptr": rstd.view(-1)}
+
+    return run
+
+
+def _liger_swiglu(spec: BenchSpec, x: Mapping[str, Any]) -> Thunk:
+    import torch
+
+    a, b, gate = x["a_ptr"], x["b_ptr"], float(_arg(spec, x, "gate_multiplier", 1.0))
+    gated = a * gate if gate != 1.0 else a
+    return lambda: {"c_ptr": torch.nn.functional.silu(gated) * b}
+
+
+def _liger_geglu(spec: BenchSpec, x: Mapping[str, Any]) -> Thunk:
+    import torch
+
+    a, b = x["a"], x["b"]
+    return lambda: {"c": torch.nn.functional.gelu(a, approximate="tanh") * b}
+
+
+#: A package's kernel (``module:qualname``, as a recording names it) → the torch calls a model would make instead.
+#: The peers of Liger-Kernel 0.8.5's forward kernels, mapped onto each kernel's own parameter names.
+FUNCTION_PEERS: dict[str, list[Peer]] = {
+    "liger_kernel.ops.rms_norm:_rms_norm_forward_kernel": [
+        Peer("torch_rms_norm", "F.rms_norm (weight + Liger's offset)", _liger_rms_norm)],
+    "liger_kernel.ops.layer_norm:_layer_norm_forward_kernel": [
+        Peer("torch_layer_norm", "torch.native_layer_norm (what F.layer_norm runs)", _liger_layer_norm)],
+    "liger_kernel.ops.swiglu:_swiglu_forward_kernel": [
+        Peer("torch_composite", "torch composite: F.silu(a) · b (LlamaMLP's)", _liger_swiglu)],
+    "liger_kernel.ops.geglu:_geglu_tanh_forward_kernel": [
+        Peer("torch_composite", "torch composite: F.gelu(a, approximate='tanh') · b", _liger_geglu)],
+}
+
+
+def function_of(spec: BenchSpec) -> str | None:
+    """``module:qualname`` of the spec's ``@triton.jit`` function (None when it has none)."""
+    fn = getattr(getattr(spec, "fn", None), "fn", None)
+    if fn is None:
+        return None
+    return f"{fn.__module__}:{fn.__qualname__}"
+
+
 def peers_for(spec: BenchSpec) -> list[Peer]:
-    """The peers of ``spec`` (by its name); none for a kernel outside the suite."""
-    return list(PEERS.get(spec.name, ()))
+    """The peers of ``spec``: by its name for a suite kernel (:data:`PEERS`), else by its function for a package's
+    kernel (:data:`FUNCTION_PEERS`, a spec made from a recording); none for any other."""
+    if spec.name in PEERS:
+        return list(PEERS[spec.name])
+    return list(FUNCTION_PEERS.get(function_of(spec) or "", ()))
 
 
 # -- running and judging -------------------------------------------------------------------------------

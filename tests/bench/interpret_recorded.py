@@ -7,7 +7,8 @@ loads it), settled on the CPU (its outputs probed by running the recorded config
 run: twice on the same inputs (it must agree with itself bit for bit), through the bit-exact oracle with the
 recorded configuration as baseline and candidate, and as level 1 judges a configuration (relative error against
 the reference within the dtype's tolerance) for the recorded configuration, for one whose outputs are off by a
-quarter of the tolerance, and for one off by three times it. Prints one JSON line.
+quarter of the tolerance, and for one off by three times it; and the kernel's peers (torch) run on the same inputs
+and checked against the reference. Prints one JSON line.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Any
 import triton_interpreter
 
 from kbuild.bench import recorded_inputs as ri
+from kbuild.bench.peers import peers_for, prepare
 from kbuild.bench.recorded import recorded_ref, samples_of
 from kbuild.bench.spec import load_spec, settled
 from kbuild.record.format import load
@@ -83,12 +85,16 @@ def main(argv: list[str]) -> int:
                              "errors": {n: rel_err(outs[n], first[n]) for n in spec.outputs},
                              "ok": problem is None and all(rel_err(outs[n], first[n]) <= spec.reference_tols[n]
                                                            for n in spec.outputs)}
+        peers = {}
+        for peer in peers_for(spec):  # a package kernel's peers (torch), on the same inputs, against the reference
+            want = {n: t.clone() for n, t in spec.reference(spec.make_inputs(3, "cpu")).items()}
+            peers[peer.label] = prepare(peer, spec, spec.make_inputs(3, "cpu"), want).record
         shapes = {n: [list(v.shape), str(v.dtype), list(v.stride())] for n, v in inputs.items() if hasattr(v, "shape")}
         out[function] = {"spec": spec_id, "sample": index, "before": before, "outputs": sorted(spec.outputs),
                          "inplace": sorted(spec.inplace), "tols": dict(spec.reference_tols),
                          "self_agrees": same, "bit_exact": bit_exact, "judged": judged, "shapes": shapes,
                          "recorded": samples_of(kernel, kernel.specializations[spec_id])[index]["args"],
-                         "provenance": dict(spec.provenance)}
+                         "provenance": dict(spec.provenance), "peers": peers}
     print(json.dumps(out))
     return 0
 

@@ -278,3 +278,37 @@ def test_a_bench_record_can_say_what_to_time(tmp_path: Path) -> None:
                                             {"name": "rmsnorm", "error": "no configuration compiled"}]}))
     res = run_cli("softmax", "--configs-from", str(path))
     assert res.returncode == 2 and "no sm_90 GPU here" in res.stderr, res.stderr
+
+
+def test_a_recorded_package_kernel_finds_its_peers_by_function() -> None:
+    """A spec made from a recording is named ``<kernel>@<id>``, not a suite name: its peers come by its function
+    (``FUNCTION_PEERS``), built on the kernel's own parameter names (Liger-Kernel 0.8.5's, as recorded)."""
+    import types
+
+    import torch
+
+    from kbuild.bench.peers import FUNCTION_PEERS, function_of, peers_for
+
+    def spec_of(function: str, **constexprs: object) -> object:
+        module, qualname = function.split(":")
+        fn = types.SimpleNamespace(fn=types.SimpleNamespace(__module__=module, __qualname__=qualname))
+        return types.SimpleNamespace(name=f"{qualname}@0123abcd", fn=fn, constexprs=constexprs)
+
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.randn(4, 64, generator=g), torch.randn(4, 64, generator=g)
+    swiglu = spec_of("liger_kernel.ops.swiglu:_swiglu_forward_kernel", n_cols=64)
+    assert function_of(swiglu) == "liger_kernel.ops.swiglu:_swiglu_forward_kernel"  # type: ignore[arg-type]
+    (peer,) = peers_for(swiglu)  # type: ignore[arg-type]
+    out = peer.build(swiglu, {"a_ptr": a, "b_ptr": b, "gate_multiplier": 1.0})()  # type: ignore[arg-type]
+    assert torch.allclose(out["c_ptr"], a * torch.sigmoid(a) * b)
+    geglu = spec_of("liger_kernel.ops.geglu:_geglu_tanh_forward_kernel", n_cols=64)
+    (peer,) = peers_for(geglu)  # type: ignore[arg-type]
+    tanh_gelu = 0.5 * a * (1 + torch.tanh((2 / torch.pi) ** 0.5 * (a + 0.044715 * a**3)))
+    assert torch.allclose(peer.build(geglu, {"a": a, "b": b})()["c"], tanh_gelu * b, atol=1e-6)  # type: ignore[arg-type]
+    rms = spec_of("liger_kernel.ops.rms_norm:_rms_norm_forward_kernel")
+    (peer,) = peers_for(rms)  # type: ignore[arg-type]
+    w = torch.randn(64, generator=g)
+    y = peer.build(rms, {"X_ptr": a, "W_ptr": w, "eps": 1e-6, "offset": 1.0})()["Y_ptr"]  # type: ignore[arg-type]
+    assert torch.allclose(y, a * torch.rsqrt(a.pow(2).mean(-1, keepdim=True) + 1e-6) * (1.0 + w), atol=1e-5)
+    assert set(FUNCTION_PEERS) >= {"liger_kernel.ops.layer_norm:_layer_norm_forward_kernel"}
+    assert peers_for(spec_of("liger_kernel.ops.utils:element_mul_kernel")) == []  # type: ignore[arg-type]
