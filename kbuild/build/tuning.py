@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from kbuild import __version__
@@ -225,10 +226,36 @@ def tune_missing(settings: Settings, builds: Sequence[KernelBuild], store: Any, 
             raise wgmma_hazard_error(settings, b, "the cubin of the configuration the tuner chose",
                                      [str(h) for h in found])
         store.put(art)
+        if settings.reports:
+            write_tune_report(settings.project_path(settings.reports), b, art)
         b.artefact, b.tuned, b.hit = art, True, False
         b.status = tuned_status(art)
         if on_step is not None:
             on_step(b)
 
 
-__all__ = ["require_tuned", "tune_build", "tune_missing", "tuned_artefact"]
+def write_tune_report(folder: Path, b: KernelBuild, art: Artefact) -> list[Path]:
+    """``<kernel>.<target>.tune.json`` and ``.tune.html`` of ``b``'s tuning result ``art`` in ``folder`` (the
+    ``reports`` setting), ``b.artefact`` being the baseline it was tuned from; the paths written. A report that
+    cannot be written is a warning: the build goes on (the report stays in the artefact's metadata)."""
+    from kbuild.canonical import canonical_json
+    from kbuild.fsutil import write_atomic
+    from kbuild.tune.report_html import write_report_html
+
+    assert b.artefact is not None
+    report = dict(art.meta.get("tune_report") or {})
+    report.setdefault("kernel", b.spec.name)
+    report.update(target=b.target.name, gpu=art.meta.get("gpu_name"))
+    stem = f"{b.spec.name}.{b.target.name}.tune"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        write_atomic(folder / f"{stem}.json", canonical_json(report) + b"\n")
+        write_report_html(report, b.artefact.cubin, art.cubin, folder / f"{stem}.html",
+                          kernel_symbol=str(art.meta.get("symbol") or "") or None)
+    except (OSError, ValueError, KBuildError) as exc:
+        log.warning("%s / %s: the tune report could not be written to %s: %s", b.spec.name, b.target.name, folder, exc)
+        return []
+    return [folder / f"{stem}.json", folder / f"{stem}.html"]
+
+
+__all__ = ["require_tuned", "tune_build", "tune_missing", "tuned_artefact", "write_tune_report"]

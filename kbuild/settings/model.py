@@ -406,6 +406,13 @@ class Settings:
     configurations), for a key the recordings hold no measured choice of. The environment variable takes a
     comma-separated list."""
 
+    reports: str | None = setting(None, env="KBUILD_REPORTS")
+    """A folder (relative to ``pyproject.toml``) where the tune phase writes the report of each kernel × target it
+    tunes, as it finishes: ``<kernel>.<target>.tune.html`` (one self-contained page: the space, derived and pruned
+    for a recorded kernel, with each pruned point's reason; the level-1 search; the choice; the SASS schedule and
+    its diff) and ``<kernel>.<target>.tune.json``. Unset: none is written (the report stays in the stored artefact's
+    metadata)."""
+
     compile_jobs: int | None = setting(None, env="KBUILD_COMPILE_JOBS", check=_check_positive,
                                        schema={"minimum": 1})
     """Baseline compiles a build runs at once, each in its own child process (unset: one per core, less one):
