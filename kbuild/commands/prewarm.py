@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from kbuild.commands.common import add_config_args, settings_from_args, target_list
@@ -118,6 +119,8 @@ def run_ray(args: argparse.Namespace, settings: Any) -> int:
                           ",".join(w.get("gpu_ids") or []) or "-", w.get("warm_seconds") or "",
                           len(w["entries"]), w["state"] + (f": {w['error']}" if w.get("error") else ""))
                          for w in result["workers"]])
+        for note in result.get("notes") or []:
+            print(f"note: {note}", file=sys.stderr)
         if result["failures"]:
             print_table("failed (the rest were stored)", ["kernel", "target", "node", "gpu", "error"],
                         [(f["kernel"], f["target"], (f.get("node") or "?")[:12], f.get("gpu") or "?", f["error"])

@@ -276,7 +276,17 @@ def prewarm_ray(settings: Settings, *, address: str | None = None, targets: Sequ
                      "attempts": e.attempts, "shards": e.shards} for e in entries],
         "failures": failures, "shipped": shipped, "nodes": by_node(entries), "workers": workers,
         "phases": {"keys_seconds": round(keyed - started, 3), "ray_init_seconds": round(joined - keyed, 3)},
+        "notes": notes(settings),
     }
+
+
+def notes(settings: Settings) -> list[str]:
+    """What the summary says this engine left out: the kernels of the settings' recordings (declared kernels only)."""
+    if not settings.recordings:
+        return []
+    return [f"the kernels of [tool.kbuild] recordings ({', '.join(settings.recordings)}) are not prewarmed with "
+            "--ray, which takes the declared kernels only: `kbuild prewarm` without --ray (or a build) on a GPU "
+            "machine of each target tunes them"]
 
 
 def by_node(entries: Sequence[Entry]) -> list[dict[str, Any]]:

@@ -153,6 +153,7 @@ def test_cli_json_summary_and_a_target_no_node_offers(settings, dav_server, ray_
     doc = json.loads(out)
     assert code == 1 and "1 of 2 entries failed" in err
     assert doc["engine"] == "ray" and doc["backend"] == "model"
+    assert doc["notes"] == []  # no recordings: nothing left out
     states = {e["target"]: e["state"] for e in doc["entries"]}
     assert states == {"sm_90": "tuned", "sm_89": "failed"}
     (failure,) = doc["failures"]
@@ -177,3 +178,15 @@ def test_cli_json_stdout_is_one_document_when_workers_die(settings, dav_server, 
     doc = json.loads(out)  # stdout is exactly one JSON document
     assert [e["state"] for e in doc["entries"]] == ["failed"]
     assert "A worker died" in err  # Ray's own report, on stderr
+
+
+def test_the_summary_names_the_recordings_ray_does_not_prewarm(settings: Any) -> None:
+    """Ray's prewarm takes the declared kernels; a project's recorded kernels are the local prewarm's or a build's,
+    and the summary says so rather than leaving them out silently."""
+    import dataclasses
+
+    from kbuild.prewarm.ray_engine import notes
+
+    assert notes(settings) == []
+    (line,) = notes(dataclasses.replace(settings, recordings=["kbuild-recording.json"]))
+    assert "kbuild-recording.json" in line and "without --ray" in line
