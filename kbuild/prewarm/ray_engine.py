@@ -239,8 +239,14 @@ def prewarm_ray(settings: Settings, *, address: str | None = None, targets: Sequ
     settings = with_remote(settings, remote)
     run_id = run_id or f"prewarm-{uuid.uuid4().hex[:12]}"
     started = time.time()
-    builds, _ = specs_and_keys(settings, select_kernels(settings, kernels), select_targets(settings, targets),
-                               memo=False)
+    tlist = select_targets(settings, targets)
+    declared = select_kernels(settings, kernels)
+    builds, _ = specs_and_keys(settings, declared, tlist, memo=False) if declared else ([], False)
+    if settings.recordings and not kernels:  # the recorded kernels too, named and keyed as the build does
+        from kbuild.build.recorded import collapse, recorded_builds
+
+        recorded, said = recorded_builds(settings, tlist)
+        builds = collapse(builds, recorded, said)
     entries: list[Entry] = []
     with shared_store(settings) as store:
         _probe_leases(store, run_id)
@@ -276,17 +282,17 @@ def prewarm_ray(settings: Settings, *, address: str | None = None, targets: Sequ
                      "attempts": e.attempts, "shards": e.shards} for e in entries],
         "failures": failures, "shipped": shipped, "nodes": by_node(entries), "workers": workers,
         "phases": {"keys_seconds": round(keyed - started, 3), "ray_init_seconds": round(joined - keyed, 3)},
-        "notes": notes(settings),
+        "notes": notes(settings, kernels),
     }
 
 
-def notes(settings: Settings) -> list[str]:
-    """What the summary says this engine left out: the kernels of the settings' recordings (declared kernels only)."""
-    if not settings.recordings:
+def notes(settings: Settings, kernels: Sequence[str] | None = None) -> list[str]:
+    """What the summary says this run left out: the kernels of the settings' recordings when ``--kernel`` named
+    declared ones (a recorded kernel is prewarmed with the others, under the name the build gives it)."""
+    if not settings.recordings or not kernels:
         return []
-    return [f"the kernels of [tool.kbuild] recordings ({', '.join(settings.recordings)}) are not prewarmed with "
-            "--ray, which takes the declared kernels only: `kbuild prewarm` without --ray (or a build) on a GPU "
-            "machine of each target tunes them"]
+    return [f"--kernel names declared kernels: the kernels of [tool.kbuild] recordings "
+            f"({', '.join(settings.recordings)}) were not prewarmed in this run"]
 
 
 def by_node(entries: Sequence[Entry]) -> list[dict[str, Any]]:

@@ -79,10 +79,34 @@ def build_for(settings: Settings, kernel: str, target: Target, backend: str) -> 
     tuned key is the model's own (:func:`model_key`)."""
     from kbuild.build.resolve import resolve
 
-    (b,) = resolve(settings, [settings.kernel(kernel)], [target])
+    if any(k.name == kernel for k in settings.kernels) or not settings.recordings:
+        (b,) = resolve(settings, [settings.kernel(kernel)], [target])
+    else:  # a kernel the recordings declare (named as the build names it)
+        b = recorded_build(settings, kernel, target)
     if backend == "model" and b.tuned_key is not None:
         b.tuned_key = model_key(b.tuned_key)
     return b
+
+
+#: The recorded builds a process resolved, per project, recordings and target: a node's tasks take them from here
+#: instead of reading and keying every recording again for each entry.
+_RECORDED: dict[tuple[str, tuple[str, ...], str], list[KernelBuild]] = {}
+
+
+def recorded_build(settings: Settings, kernel: str, target: Target) -> KernelBuild:
+    """The build of the recorded specialisation named ``kernel`` on ``target``, as the build resolves it
+    (:func:`kbuild.build.recorded.recorded_builds`); a name no recording declares is a :class:`UsageError`."""
+    import copy
+
+    from kbuild.build.recorded import recorded_builds
+
+    key = (str(settings.config_file), tuple(settings.recordings), target.name)
+    if key not in _RECORDED:
+        _RECORDED[key] = recorded_builds(settings, [target])[0]
+    found = [b for b in _RECORDED[key] if b.spec.name == kernel]
+    if not found:
+        raise UsageError(f"{settings.config_file}: no kernel named {kernel!r} is declared or recorded for {target.name}")
+    return copy.copy(found[0])
 
 
 def compile_baseline(settings: Settings, kernel: str, target: Target) -> Any:

@@ -180,13 +180,55 @@ def test_cli_json_stdout_is_one_document_when_workers_die(settings, dav_server, 
     assert "A worker died" in err  # Ray's own report, on stderr
 
 
-def test_the_summary_names_the_recordings_ray_does_not_prewarm(settings: Any) -> None:
-    """Ray's prewarm takes the declared kernels; a project's recorded kernels are the local prewarm's or a build's,
-    and the summary says so rather than leaving them out silently."""
+WORKLOAD = """
+import sys
+sys.path.insert(0, {example!r})
+import torch
+from kbx_jit import kernels
+x = torch.randn(64, 1024).half()
+out = torch.empty_like(x)
+kernels.softmax[(64,)](out, x, x.stride(0), out.stride(0), 1024, BLOCK=1024, num_warps=1, num_stages=3)
+"""
+
+
+def test_a_recorded_kernel_is_prewarmed_on_the_cluster(dav_server, ray_cluster, tmp_path, capsys) -> None:
+    """A project that declares nothing but a recording: the driver names and keys the recorded kernel as the build
+    does, the nodes resolve it by that name from the shipped project's recording (a bench spec from the recorded
+    call, the derived space pruned on the node) and tune it (the cost model: a labelled stand-in); ``--kernel``
+    naming declared kernels says the recordings were left out."""
+    import shutil
+    import subprocess
+    import sys
+
+    example = Path(__file__).resolve().parents[2] / "examples" / "jit-package"
+    project = tmp_path / "proj"
+    shutil.copytree(example / "kbx_jit", project / "kbx_jit", ignore=shutil.ignore_patterns("_kbuild", "__pycache__"))
+    (tmp_path / "workload.py").write_text(WORKLOAD.format(example=str(project)))
+    done = subprocess.run([sys.executable, "-m", "kbuild", "record", "--mode", "cpu", "--target", "sm_90", "--out",
+                           str(project / "softmax.recording.json"), "--", sys.executable, str(tmp_path / "workload.py")],
+                          capture_output=True, text=True, timeout=600, cwd=tmp_path, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (project / "pyproject.toml").write_text(
+        '[project]\nname = "kbx-jit"\nversion = "0.1.0"\n\n[tool.kbuild]\nship = "package-data"\n'
+        'targets = ["sm_90"]\ntune = "auto"\nrecordings = ["softmax.recording.json"]\n'
+        'budget = { evaluations = 80 }\n')
+    remote = f"{dav_server.url}/t-{uuid.uuid4().hex[:8]}"
+    code = main(["prewarm", "--config", str(project / "pyproject.toml"), "--ray", ray_cluster.address, "--backend",
+                 "model", "--remote", remote, "--json"])
+    out, err = capsys.readouterr()
+    assert code == 0, err[-3000:]
+    doc = json.loads(out)
+    ((entry),) = doc["entries"]
+    assert entry["kernel"].startswith("softmax_") and entry["target"] == "sm_90" and entry["state"] == "tuned", entry
+    assert doc["notes"] == [] and doc["failures"] == []
+
+
+def test_the_summary_names_the_recordings_a_kernel_filter_leaves_out(settings: Any) -> None:
     import dataclasses
 
     from kbuild.prewarm.ray_engine import notes
 
-    assert notes(settings) == []
-    (line,) = notes(dataclasses.replace(settings, recordings=["kbuild-recording.json"]))
-    assert "kbuild-recording.json" in line and "without --ray" in line
+    recorded = dataclasses.replace(settings, recordings=["kbuild-recording.json"])
+    assert notes(settings) == notes(recorded) == [] == notes(settings, ["softmax"])
+    (line,) = notes(recorded, ["softmax"])
+    assert "kbuild-recording.json" in line and "--kernel" in line
