@@ -39,6 +39,7 @@ import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from kbuild.declarations.kernel import KernelSettings
 from kbuild.errors import StoreError, UsageError
 from kbuild.settings.model import Settings
 from kbuild.targets import Target
@@ -81,6 +82,21 @@ def baselines_stored(builds: Sequence[KernelBuild], store: Any) -> bool:
     return all(b.tuned or store.contains(b.baseline_key.hex) for b in builds)
 
 
+def resolve_builds(settings: Settings, kspecs: Sequence[KernelSettings], targets: Sequence[Target], *,
+                   recordings: bool = True, memo: bool = False
+                   ) -> tuple[list[KernelBuild], bool, list[KernelBuild], RecordingReport | None]:
+    """Every kernel × target a build takes, keyed: the declarations ``kspecs`` (with ``memo``: from the memo when
+    its fingerprint holds), then, with ``recordings``, the specialisations ``[tool.kbuild] recordings`` declare,
+    once per key (:func:`kbuild.build.recorded.collapse`). ``(builds, keys from the memo, recorded builds, what
+    the build made of the recordings)``; the last two empty/None without recordings. The build and the Ray
+    prewarm's driver resolve alike through this."""
+    builds, from_memo = specs_and_keys(settings, kspecs, targets, memo=memo) if kspecs else ([], False)
+    if not (recordings and settings.recordings):
+        return builds, from_memo, [], None
+    recorded, said = recorded_builds(settings, targets)
+    return collapse(builds, recorded, said), from_memo, recorded, said
+
+
 def run_pipeline(settings: Settings, store: Any = None, *, kernels: Sequence[str] | None = None,
                  targets: Sequence[Target | str] | None = None,
                  on_step: Callable[[KernelBuild], None] | None = None,
@@ -111,14 +127,9 @@ def run_pipeline(settings: Settings, store: Any = None, *, kernels: Sequence[str
     from kbuild.cache import open_store
 
     kspecs, tlist = select_kernels(settings, kernels), select_targets(settings, targets)
-    builds, from_memo = specs_and_keys(settings, kspecs, tlist, memo=memo) if kspecs else ([], False)
-    recorded: list[KernelBuild] = []
-    said: RecordingReport | None = None
-    if settings.recordings and not kernels:
-        recorded, said = recorded_builds(settings, tlist)
-        builds = collapse(builds, recorded, said)
-        if on_recordings is not None:
-            on_recordings(said)
+    builds, from_memo, recorded, said = resolve_builds(settings, kspecs, tlist, recordings=not kernels, memo=memo)
+    if said is not None and on_recordings is not None:
+        on_recordings(said)
     if store is None:
         store = open_store(settings, strict=settings.strict if strict is None else strict)
     if locked is not None:

@@ -221,8 +221,9 @@ def prewarm_ray(settings: Settings, *, address: str | None = None, targets: Sequ
 
     ``address`` and ``lease_seconds`` are held to the settings model's rules (:func:`kbuild.settings.sources.apply_flag`),
     and, when this call starts Ray, the address to :func:`check_cluster`'s, before any kernel is imported."""
+    from kbuild.build.pipeline import resolve_builds
     from kbuild.build.prewarm import with_remote
-    from kbuild.build.resolve import select_kernels, select_targets, specs_and_keys
+    from kbuild.build.resolve import select_kernels, select_targets
 
     if backend not in ("gpu", "model"):
         raise UsageError(f"--backend: expected gpu or model, got {backend!r}")
@@ -239,14 +240,9 @@ def prewarm_ray(settings: Settings, *, address: str | None = None, targets: Sequ
     settings = with_remote(settings, remote)
     run_id = run_id or f"prewarm-{uuid.uuid4().hex[:12]}"
     started = time.time()
-    tlist = select_targets(settings, targets)
-    declared = select_kernels(settings, kernels)
-    builds, _ = specs_and_keys(settings, declared, tlist, memo=False) if declared else ([], False)
-    if settings.recordings and not kernels:  # the recorded kernels too, named and keyed as the build does
-        from kbuild.build.recorded import collapse, recorded_builds
-
-        recorded, said = recorded_builds(settings, tlist)
-        builds = collapse(builds, recorded, said)
+    # the declared kernels and the recordings' (named and keyed as the build does; not with --kernel)
+    builds = resolve_builds(settings, select_kernels(settings, kernels), select_targets(settings, targets),
+                            recordings=not kernels)[0]
     entries: list[Entry] = []
     with shared_store(settings) as store:
         _probe_leases(store, run_id)
