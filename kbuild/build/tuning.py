@@ -155,6 +155,7 @@ def _pruned_space(b: KernelBuild, request: TuneRequest, python_path: tuple[str, 
     derived = recorded.derived if recorded is not None else None
     if derived is None:
         return list(b.space), None
+    from kbuild.declarations.space import OPTION_KEYS
     from kbuild.tune.level1.prune import prune
     from kbuild.usercode import on_path
 
@@ -163,7 +164,7 @@ def _pruned_space(b: KernelBuild, request: TuneRequest, python_path: tuple[str, 
 
     def options(p: Any) -> tuple[Any, ...]:
         get = p.get if isinstance(p, dict) else lambda n: getattr(p, n)
-        return tuple(get(n) for n in ("num_warps", "num_stages", "maxnreg", "num_ctas", "ptx_options"))
+        return tuple(get(n) for n in OPTION_KEYS)
 
     kept = {options(v.config) for v in pruned.verdicts if v.kept}
     points = [p for i, p in enumerate(b.space) if i == 0 or options(p) in kept]  # the default is always searched

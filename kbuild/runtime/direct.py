@@ -56,6 +56,7 @@ Triton's launcher.
 from __future__ import annotations
 
 import ctypes
+import functools
 import logging
 import struct
 import sys
@@ -261,7 +262,7 @@ def cached_triton_launcher(kernel: Any) -> Any | None:
     signature = dict(src.signature)
     tensordesc_meta = getattr(md, "tensordesc_meta", None)
     source = nvidia.make_launcher(constants, signature, tensordesc_meta)
-    key = hashlib.sha256((source + build.platform_key()).encode("utf-8")).hexdigest()
+    key = hashlib.sha256((source + _platform_key()).encode("utf-8")).hexdigest()
     path = get_cache_manager(key).get_file(f"{LAUNCHER_MODULE}{sysconfig.get_config_var('EXT_SUFFIX')}")
     if path is None:
         return None
@@ -276,6 +277,15 @@ def cached_triton_launcher(kernel: Any) -> Any | None:
     launcher.launch_cooperative_grid = md.launch_cooperative_grid
     launcher.launch_pdl = md.launch_pdl
     return launcher
+
+
+@functools.cache
+def _platform_key() -> str:
+    """Triton's ``platform_key()`` (machine, system and ``platform.architecture()``, which runs ``file`` on the
+    interpreter): the same for the whole process, so asked once, not once per kernel loaded."""
+    from triton.runtime import build
+
+    return str(build.platform_key())
 
 
 #: The name of Triton's generated launcher module (``CudaLauncher``).
