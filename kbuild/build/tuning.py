@@ -71,6 +71,7 @@ def tune_build(settings: Settings, b: KernelBuild, *, measure: Literal["gpu", "m
         return _tune_two_level(settings, b, request, python_path, pool=pool, measure=measure)
     base = b.artefact
     started = time.time()
+    peers: dict[str, Any] = {}
     if measure == "model":
         result = tune(base.cubin, request.replace(policy=None), kernel=base.meta.get("symbol"), backend=None)
     else:
@@ -82,10 +83,14 @@ def tune_build(settings: Settings, b: KernelBuild, *, measure: Literal["gpu", "m
         backend = WorkerClient()
         try:
             result = tune(base.cubin, request, kernel=base.meta.get("symbol"), backend=backend, kernel_ref=ref)
+            peers = backend.peers(result.cubin)  # the loaded kernel's peers, if its spec has any
         finally:
             backend.close()
+    report = result.report()
+    if peers.get("peers") or peers.get("error"):
+        report["peers"] = peers
     return tuned_artefact(b, result.cubin, accepted=result.decision.accepted, speedup=result.decision.speedup,
-                          reason=result.decision.reason, report=result.report(), seconds=time.time() - started)
+                          reason=result.decision.reason, report=report, seconds=time.time() - started)
 
 
 def _tune_two_level(settings: Settings, b: KernelBuild, request: TuneRequest, python_path: tuple[str, ...], *,
@@ -126,6 +131,9 @@ def _tune_two_level(settings: Settings, b: KernelBuild, request: TuneRequest, py
                                 kernel_ref=lambda c: KernelRef(spec=bench_ref, config=c.as_dict(),
                                                                python_path=python_path),
                                 baseline=baseline)
+        peers = _time_peers(spec, backend, KernelRef(spec=bench_ref, config=result.config.as_dict(),
+                                                     python_path=python_path),
+                            lambda: baseline(result.config)[0], result.cubin)
     finally:
         if backend is not None:
             backend.close()
@@ -137,12 +145,36 @@ def _tune_two_level(settings: Settings, b: KernelBuild, request: TuneRequest, py
     report = result.report()
     if space_report is not None:
         report["space"] = space_report
+    if peers is not None:
+        report["peers"] = peers
     return tuned_artefact(b, result.cubin, accepted=result.accepted, speedup=total, reason=str(reason),
                           report=report, seconds=time.time() - started,
                           base=None if default else compiled.get(result.config.label()) or
                           compile_config(settings, b, result.config.as_dict()),
                           gains={"level1": float(result.gains.get("level1") or 1.0),
                                  "level2": float(result.gains.get("level2") or 1.0)})
+
+
+def _time_peers(spec: Any, backend: Any, ref: Any, baseline: Callable[[], bytes], shipped: bytes
+                ) -> dict[str, Any] | None:
+    """The peers of ``spec`` (:func:`kbuild.bench.peers.peers_for`: the torch calls a user would make instead)
+    beside what ships: ``shipped`` (the chosen configuration's schedule, ``baseline()`` its untouched compile) timed
+    interleaved with each peer on this machine's GPU (``backend``, the tuner's worker). None when the spec has no
+    peer; without a GPU (the cost model), the peers named and not timed."""
+    from kbuild.bench.peers import peers_for
+
+    found = peers_for(spec)
+    if not found:
+        return None
+    if backend is None:
+        return {"not_timed": "the CPU cost model times kbuild's kernels only; a GPU build times the peers",
+                "peers": [{"label": p.label, "name": p.name} for p in found]}
+    try:
+        backend.load(ref, baseline())
+    except KBuildError as exc:
+        return {"error": f"the chosen configuration could not be loaded to time its peers: {exc}"}
+    result: dict[str, Any] = backend.peers(shipped)
+    return result
 
 
 def _pruned_space(b: KernelBuild, request: TuneRequest, python_path: tuple[str, ...] = ()

@@ -38,6 +38,12 @@ key                             meaning
                                 ``algorithms {name: {best_ratio, confirmed_ratio, evaluations, ...}}``,
                                 ``winner``, ``region {start, end, kind}``, ``backend``), or a dict of
                                 configuration label → such a report (the chosen label's is shown)
+``space``                       a space derived for a recorded kernel and pruned on the CPU
+                                (:func:`kbuild.build.tuning._pruned_space`): dimensions, counts, pruned points
+``peers``                       the torch calls a user would make instead, timed interleaved with what
+                                ships (:func:`kbuild.build.tuning._time_peers`): ``{kernel_ms, rounds, reps,
+                                peers: [{label, name, available, agrees, rel_err, median_ms, ratio,
+                                ratio_ci}]}``; ``{not_timed, peers}`` on the cost model; ``{error}``
 =============================== =====================================================================
 
 The SASS diff
@@ -565,6 +571,38 @@ def _space_html(space: Mapping[str, Any]) -> str:
     return "".join(out)
 
 
+def _peers_html(peers: Mapping[str, Any]) -> str:
+    """The ``peers`` of a report (:func:`kbuild.build.tuning._time_peers`): each peer timed interleaved with what
+    ships, on the same inputs, or why not."""
+    if peers.get("error"):
+        return f'<p id=peers class=bad>Peers not timed: {_e(peers["error"])}</p>'
+    rows = [p for p in peers.get("peers", []) if isinstance(p, Mapping)]
+    if peers.get("not_timed"):
+        names = ", ".join(f"{_e(p.get('name'))}" for p in rows) or "—"
+        return f'<p id=peers class=muted>Peers not timed ({_e(peers["not_timed"])}): {names}.</p>'
+    out = [f"<p id=peers>What ships: {_ms(_num(peers.get('kernel_ms')))} ms (median), timed interleaved with each "
+           f"peer on the same inputs ({_e(peers.get('rounds', '—'))} rounds × {_e(peers.get('reps', '—'))} "
+           "launches, L2 flushed before each). Ratio = peer / kernel: above 1, what ships is faster.</p>",
+           "<table class=configs id=peertable><tr><th>peer</th><th>call</th><th>output vs reference</th>"
+           "<th>median ms</th><th>peer / kernel</th><th>95% CI</th></tr>"]
+    for p in rows:
+        if not p.get("available", True):
+            out.append(f"<tr><td><code>{_e(p.get('label'))}</code></td><td>{_e(p.get('name'))}</td>"
+                       f"<td colspan=4 class=muted>unavailable: {_e(p.get('reason', ''))}</td></tr>")
+            continue
+        errs: Mapping[str, Any] = p["rel_err"] if isinstance(p.get("rel_err"), Mapping) else {}
+        worst = max((_num(v) or 0.0 for v in errs.values()), default=None)
+        agrees = p.get("agrees")
+        check = ("—" if agrees is None else
+                 f'<span class={"ok" if agrees else "bad"}>{"agrees" if agrees else "DIFFERS"}</span>'
+                 f"{f' (max rel. error {worst:.2e})' if worst is not None else ''}")
+        out.append(f"<tr><td><code>{_e(p.get('label'))}</code></td><td>{_e(p.get('name'))}</td><td>{check}</td>"
+                   f"<td>{_ms(_num(p.get('median_ms')))}</td><td>{_x(p.get('ratio'))}</td>"
+                   f"<td>{_ci(p.get('ratio_ci'))}</td></tr>")
+    out.append("</table>")
+    return "".join(out)
+
+
 def _sci(v: Any) -> str:
     f = _num(v)
     return "—" if f is None else f"{f:.2e}"
@@ -717,6 +755,10 @@ def render_report_html(report: Mapping[str, Any], baseline_cubin: bytes, shipped
     if isinstance(space, Mapping):  # a space derived for a recorded kernel, pruned on the CPU
         parts.append("<h2>Space: derived and pruned</h2>")
         parts.append(_space_html(space))
+    peers = report.get("peers")
+    if isinstance(peers, Mapping):  # the torch calls a user would make instead, timed beside what ships
+        parts.append("<h2>Peers: what a user would call instead</h2>")
+        parts.append(_peers_html(peers))
     # configuration table
     parts.append("<h2>Level 1: configurations</h2>")
     parts.append(_config_table(l1, chosen, est) if l1 else '<p class="muted">No level-1 search in this report.</p>')

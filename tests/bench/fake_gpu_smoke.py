@@ -80,6 +80,16 @@ def main(out_dir: str) -> int:
         sess.check(fake_cubin(80), 3, 1)
     except session.CandidateError as exc:
         result["wrong_arch"] = str(exc)
+    # The peers beside what ships (the tune report's): the suite's softmax and torch.softmax, interleaved
+    from kbuild.bench.kernels import SUITE
+
+    soft = session.Session(SUITE["softmax"], 0, cubin, small=True)
+    peers = soft.peers(cubin, 2, 3)
+    result["peers"] = {"labels": [p["label"] for p in peers["peers"]],
+                       "agree": [p.get("agrees") for p in peers["peers"]],
+                       "samples": [len(p.get("samples_ms", ())) for p in peers["peers"]],
+                       "kernel_rounds": len(peers["kernel_samples_ms"]), "kernel_ms": peers["kernel_ms"] > 0}
+    result["no_peers"] = sess.peers(cubin, 2, 3)  # gpu_bench_faults's spec has none: nothing launched
     # The worker's request dispatch, in-process (the pipes are tested with a fake worker elsewhere).
     state: dict[str, Any] = {}
     load = worker.handle(state, {"op": "load", "version": protocol.PROTOCOL_VERSION, "spec": "gpu_bench_faults:spec",
@@ -87,6 +97,7 @@ def main(out_dir: str) -> int:
     result["worker_load"] = {k: load[k] for k in ("ok", "kernel", "arch")}
     result["worker_check"] = worker.handle(state, {"op": "check", "cubin": cubin, "k": 2, "seed": 3})
     result["worker_time_ok"] = worker.handle(state, {"op": "time", "cubin": cubin, "rounds": 2, "reps": 1})["ok"]
+    result["worker_peers"] = worker.handle(state, {"op": "peers", "cubin": cubin, "rounds": 2, "reps": 1})
     result["worker_wrong_arch"] = worker.handle(state, {"op": "check", "cubin": fake_cubin(80), "k": 2})
     result["worker_bad_config"] = worker.handle(state, {**{"op": "load", "version": protocol.PROTOCOL_VERSION,
                                                            "spec": "gpu_bench_faults:spec", "small": True,

@@ -22,6 +22,10 @@ def test_bench_and_session_plumbing_on_a_fake_gpu(tmp_path: Path) -> None:
     assert out["worker_load"] == {"ok": True, "kernel": "fault_demo", "arch": 90}
     assert out["worker_check"] == {"ok": True, "valid": True, "k": 2, "reason": None}
     assert out["worker_time_ok"] is True
+    # the tune report's peers: what ships timed interleaved with torch.softmax, its output checked
+    assert out["peers"] == {"labels": ["torch_softmax"], "agree": [True], "samples": [2], "kernel_rounds": 2,
+                            "kernel_ms": True}
+    assert out["no_peers"] == {"peers": []} and out["worker_peers"] == {"ok": True, "peers": []}
     assert out["worker_wrong_arch"] == {"ok": False, "kind": "candidate",
                                         "error": "cubin is for sm_80 but this GPU is sm_90"}
     assert out["worker_bad_config"]["kind"] == "usage" and "out of range" in out["worker_bad_config"]["error"]

@@ -80,3 +80,23 @@ def test_sass_candidates_are_judged_bit_for_bit_against_the_recorded_baseline(sh
     session = Session(ref, 0, cubin)
     assert session.check(cubin, 3, 0) == {"valid": True, "k": 3, "reason": None}
     assert set(session.spec.outputs) == KERNELS[short][0]
+
+
+@pytest.mark.parametrize("short", ["rms_norm:_rms_norm_forward_kernel", "swiglu:_swiglu_forward_kernel",
+                                   "layer_norm:_layer_norm_forward_kernel"])
+def test_the_peers_beside_a_recorded_kernel_agree_and_are_timed(short: str) -> None:
+    """What the tune report's peers section shows (kbuild.build.tuning._time_peers): the torch call a model makes
+    instead, run on the recorded call's inputs, checked against the recorded configuration's output and timed
+    interleaved with it."""
+    from kbuild.tune.measure.session import Session
+
+    ref = _ref(short)
+    spec = load_spec(ref)
+    cubin = compile_spec(spec, spec.configs[0], 90).asm["cubin"]
+    got = Session(ref, 0, cubin).peers(cubin, 3, 5)
+    assert got["kernel_ms"] > 0 and len(got["kernel_samples_ms"]) == 3
+    (peer,) = got["peers"]
+    assert peer["available"] and peer["agrees"], peer
+    assert peer["ratio"] > 0 and len(peer["samples_ms"]) == 3
+    print(f"{short}: kernel {got['kernel_ms']:.4f} ms, {peer['label']} {peer['median_ms']:.4f} ms "
+          f"(peer/kernel {peer['ratio']:.3f}, rel_err {max(peer['rel_err'].values()):.2e})")

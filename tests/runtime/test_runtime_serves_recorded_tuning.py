@@ -98,6 +98,12 @@ def test_record_tune_on_the_cost_model_ship_and_serve(recorded_project: Any, fak
     # measures: labelled stand-ins), writing the per-kernel report where the reports setting says
     settings = dataclasses.replace(settings, reports=str(tmp_path / "reports"))
     monkeypatch.setattr(tuning, "can_tune", lambda s, build: True)
+    # a peer for the package's softmax (Liger's kernels have theirs in FUNCTION_PEERS): on the cost model it is
+    # named in the report and not timed
+    from kbuild.bench import peers as peer_mod
+
+    torch_softmax = peer_mod.Peer("torch_softmax", "torch.softmax", lambda spec, x: lambda: {})
+    monkeypatch.setitem(peer_mod.FUNCTION_PEERS, f"{b.fn.fn.__module__}:{b.fn.fn.__qualname__}", [torch_softmax])
     baseline = b.artefact
     tuning.tune_missing(settings, [b], open_store(settings), lambda s, build: tune_build(s, build, measure="model"),
                         None)
@@ -119,6 +125,9 @@ def test_record_tune_on_the_cost_model_ship_and_serve(recorded_project: Any, fak
 
     page = render_report_html(report, b.artefact.cubin, art.cubin, kernel_symbol="softmax")
     assert "Space: derived and pruned" in page and f"{space['size']} points derived" in page
+    assert report["peers"] == {"not_timed": "the CPU cost model times kbuild's kernels only; a GPU build times the "
+                               "peers", "peers": [{"label": "torch_softmax", "name": "torch.softmax"}]}
+    assert "Peers: what a user would call instead" in page and "Peers not timed" in page
     assert "Level 1: configurations" in page
     chosen = art.meta["config"]
     assert chosen != b.default_config and chosen["constexprs"] == {"BLOCK": 1024}

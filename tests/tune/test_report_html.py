@@ -272,6 +272,31 @@ def test_accepted_gpu_result_shows_ci_and_aa_spread_without_the_estimate_label(c
     assert "shipped schedule (tuned)" in text and "bit-exact on 10 input sets" in text and "NVIDIA H200" in text
 
 
+def test_peers_are_shown_beside_what_ships(case: Case):
+    """The peers a user would call instead: each timed one with its ratio and interval, its output check, an
+    unavailable one with torch's reason, and a report whose peers could not be timed saying why."""
+    peers = {"kernel_ms": 0.0123, "rounds": 8, "reps": 10, "peers": [
+        {"label": "torch_rms_norm", "name": "F.rms_norm", "available": True, "agrees": True,
+         "rel_err": {"Y_ptr": 1.5e-3}, "median_ms": 0.0246, "ratio": 2.0, "ratio_ci": [1.9, 2.1]},
+        {"label": "torch_composite", "name": "F.silu(a) · b", "available": True, "agrees": False,
+         "rel_err": {"c_ptr": 0.5}, "median_ms": 0.01, "ratio": 0.813, "ratio_ci": [0.8, 0.83]},
+        {"label": "sdpa_cudnn", "name": "SDPA cuDNN", "available": False, "reason": "RuntimeError: <no> cuDNN"}]}
+    page = render_report_html(_report(backend=GPU_BACKEND, peers=peers), case.baseline, case.shipped,
+                              kernel_symbol=case.symbol)
+    dom = Dom(page)
+    text = "".join(dom.text)
+    assert "Peers: what a user would call instead" in text and "0.0123 ms (median)" in text
+    assert "2.000×" in text and "1.900–2.100×" in text and "agrees (max rel. error 1.50e-03)" in text
+    assert "DIFFERS (max rel. error 5.00e-01)" in text and "0.813×" in text
+    assert "unavailable: RuntimeError: <no> cuDNN" in text and "&lt;no&gt;" in page
+    assert [e for e in dom.elements if e["attrs"].get("id") == "peertable"]
+    failed = render_report_html(_report(peers={"error": "fault: illegal address"}), case.baseline, case.shipped,
+                                kernel_symbol=case.symbol)
+    assert "Peers not timed: fault: illegal address" in "".join(Dom(failed).text)
+    plain = render_report_html(_report(), case.baseline, case.shipped, kernel_symbol=case.symbol)
+    assert "Peers" not in "".join(Dom(plain).text)  # a kernel without peers: no section
+
+
 def test_cost_model_never_claims_an_output_check(case: Case):
     """On the cost model nothing runs: the page must not say the shipped configuration matched the reference."""
     report = _report()

@@ -232,6 +232,23 @@ class WorkerClient:
             return TimeResult.invalid(self.name, f"{reply.get('kind')}: {reply.get('error')}")
         return time_result(self.name, reply["samples"], seed=int.from_bytes(candidate[-4:], "little"))
 
+    def peers(self, candidate: bytes, *, rounds: int = 8, reps: int = 10) -> dict[str, Any]:
+        """``candidate`` (the loaded configuration's schedule that ships) timed interleaved with the loaded spec's
+        peers (:meth:`kbuild.tune.measure.session.BaselineSession.peers`); ``{"error": reason}`` when the worker
+        could not (a fault, a usage error), so that a report says why instead of failing the build."""
+        self._ensure_loaded()
+        problem = self._candidate_problem(candidate)
+        if problem:
+            return {"error": problem}
+        try:
+            reply = self._request({"op": "peers", "cubin": candidate, "rounds": rounds, "reps": reps},
+                                  self.timeout_s + 0.05 * rounds * reps * 4)
+        except WorkerFailure as exc:
+            return {"error": exc.reason}
+        if not reply.get("ok"):
+            return {"error": f"{reply.get('kind')}: {reply.get('error')}"}
+        return {k: v for k, v in reply.items() if k != "ok"}
+
     def ping(self) -> dict[str, Any]:
         return self._request({"op": "ping"}, self.timeout_s)
 

@@ -141,6 +141,36 @@ class BaselineSession:
             self._release(cand)
         return {"baseline": base, "candidate": other, "baseline_aa": aa}
 
+    def peers(self, cubin: bytes, rounds: int, reps: int) -> dict[str, Any]:
+        """``cubin`` (the schedule that ships, for this session's configuration) timed interleaved with the spec's
+        peers (:func:`kbuild.bench.peers.peers_for`: the torch calls a user would make instead), on the timing
+        inputs, as ``kbuild bench`` does: each peer's record (``available``, its output against the spec's
+        reference, ``ratio`` = peer / kernel with its 95% interval, raw samples) and the kernel's samples. No
+        peer: nothing is launched."""
+        import torch
+
+        from kbuild.bench import peers as peer_mod
+        from kbuild.device import stats
+
+        found = peer_mod.peers_for(self.spec)
+        if not found:
+            return {"peers": []}
+        cand = self._candidate(cubin)
+        try:
+            ref = self.spec.reference(self.timing_inputs) if self.spec.reference is not None else None
+            prepared = [peer_mod.prepare(p, self.spec, self.timing_inputs, ref, torch.cuda.synchronize)
+                        for p in found]
+            timed = [p for p in prepared if p.fn is not None]
+            kernel, *samples = timing.time_interleaved(
+                [*self._launchers([cand]), *[p.fn for p in timed if p.fn is not None]], rounds=rounds, reps=reps,
+                flush=self.flush)
+        finally:
+            self._release(cand)
+        for p, peer_samples in zip(timed, samples, strict=True):
+            p.record.update(peer_mod.summarize(kernel, peer_samples))
+        return {"peers": [p.record for p in prepared], "kernel_ms": stats.median(kernel), "kernel_samples_ms": kernel,
+                "rounds": rounds, "reps": reps}
+
 
 class Session(BaselineSession):
     """A Triton kernel: the spec's configuration compiled for this GPU, its cubin replaced by the baseline."""

@@ -73,6 +73,8 @@ def handle(state: dict[str, Any], msg: dict[str, Any]) -> dict[str, Any]:
             return {"ok": True, **sess.check(msg["cubin"], int(msg["k"]), int(msg.get("seed", 0)))}
         if op == "time":
             return {"ok": True, "samples": sess.time(msg["cubin"], int(msg["rounds"]), int(msg["reps"]))}
+        if op == "peers":
+            return {"ok": True, **sess.peers(msg["cubin"], int(msg["rounds"]), int(msg["reps"]))}
     except CandidateError as exc:
         return {"ok": False, "kind": "candidate", "error": str(exc)}
     except SessionUsageError as exc:
