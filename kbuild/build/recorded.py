@@ -510,7 +510,11 @@ class _Choices:
 
 def collapse(declared: Sequence[KernelBuild], recorded: Sequence[KernelBuild],
              report: RecordingReport) -> list[KernelBuild]:
-    """The hand-written builds, then each recorded one whose baseline key none before has (once per key)."""
+    """The hand-written builds, then each recorded one whose baseline key none before has (once per key).
+
+    A hand-written build that the tune phase could not tune (no bench spec, a space of one point) gives way to a
+    recorded build of the same key that it can (a bench spec from the recorded call, a derived space:
+    :func:`_tunable`): the same baseline cubin, tuned from the recording. A hand-written bench spec or space wins."""
     seen = {b.baseline_key.hex: b for b in declared}
     out = list(declared)
     report.collapsed = 0
@@ -518,14 +522,26 @@ def collapse(declared: Sequence[KernelBuild], recorded: Sequence[KernelBuild],
         first = seen.get(b.baseline_key.hex)
         if first is not None:
             report.collapsed += 1
-            if first.recorded is None:
+            if first.recorded is None and _tunable_instead(first, b):
+                out[out.index(first)] = seen[b.baseline_key.hex] = b
+                report.say(f"{b.spec.source} ({b.spec.name}) on {b.target.name}: declared in [tool.kbuild.kernels] "
+                           f"as {first.spec.name!r} too, with no bench spec or space: built once, tuned from the "
+                           "recorded call")
+            elif first.recorded is None:
                 report.say(f"{b.spec.source} ({b.spec.name}) on {b.target.name}: declared in [tool.kbuild.kernels] "
                            f"as {first.spec.name!r} too: built once")
             continue
         seen[b.baseline_key.hex] = b
         out.append(b)
-    report.built = len(out) - len(declared)
+    report.built = sum(1 for b in out if b.recorded is not None)
     return out
+
+
+def _tunable_instead(declared: KernelBuild, recorded: KernelBuild) -> bool:
+    """Whether ``recorded`` (same baseline key) can be tuned where the hand-written ``declared`` cannot: the
+    declaration has neither a bench spec nor a space, the recorded build has a derived space."""
+    return (not declared.spec.bench and len(declared.space) <= 1 and recorded.recorded is not None
+            and recorded.recorded.derived is not None and len(recorded.space) > 1)
 
 
 def recorded_builds(settings: Settings, targets: Sequence[Target]) -> tuple[list[KernelBuild], RecordingReport]:

@@ -194,6 +194,36 @@ def test_liger_own_calls_key_to_entries_the_build_declares(resolved: tuple[list[
         f"rms_norm_fwd_dtype_{dtype_name}"
 
 
+def test_a_tuning_build_tunes_the_hand_written_rms_norm_from_the_recorded_call() -> None:
+    """The hand-written rms_norm forward declaration has no bench spec and no space: with tuning on, the recorded
+    call of the same key (Llama-3-8B's, bf16) takes its place, built once, with a bench spec from the recording
+    and a derived space (issue 35's target counts rms_norm); with tuning off the hand-written entry stays."""
+    import dataclasses
+
+    from kbuild.build.pipeline import resolve_builds
+    from kbuild.build.resolve import select_targets
+    from kbuild.settings.sources import load_settings
+
+    base = dataclasses.replace(load_settings(EXAMPLE / "pyproject.toml"), recordings=["recordings/llama3-8b.cpu.json"])
+    targets = [t for t in select_targets(base, None) if t.name == "sm_90"]
+    rms = "liger_kernel.ops.rms_norm:_rms_norm_forward_kernel"
+
+    def forward(tune: str) -> tuple[list[Any], Any]:
+        builds, _, _, report = resolve_builds(dataclasses.replace(base, tune=tune), base.kernels, targets)
+        return [b for b in builds if b.spec.source == rms or b.spec.name.startswith("rms_norm_fwd")], report
+
+    off, _ = forward("off")
+    assert sorted(b.spec.name for b in off) == ["rms_norm_fwd_dtype_bf16", "rms_norm_fwd_dtype_fp16"]
+    on, report = forward("auto")
+    (recorded,) = [b for b in on if b.recorded is not None]
+    (kept,) = [b for b in on if b.recorded is None]
+    assert kept.spec.name == "rms_norm_fwd_dtype_fp16"  # Llama-3's recording is bf16 only
+    assert recorded.spec.bench and len(recorded.space) > 1 and recorded.recorded.derived is not None
+    assert recorded.baseline_key.hex == next(b for b in off if b.spec.name.endswith("bf16")).baseline_key.hex
+    assert any("as 'rms_norm_fwd_dtype_bf16' too, with no bench spec or space: built once, tuned from the recorded "
+               "call" in line for line in report.lines), report.lines
+
+
 def test_rms_norm_backward_rows_per_program_keys_as_on_an_h100(resolved: tuple[list[Any], Any]) -> None:
     """On CPU Liger's backward takes one SM (rows_per_program = rows, as workload.py was recorded); on an H100 it is
     ceil(rows / 132). The call with the H100's value must key to a declared sm_90 entry too, else the CPU recording
