@@ -44,8 +44,10 @@ later calls are Triton's own, with no kbuild frame on the path:
 * The process's first ``JITFunction.run`` call after :func:`install` goes through :func:`direct_run`, which puts
   ``JITFunction.run`` back at once and runs that one call as Triton's ``run`` does, but binds the arguments with
   kbuild's specialiser (:mod:`kbuild.runtime.specialize`, the same answers without Triton's first-call import of
-  Gluon). Every later call is Triton's ``run`` with Triton's binder; the Gluon import happens there, once, on the
-  first call Triton's own specialiser makes (0.03-0.1 s; no compile).
+  Gluon). Every later call is Triton's ``run`` with Triton's binder, and every binder Triton makes meanwhile (the
+  first call of another kernel) specialises its own first call through kbuild's specialiser too
+  (:func:`kbuild.runtime.specialize.install_first_call_binders`), Triton's from its second call on: the Gluon
+  import happens once, at a kernel's second call (0.03-0.1 s; no compile), not inside any kernel's first.
 
 What this does not launch itself goes to Triton's launcher (and so builds it once): tuple arguments, fp16/bf16
 scalar arguments, global or profile scratch memory, tensor descriptors, 16-CTA clusters (:func:`launchable`), and
@@ -576,14 +578,15 @@ def _run_is_not_triton_3_6(run: Any) -> bool:
 
 
 def first_call(jit: Any, args: tuple[Any, ...], grid: Any, kwargs: dict[str, Any]) -> Any:
-    """Triton 3.6's ``JITFunction.run`` (``warmup=False``), line for line, but for the binder: Triton's own
-    binder's code with kbuild's specialiser (:func:`kbuild.runtime.specialize.binder`), which gives the same
-    specialisation and so the same ``kernel_cache`` key."""
+    """Triton 3.6's ``JITFunction.run`` (``warmup=False``), line for line, but for the binder: Triton's own binder
+    for the device, its first call specialised by kbuild's specialiser
+    (:func:`kbuild.runtime.specialize.first_call_specialises`), which gives the same specialisation and so the same
+    ``kernel_cache`` key."""
     from triton import knobs
     from triton.runtime.driver import driver
     from triton.runtime.jit import compute_cache_key
 
-    from kbuild.runtime.specialize import binder as make_binder
+    from kbuild.runtime.specialize import first_call_specialises
 
     kwargs["debug"] = kwargs.get("debug", jit.debug) or knobs.runtime.debug
     kwargs["instrumentation_mode"] = knobs.compilation.instrumentation_mode
@@ -591,8 +594,9 @@ def first_call(jit: Any, args: tuple[Any, ...], grid: Any, kwargs: dict[str, Any
     stream = driver.active.get_current_stream(device)
     for hook in jit.pre_run_hooks:
         hook(*args, **kwargs)
-    kernel_cache, kernel_key_cache, _, backend, _ = jit.device_caches[device]
-    bound_args, specialization, options = make_binder(jit, backend)(*args, **kwargs)
+    kernel_cache, kernel_key_cache, _, backend, binder = jit.device_caches[device]
+    first_call_specialises(binder)  # a binder Triton made before install(); else it is so already
+    bound_args, specialization, options = binder(*args, **kwargs)
     key = compute_cache_key(kernel_key_cache, specialization, options)
     kernel = kernel_cache.get(key, None)
     if kernel is None:
@@ -621,10 +625,13 @@ def install() -> None:
     """Put :func:`direct_run` in ``JITFunction.run`` for the next call (idempotent)."""
     from triton.runtime.jit import JITFunction
 
+    from kbuild.runtime.specialize import install_first_call_binders
+
     with STATE.lock:
         if JITFunction.run is not direct_run:
             STATE.original_jit_run = JITFunction.run
             JITFunction.run = direct_run  # type: ignore[method-assign]
+        install_first_call_binders()
         STATE.direct_installed = True
 
 
@@ -632,9 +639,12 @@ def uninstall() -> None:
     """Put back Triton's ``JITFunction.run`` (when no call has yet)."""
     from triton.runtime.jit import JITFunction
 
+    from kbuild.runtime.specialize import uninstall_first_call_binders
+
     with STATE.lock:
         if JITFunction.run is direct_run and STATE.original_jit_run is not None:
             JITFunction.run = STATE.original_jit_run  # type: ignore[method-assign]
+        uninstall_first_call_binders()
         STATE.original_jit_run = None
         STATE.direct_installed = False
 

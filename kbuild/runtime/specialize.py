@@ -8,9 +8,11 @@ bytecode cache; ``benchmarks/results/h200/issue16``). On the CPU machine with st
 (``benchmarks/results/runtime_first_call_cpu.json``, 2 shared cores) the host side of the first call took 22 ms with
 this module against 222 ms with Triton's specialiser, bytecode cached (20 ms against 361 ms without).
 
-How: :func:`binder` builds Triton's own binder (``create_function_from_signature``: parameter binding, defaults,
-constexprs, ``do_not_specialize``, annotations, options all stay Triton's) and replaces the one name it calls to
-specialise, ``specialize_impl``, by :func:`specialize`. That function answers the argument types whose rules are
+How: Triton's own binder (``create_function_from_signature``: parameter binding, defaults, constexprs,
+``do_not_specialize``, annotations, options all stay Triton's) gets, for its first call only, :func:`specialize` in
+place of the one name it calls to specialise, ``specialize_impl`` (:func:`first_call_specialises`; every binder
+Triton makes once the run time is enabled: :func:`install_first_call_binders`). That function answers the argument
+types whose rules are
 short and fixed, exactly as ``specialize.cc`` does: exact ``int``, ``bool`` and ``float``, ``None``, and ``torch.Tensor``
 or a subclass such as ``nn.Parameter`` (Triton's C++ reaches a subclass through its ``data_ptr`` fallback and applies
 the same tensor rule):
@@ -100,15 +102,65 @@ def checked() -> bool:
     return str(triton.__version__) in CHECKED_TRITON
 
 
-def binder(jit: Any, backend: Any) -> Any:
-    """Triton's binder for ``jit`` on ``backend`` (``create_function_from_signature``), specialising through
-    :func:`specialize` when the installed Triton was checked, else exactly Triton's."""
-    from triton.runtime.jit import create_function_from_signature
+def first_call_specialises(bind: Any) -> bool:
+    """Make ``bind`` (a binder Triton made: ``create_function_from_signature``) specialise its first call through
+    :func:`specialize` and every later one through Triton's own function again, with nothing added to a later
+    call: the binder's one global ``specialize_impl`` is put back once the first call has specialised each of its
+    arguments (counted from the binder's code: one load of the name per argument Triton specialises). Both answer
+    alike (the CPU test of this module), so a call that stops half-way, or two threads in a first call at once,
+    only change which of the two answers. False, and ``bind`` untouched, when it has no such global."""
+    import dis
 
-    bind = create_function_from_signature(jit.signature, jit.params, backend)
-    if checked() and "specialize_impl" in bind.__globals__:
-        bind.__globals__["specialize_impl"] = specialize
-    return bind
+    namespace = bind.__globals__
+    native = namespace.get("specialize_impl")
+    sites = sum(1 for ins in dis.get_instructions(bind) if ins.opname == "LOAD_GLOBAL"
+                and ins.argval == "specialize_impl")
+    if native is None or native is specialize or getattr(native, "kbuild_first_call", False) or sites == 0:
+        return False
+    left = [sites]
+
+    def first(backend: Any, arg: Any, is_const: bool, specialize_value: bool, align: bool) -> tuple[Any, Any]:
+        left[0] -= 1
+        if left[0] <= 0:
+            namespace["specialize_impl"] = native
+        return specialize(backend, arg, is_const, specialize_value, align)
+
+    first.kbuild_first_call = True  # type: ignore[attr-defined]
+    namespace["specialize_impl"] = first
+    return True
 
 
-__all__ = ["CHECKED_TRITON", "binder", "checked", "specialize"]
+def install_first_call_binders() -> bool:
+    """From now on, every binder Triton makes (a kernel's first call on a device: ``JITFunction.create_binder``
+    calls the module's ``create_function_from_signature``) specialises that first call without Triton's first-call
+    import of Gluon (:func:`first_call_specialises`); later calls are Triton's own, at Triton's cost. So the first
+    call of a *second* shipped kernel in a process imports no Gluon either; the import happens once, at the first
+    call Triton's own specialiser makes (a kernel's second call). False where the installed Triton was not
+    checked (:data:`CHECKED_TRITON`). Idempotent."""
+    import triton.runtime.jit as triton_jit
+
+    current = triton_jit.create_function_from_signature
+    if not checked() or hasattr(current, "kbuild_original"):
+        return False
+
+    def create_function_from_signature(sig: Any, kparams: Any, backend: Any) -> Any:
+        bind = current(sig, kparams, backend)
+        first_call_specialises(bind)
+        return bind
+
+    create_function_from_signature.kbuild_original = current  # type: ignore[attr-defined]
+    triton_jit.create_function_from_signature = create_function_from_signature
+    return True
+
+
+def uninstall_first_call_binders() -> None:
+    """Triton's ``create_function_from_signature`` back (binders made meanwhile keep their first-call swap)."""
+    import triton.runtime.jit as triton_jit
+
+    original = getattr(triton_jit.create_function_from_signature, "kbuild_original", None)
+    if original is not None:
+        triton_jit.create_function_from_signature = original
+
+
+__all__ = ["CHECKED_TRITON", "checked", "first_call_specialises", "install_first_call_binders",
+           "specialize", "uninstall_first_call_binders"]

@@ -163,9 +163,14 @@ def test_binder_matches_triton_s_binder_on_whole_calls(backend: Any) -> None:
         pass
 
     theirs = create_function_from_signature(kernel.signature, kernel.params, backend)
-    mine = spec.binder(kernel, backend)
-    assert mine.__globals__["specialize_impl"] is spec.specialize
-    assert theirs.__globals__["specialize_impl"] is not spec.specialize  # Triton's own binder is untouched
+
+    def mine() -> Any:  # a binder whose first call is kbuild's (what the run time's first calls get)
+        bind = create_function_from_signature(kernel.signature, kernel.params, backend)
+        assert spec.first_call_specialises(bind) and not spec.first_call_specialises(bind)  # once
+        assert bind.__globals__["specialize_impl"].kbuild_first_call
+        return bind
+
+    assert not getattr(theirs.__globals__["specialize_impl"], "kbuild_first_call", False)  # Triton's is untouched
     x = torch.zeros(100, dtype=torch.float32)
     y = torch.zeros(100, dtype=torch.float16)
     calls: list[tuple[tuple[Any, ...], dict[str, Any]]] = [
@@ -175,7 +180,7 @@ def test_binder_matches_triton_s_binder_on_whole_calls(backend: Any) -> None:
         ((x, y, 7, 48, 2**31, 1.0, False), {"opt_ptr": x[2:], "debug": False, "instrumentation_mode": ""}),
     ]
     for args, kwargs in calls:
-        assert mine(*args, **kwargs) == theirs(*args, **kwargs)
+        assert mine()(*args, **kwargs) == theirs(*args, **kwargs)
 
 
 def test_an_unchecked_triton_keeps_triton_s_binder(backend: Any, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -185,9 +190,12 @@ def test_an_unchecked_triton_keeps_triton_s_binder(backend: Any, monkeypatch: py
     def kernel(x_ptr, n):
         pass
 
+    import triton.runtime.jit as triton_jit
+
     monkeypatch.setattr(triton, "__version__", "9.9.9")
     assert not spec.checked()
-    assert spec.binder(kernel, backend).__globals__["specialize_impl"] is not spec.specialize
+    original = triton_jit.create_function_from_signature
+    assert not spec.install_first_call_binders() and triton_jit.create_function_from_signature is original
 
 
 def _probe(data_dir: Path, mode: str) -> dict[str, Any]:
@@ -211,3 +219,92 @@ def test_a_first_direct_call_in_a_fresh_process_does_not_import_gluon(jit_settin
     slow = _probe(shipped.data_dir, "triton")
     assert (slow["modules_loaded"], slow["launches"]) == (1, 2)
     assert slow["gluon_imported_after"]
+
+
+def test_binders_made_after_install_specialise_their_first_call_only(backend: Any,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first call of every kernel (not only the process's first) binds with kbuild's specialiser; the binder's
+    global is Triton's own again from its second call, so later calls cost what Triton's do."""
+    import triton
+    import triton.language as tl
+    import triton.runtime.jit as triton_jit
+
+    @triton.jit(do_not_specialize=["n"])
+    def kernel(x_ptr, y_ptr, n, m, eps: tl.float32, BLOCK: tl.constexpr = 64):
+        pass
+
+    @triton.jit
+    def constexprs_only(BLOCK: tl.constexpr, FLAG: tl.constexpr):
+        pass
+
+    original = triton_jit.create_function_from_signature
+    seen: list[Any] = []
+    real = spec.specialize
+    monkeypatch.setattr(spec, "specialize", lambda *a: seen.append(a[1]) or real(*a))
+    assert spec.install_first_call_binders() and not spec.install_first_call_binders()  # idempotent
+    try:
+        bind = triton_jit.create_function_from_signature(kernel.signature, kernel.params, backend)
+        theirs = original(kernel.signature, kernel.params, backend)
+        native_impl = theirs.__globals__["specialize_impl"]
+        assert bind.__globals__["specialize_impl"] is not native_impl
+        x, y = torch.zeros(64, dtype=torch.float32), torch.zeros(64, dtype=torch.float16)
+        assert bind(x, y, 5, 32, 1.0) == theirs(x, y, 5, 32, 1.0)
+        assert len(seen) == 4  # x_ptr, y_ptr, n, m: eps (fp32) is not specialised, BLOCK is a constexpr
+        assert bind.__globals__["specialize_impl"] is native_impl  # nothing of kbuild's on later calls
+        x1, y3 = x[1:], y[3:]
+        assert bind(x1, y3, 7, 33, 2.0, BLOCK=128) == theirs(x1, y3, 7, 33, 2.0, BLOCK=128)
+        assert len(seen) == 4
+        plain = triton_jit.create_function_from_signature(constexprs_only.signature, constexprs_only.params, backend)
+        assert not spec.first_call_specialises(plain) and plain(16, True) == ({"BLOCK": 16, "FLAG": True},
+                                                                              [("constexpr", 16), ("constexpr", True)],
+                                                                              {})
+        # the process's first call (direct.first_call) takes the device's binder as it is: not wrapped twice
+        again = triton_jit.create_function_from_signature(kernel.signature, kernel.params, backend)
+        assert not spec.first_call_specialises(again)
+    finally:
+        spec.uninstall_first_call_binders()
+    assert triton_jit.create_function_from_signature is original
+
+
+def test_a_second_kernel_s_first_call_imports_no_gluon(tmp_path: Path) -> None:
+    """In a fresh process: with the first-call binders installed, the first calls of two kernels' binders import no
+    Gluon; the second call of one (Triton's own specialiser) does, once. Without them the first call does."""
+    code = r"""
+import json, sys, torch, triton
+import triton.runtime.jit as triton_jit
+from triton.backends.compiler import GPUTarget
+from triton.compiler.compiler import make_backend
+from kbuild.runtime import specialize
+install = sys.argv[1] == "install"
+if install:
+    assert specialize.install_first_call_binders()
+backend = make_backend(GPUTarget("cuda", 90, 32))
+
+@triton.jit
+def first(x_ptr, n):
+    pass
+
+@triton.jit
+def second(x_ptr, y_ptr, n):
+    pass
+
+gluon = lambda: any(m.startswith("triton.experimental.gluon") for m in sys.modules)
+x = torch.zeros(16)
+b1 = triton_jit.create_function_from_signature(first.signature, first.params, backend)
+b1(x, 16)
+b2 = triton_jit.create_function_from_signature(second.signature, second.params, backend)
+b2(x, x, 16)
+after_first_calls = gluon()
+b2(x, x, 17)
+print(json.dumps({"after_first_calls": after_first_calls, "after_a_second_call": gluon()}))
+"""
+    script = tmp_path / "two_kernels.py"  # @triton.jit needs its function in a file
+    script.write_text(code)
+    got = {}
+    for mode in ("install", "plain"):
+        done = subprocess.run([sys.executable, str(script), mode], capture_output=True, text=True, timeout=300,
+                              check=False)
+        assert done.returncode == 0, done.stderr[-3000:]
+        got[mode] = json.loads(done.stdout.strip().splitlines()[-1])
+    assert got["install"] == {"after_first_calls": False, "after_a_second_call": True}
+    assert got["plain"]["after_first_calls"] is True
