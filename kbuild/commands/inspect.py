@@ -149,15 +149,14 @@ def _print_recording(recorded: dict[str, Any]) -> None:
 def wheel_indexes(wheel: str | Path) -> list[Any]:
     """The wheel's ``<package>/_kbuild/index.json`` files, parsed (:func:`kbuild.runtime.index.parse_index`)."""
     from kbuild.build.manifest import open_wheel
-    from kbuild.jsonio import DEFAULT_MAX_BYTES
-    from kbuild.runtime.index import parse_index
+    from kbuild.runtime.index import MAX_INDEX_BYTES, parse_index
 
     path = Path(wheel)
     out = []
     with open_wheel(path) as zf:
         for name in sorted(n for n in set(zf.namelist()) if _is_index_name(n)):
             where = f"{path}!{name}"
-            raw = _read_member(zf, zf.getinfo(name), DEFAULT_MAX_BYTES, where=where)
+            raw = _read_member(zf, zf.getinfo(name), MAX_INDEX_BYTES, where=where)
             out.append(parse_index(raw, data_dir=Path(PurePosixPath(name).parent.as_posix()), where=where))
     return out
 
@@ -234,7 +233,7 @@ def wheel_package_data(wheel: str | Path) -> tuple[bool, list[dict[str, Any]], l
     write). The failed checks: those reasons, each prefixed with its member, and each unsafe member name.
 
     A :class:`~kbuild.errors.UsageError` names the wheel (and the member) when it is no zip, an index is over
-    :data:`kbuild.jsonio.DEFAULT_MAX_BYTES` or is no kbuild runtime index (:func:`kbuild.runtime.index.parse_index`).
+    :data:`kbuild.runtime.index.MAX_INDEX_BYTES` or is no kbuild runtime index (:func:`kbuild.runtime.index.parse_index`).
     """
     from kbuild.build.manifest import MANIFEST_NAME, open_wheel
 
@@ -255,14 +254,14 @@ def wheel_package_data(wheel: str | Path) -> tuple[bool, list[dict[str, Any]], l
 def _read_index(zf: zipfile.ZipFile, path: Path, name: str) -> dict[str, Any]:
     from kbuild.build.package_data import render_init
     from kbuild.errors import UsageError
-    from kbuild.jsonio import DEFAULT_MAX_BYTES, load_json
-    from kbuild.runtime.index import INDEX_FILE, parse_index
+    from kbuild.jsonio import load_json
+    from kbuild.runtime.index import INDEX_FILE, MAX_INDEX_BYTES, parse_index
 
     where = f"{path}!{name}"
     info = zf.getinfo(name)
-    if info.file_size > DEFAULT_MAX_BYTES:
-        raise UsageError(f"{where}: {info.file_size:,} bytes, over the {DEFAULT_MAX_BYTES:,}-byte limit for an index")
-    raw = _read_member(zf, info, DEFAULT_MAX_BYTES, where=where)
+    if info.file_size > MAX_INDEX_BYTES:
+        raise UsageError(f"{where}: {info.file_size:,} bytes, over the {MAX_INDEX_BYTES:,}-byte limit for an index")
+    raw = _read_member(zf, info, MAX_INDEX_BYTES, where=where)
     folder = PurePosixPath(name).parent
     index = parse_index(raw, data_dir=Path(folder.as_posix()), where=where)
     infos = {i.filename: i for i in zf.infolist()}
@@ -282,7 +281,7 @@ def _read_index(zf: zipfile.ZipFile, path: Path, name: str) -> dict[str, Any]:
             "cubin_check": check, "problems": problems,
         })
     entries.sort(key=lambda x: (x["kernel"], x["target"], x["key"]))
-    version = load_json(raw, where=where).get("kbuild_version")  # parse_index checked it is a table
+    version = load_json(raw, where=where, max_bytes=MAX_INDEX_BYTES).get("kbuild_version")  # a table: parse_index
     expected = {INDEX_FILE, "__init__.py"} | {e["cubin"] for e in index.entries.values()}
     folder_problems = [f"{n}: not written by kbuild (a _kbuild/ folder holds {INDEX_FILE}, __init__.py and "
                        "the cubins its index names)" for n in sorted(infos)

@@ -54,6 +54,12 @@ INDEX_VERSION = 2
 READ_VERSIONS = (1, 2)
 #: Folder inside the package that holds the index and the cubins (and the generated ``__init__.py``).
 DATA_DIR = "_kbuild"
+#: The largest index the run time, ``kbuild inspect`` and the build read (a bounded read: a FIFO or a device is
+#: refused). An entry is about 4.5 KB (its key components, Triton's metadata): Liger-Kernel's 25 recorded kernels
+#: for one target are 1,488 entries, 6.6 MB, and an index passes the 16 MiB every other JSON document of kbuild
+#: stays under (:data:`kbuild.jsonio.DEFAULT_MAX_BYTES`) at about 3,700 entries (fla-core's tests launch about
+#: 2,000 specialisations per target).
+MAX_INDEX_BYTES = 512 * 2**20
 INDEX_FILE = "index.json"
 
 #: Compiled-kernel metadata fields that must agree between the artefact and Triton's kernel.
@@ -101,8 +107,10 @@ def build_index(entries: Iterable[tuple[str, Mapping[str, Any]]], *, package: st
 
 
 def index_bytes(index: Mapping[str, Any]) -> bytes:
-    """Canonical bytes: sorted keys, two-space indent, ASCII, one trailing newline."""
-    return (json.dumps(index, sort_keys=True, indent=2, ensure_ascii=True, allow_nan=False) + "\n").encode("ascii")
+    """Canonical bytes: sorted keys, no whitespace (an index is read by programs; ``kbuild inspect`` shows it to
+    people), ASCII, one trailing newline."""
+    return (json.dumps(index, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
+            + "\n").encode("ascii")
 
 
 @dataclass(frozen=True)
@@ -151,7 +159,8 @@ def parse_index(data: bytes | str, *, data_dir: Path, where: str) -> Index:
     """Check the format and every entry; an entry whose key is not the digest of its components is an error."""
     from kbuild.jsonio import load_json
 
-    return _check_index(load_json(data, where=where, error=IndexFormatError), data_dir=data_dir, where=where)
+    return _check_index(load_json(data, where=where, error=IndexFormatError, max_bytes=MAX_INDEX_BYTES),
+                        data_dir=data_dir, where=where)
 
 
 def _check_index(doc: Any, *, data_dir: Path, where: str) -> Index:
@@ -225,14 +234,13 @@ def _check_v2_fields(entry: Mapping[str, Any], *, where: str) -> None:
 
 
 def load_index(path: str | Path) -> Index:
-    """The index file ``path``: a regular file of at most :data:`kbuild.jsonio.DEFAULT_MAX_BYTES` (16 MiB),
-    read through :func:`kbuild.fsutil.read_bounded` (a FIFO or a device is refused, never waited on)."""
+    """The index file ``path``: a regular file of at most :data:`MAX_INDEX_BYTES`, read through
+    :func:`kbuild.fsutil.read_bounded` (a FIFO or a device is refused, never waited on)."""
     from kbuild.fsutil import read_bounded
-    from kbuild.jsonio import DEFAULT_MAX_BYTES
 
     p = Path(path)
     try:
-        data = read_bounded(p, max_bytes=DEFAULT_MAX_BYTES)
+        data = read_bounded(p, max_bytes=MAX_INDEX_BYTES)
     except OSError as exc:
         raise IndexFormatError(f"{p}: cannot read: {exc.strerror or exc}") from None
     return parse_index(data, data_dir=p.parent, where=str(p))
@@ -244,6 +252,7 @@ __all__ = [
     "INDEX_FILE",
     "INDEX_FORMAT",
     "INDEX_VERSION",
+    "MAX_INDEX_BYTES",
     "READ_VERSIONS",
     "Index",
     "IndexFormatError",

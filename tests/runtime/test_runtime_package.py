@@ -31,7 +31,33 @@ def test_index_is_deterministic(jit_settings: Any, tuned_builds: list[Any], tmp_
     assert tree(again.data_dir) == tree(b.data_dir)
     text = (a.data_dir / INDEX_FILE).read_text()
     assert "created" not in text and str(tmp_path) not in text and "/work/" not in text
-    assert text == json.dumps(json.loads(text), sort_keys=True, indent=2) + "\n"
+    assert text == json.dumps(json.loads(text), sort_keys=True, separators=(",", ":")) + "\n"  # compact
+
+
+def test_an_index_over_16_mib_is_read(jit_settings: Any, tuned_builds: list[Any], tmp_path: Path) -> None:
+    """A package of a few thousand specialisations has an index over the 16 MiB other JSON documents are held to
+    (fla-core's tests launch about 2,000 per target): the run time and ``kbuild inspect``'s parse read it whole."""
+    from kbuild.jsonio import DEFAULT_MAX_BYTES
+    from kbuild.key import digest
+    from kbuild.runtime.index import MAX_INDEX_BYTES, index_bytes, parse_index
+
+    result = write_package_data(jit_settings, tuned_builds, tmp_path / "kbx_jit")
+    doc = json.loads((result.data_dir / INDEX_FILE).read_text())
+    entry = next(iter(doc["entries"].values()))
+    entries = {}
+    for i in range(4500):  # the same entry for 4,500 BLOCK values, each its own cubin (not on disk: not read here)
+        e = json.loads(json.dumps(entry))
+        e["key_components"]["kernel"]["constexprs"] = {"BLOCK": 16 * (i + 1)}
+        e["cubin_sha256"] = f"{i:064x}"
+        e["cubin"] = f"{i:064x}.cubin"
+        entries[digest(e["key_components"])] = e
+    data = index_bytes({**doc, "entries": entries})
+    assert DEFAULT_MAX_BYTES < len(data) < MAX_INDEX_BYTES
+    (result.data_dir / INDEX_FILE).write_bytes(data)
+    assert len(load_index(result.data_dir / INDEX_FILE).entries) == 4500
+    assert len(parse_index(data, data_dir=result.data_dir, where="big").entries) == 4500
+    assert kbuild.runtime.enable("kbx_jit", data_dir=result.data_dir)
+    kbuild.runtime.disable("kbx_jit")
 
 
 def test_index_entries(jit_settings: Any, tuned_builds: list[Any], tmp_path: Path) -> None:
