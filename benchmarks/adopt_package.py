@@ -385,8 +385,11 @@ def record(name: str, mode: str, wheels: Path | None, work: Path, out_dir: Path,
     rec_path = out_dir / f"{name}_{label}.recording.json"
     pytest_cmd = pytest_command(pkg, work / "junit.xml", [pkg.cpu_plugin] if cpu_plugin and pkg.cpu_plugin else [],
                                 jobs)
+    # on a GPU, one call's integer and bool tensors per specialisation are kept too (FILE.captures/, at most 8 MiB a
+    # call), so that issue 35's tuner can replay the inputs it cannot generate (conch's int8 GEMM, NMS masks)
+    capture = ["--capture", "1", "--capture-mib", "8"] if mode == "gpu" else []
     cmd = [sys.executable, "-m", "kbuild", "record", "--mode", mode, *(["--target", TARGETS] if mode == "cpu" else []),
-           "--replace", "-o", str(rec_path), "--json", "--", *pytest_cmd]
+           *capture, "--replace", "-o", str(rec_path), "--json", "--", *pytest_cmd]
     print(f"[{name}] {' '.join(cmd[2:])}", file=sys.stderr, flush=True)
     status, summary_text, seconds = run_logged(cmd, s, timeout)
     try:

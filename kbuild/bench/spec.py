@@ -180,7 +180,14 @@ class BenchSpec:
         return list(seen.values())
 
     def all_constexprs(self, config: Config) -> dict[str, Constexpr]:
-        return {**self.constexprs, **config.constexprs}
+        """The spec's constexprs with ``config``'s over them, as Triton takes them: a dtype a configuration holds
+        in declaration form (``{"dtype": "fp16"}``, a point of a project's space) becomes Triton's dtype object."""
+        varying = config.constexprs
+        if any(isinstance(v, Mapping) for v in varying.values()):
+            from kbuild.compile.triton_aot import triton_constexprs
+
+            varying = triton_constexprs(dict(varying))
+        return {**self.constexprs, **varying}
 
     def arg_names(self) -> list[str]:
         return list(self.fn.arg_names)

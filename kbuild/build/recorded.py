@@ -385,10 +385,6 @@ def _tunable(settings: Settings, d: Declared, target: Target, imported: _Importe
     recorded = d.recorded.get(target.name)
     if tuner is None or d.kernel.autotune is not None or recorded is None or spec.bench:
         return spec, default, None
-    if any(isinstance(v, dict) for v in spec.constexprs.values()):  # a dtype constexpr, { dtype = "fp16" }
-        report.say(f"{d.kernel.function} ({spec.name}) on {target.name}: not tuned: a dtype constexpr cannot be a "
-                   "point of a level-1 space yet")
-        return spec, default, None
     from kbuild.bench.recorded import recorded_ref
     from kbuild.declarations.space import make_point
     from kbuild.tune.level1.derive import derive_space

@@ -107,8 +107,9 @@ def _tune_two_level(settings: Settings, b: KernelBuild, request: TuneRequest, py
 
     assert b.spec.bench
     bench_ref = b.spec.bench
-    points, space_report = _pruned_space(b, request, python_path)
-    spec = project_spec(load_spec(bench_ref, python_path=python_path), points)
+    loaded = load_spec(bench_ref, python_path=python_path)  # a recorded call no spec can be made of is refused
+    points, space_report = _pruned_space(b, request, python_path)  # before its space is compiled
+    spec = project_spec(loaded, points)
     compiled: dict[str, Artefact] = {}
 
     def baseline(config: Config) -> tuple[bytes, str, dict[str, Any]]:

@@ -153,3 +153,149 @@ def test_record_tune_on_the_cost_model_ship_and_serve(recorded_project: Any, fak
     assert kernel.metadata.num_warps == chosen["num_warps"]
     (event,) = [e for e in kbuild.runtime.events() if e.stage == "zero-jit"]
     assert "serves this call" in event.reason
+
+
+DTYPE_KERNEL = '''
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def scale_cast(x_ptr, y_ptr, n, scale, OUT_DTYPE: tl.constexpr, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask, other=0.0)
+    tl.store(y_ptr + offs, (x * scale).to(OUT_DTYPE), mask=mask)
+'''
+
+DTYPE_CALL = """
+import torch
+import triton.language as tl
+from kbx_dt import kernels
+x = torch.randn(4096 * 64)
+y = torch.empty(4096 * 64, dtype=torch.float16)
+kernels.scale_cast[(64,)](x, y, x.numel(), 0.5, OUT_DTYPE=tl.float16, BLOCK=4096, num_warps=1)
+"""
+
+
+def test_a_kernel_with_a_dtype_constexpr_is_tuned_and_served(fake_gpu: Any, tmp_path: Path,
+                                                             request: pytest.FixtureRequest,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """A dtype constexpr (``OUT_DTYPE=tl.float16``, recorded as ``{"dtype": "fp16"}``; conch's GEMM has them) is a
+    constant of every point of the derived space: the search compiles each point with Triton's dtype, the choice
+    ships under the recorded call's key and the call as the package makes it gets it."""
+    import dataclasses
+
+    import kbuild.build.tuning as tuning
+    from kbuild.build.package_data import write_package_data
+    from kbuild.build.pipeline import run_pipeline
+    from kbuild.build.tuning import tune_build
+    from kbuild.cache import open_store
+    from kbuild.settings.sources import load_settings
+
+    project = tmp_path / "proj"
+    (project / "kbx_dt").mkdir(parents=True)
+    (project / "kbx_dt" / "__init__.py").write_text("")
+    (project / "kbx_dt" / "kernels.py").write_text(DTYPE_KERNEL)
+    (tmp_path / "workload.py").write_text(f"import sys\nsys.path.insert(0, {str(project)!r})\n" + DTYPE_CALL)
+    rec = tmp_path / "dt.recording.json"
+    done = subprocess.run([sys.executable, "-m", "kbuild", "record", "--mode", "cpu", "--target", "sm_90", "--out",
+                           str(rec), "--", sys.executable, str(tmp_path / "workload.py")],
+                          capture_output=True, text=True, timeout=600, cwd=tmp_path, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (project / "pyproject.toml").write_text(
+        '[project]\nname = "kbx-dt"\nversion = "0.1.0"\n\n[tool.kbuild]\nship = "package-data"\n'
+        'targets = ["sm_90"]\ntune = "auto"\nrecordings = ["../dt.recording.json"]\nbudget = { evaluations = 200 }\n')
+    monkeypatch.syspath_prepend(str(project))
+    settings = dataclasses.replace(load_settings(project / "pyproject.toml"), store=tmp_path / "store")
+    said: list[Any] = []
+    (b,) = run_pipeline(settings, on_recordings=said.append)
+    assert not [line for r in said for line in r.lines if "not tuned" in line]
+    assert len(b.space) > 1 and all(p["constexprs"]["OUT_DTYPE"] == {"dtype": "fp16"} for p in b.space)
+    monkeypatch.setattr(tuning, "can_tune", lambda s, build: True)
+    baseline = b.artefact
+    tuning.tune_missing(settings, [b], open_store(settings), lambda s, build: tune_build(s, build, measure="model"),
+                        None)
+    art, b.artefact = b.artefact, baseline
+    assert b.tuned and art.meta["config"]["num_warps"] != 1  # the cost model's choice (a labelled stand-in)
+    assert art.meta["config"]["constexprs"] == {"BLOCK": 4096, "OUT_DTYPE": {"dtype": "fp16"}}
+    tuned = dataclasses.replace(b)
+    tuned.artefact, tuned.tuned = art, True
+    shipped = write_package_data(settings, [tuned], tmp_path / "kbx_dt")
+    ((key, entry),) = shipped.index["entries"].items()
+    assert key == b.baseline_key.hex and entry["serves_call"]["num_warps"] == 1
+
+    compiler_calls = request.getfixturevalue("no_compiler")
+    fake = fake_gpu(90)
+    assert kbuild.runtime.enable("kbx_dt", data_dir=shipped.data_dir)
+    import torch
+    import triton.language as tl
+
+    kernels = sys.modules[b.fn.fn.__module__]
+    kernels.scale_cast.device_caches.clear()
+    x = torch.randn(4096 * 64)
+    y = torch.empty(4096 * 64, dtype=torch.float16)
+    kernels.scale_cast[(64,)](x, y, x.numel(), 0.5, OUT_DTYPE=tl.float16, BLOCK=4096, num_warps=1)
+    assert compiler_calls == [] and [c for _, c, _, _ in fake.loads] == [art.cubin]
+    (event,) = [e for e in kbuild.runtime.events() if e.stage == "zero-jit"]
+    assert "serves this call" in event.reason
+
+
+GATHER_KERNEL = '''
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def gather(x_ptr, idx_ptr, y_ptr, BLOCK: tl.constexpr):
+    offs = tl.arange(0, BLOCK)
+    tl.store(y_ptr + offs, tl.load(x_ptr + tl.load(idx_ptr + offs)))
+'''
+
+GATHER_CALL = """
+import torch
+from kbx_gather import kernels
+x = torch.randn(1024)
+idx = torch.randint(0, 1024, (256,))
+y = torch.empty(256)
+kernels.gather[(1,)](x, idx, y, BLOCK=256, num_warps=1)
+"""
+
+
+def test_a_recorded_call_no_spec_can_be_made_of_ships_its_baseline_before_any_compile(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """An index tensor with no capture: the tune phase says why and ships the baseline, without compiling the
+    derived space first (the space of each such specialisation took minutes of CPU for nothing)."""
+    import dataclasses
+    import logging
+
+    import kbuild.build.tuning as tuning
+    from kbuild.build.pipeline import run_pipeline
+    from kbuild.build.tuning import tune_build
+    from kbuild.cache import open_store
+    from kbuild.settings.sources import load_settings
+
+    project = tmp_path / "proj"
+    (project / "kbx_gather").mkdir(parents=True)
+    (project / "kbx_gather" / "__init__.py").write_text("")
+    (project / "kbx_gather" / "kernels.py").write_text(GATHER_KERNEL)
+    (tmp_path / "workload.py").write_text(f"import sys\nsys.path.insert(0, {str(project)!r})\n" + GATHER_CALL)
+    done = subprocess.run([sys.executable, "-m", "kbuild", "record", "--mode", "cpu", "--target", "sm_90", "--out",
+                           str(tmp_path / "g.recording.json"), "--", sys.executable, str(tmp_path / "workload.py")],
+                          capture_output=True, text=True, timeout=600, cwd=tmp_path, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (project / "pyproject.toml").write_text(
+        '[project]\nname = "kbx-gather"\nversion = "0.1.0"\n\n[tool.kbuild]\nship = "package-data"\n'
+        'targets = ["sm_90"]\ntune = "auto"\nrecordings = ["../g.recording.json"]\n')
+    monkeypatch.syspath_prepend(str(project))
+    settings = dataclasses.replace(load_settings(project / "pyproject.toml"), store=tmp_path / "store")
+    (b,) = run_pipeline(settings)
+    assert len(b.space) > 1
+    pruned: list[Any] = []
+    monkeypatch.setattr(tuning, "_pruned_space", lambda *a, **k: pruned.append(a) or (list(b.space), None))
+    monkeypatch.setattr(tuning, "can_tune", lambda s, build: True)
+    with caplog.at_level(logging.WARNING, logger="kbuild.build.tuning"):
+        tuning.tune_missing(settings, [b], open_store(settings),
+                            lambda s, build: tune_build(s, build, measure="model"), None)
+    assert not b.tuned and pruned == [] and "untuned: tuning failed" in b.status
+    assert "idx_ptr: integer and bool values may be indices" in caplog.text and "shipping the baseline" in caplog.text

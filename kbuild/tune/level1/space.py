@@ -27,8 +27,10 @@ def params_of(config: Config) -> dict[str, Value]:
             "maxnreg": config.maxnreg or 0, "num_ctas": config.num_ctas, "ptx_options": config.ptx_options or ""}
 
 
-def _key(params: Mapping[str, Value]) -> tuple[tuple[str, Value], ...]:
-    return tuple(sorted(params.items(), key=lambda kv: kv[0]))
+def _key(params: Mapping[str, Value]) -> tuple[tuple[str, Any], ...]:
+    """A hashable key of ``params`` (a dtype constexpr, ``{"dtype": "fp16"}``, as its sorted items)."""
+    return tuple(sorted(((k, tuple(sorted(v.items())) if isinstance(v, Mapping) else v) for k, v in params.items()),
+                        key=lambda kv: kv[0]))
 
 
 @dataclass(frozen=True)
