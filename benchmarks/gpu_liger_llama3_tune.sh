@@ -2,7 +2,7 @@
 # Issue 35 on the GPU machine: Liger-Kernel's kernels tuned from a recording at Llama-3-8B shapes, what ships against
 # Liger's own choice, side by side (gpu_session.md item 4b). Carry .whl-t (the tuner's wheels) as .whl.
 #
-#   OUT=$OUT BUDGET_S=75 bash benchmarks/gpu_liger_llama3_tune.sh build     # the tuned wheel, reports, build log
+#   OUT=$OUT BUDGET_S=75 [GPU_RECORD=1] bash benchmarks/gpu_liger_llama3_tune.sh build  # tuned wheel, reports, log
 #   OUT=$OUT WHEEL=path bash benchmarks/gpu_liger_llama3_tune.sh steady     # shipped vs Liger's own, and the peers
 #
 # build: examples/liger copied, built through kbuild's backend for sm_90 with tune = "auto" from
@@ -18,8 +18,15 @@ OUT=${OUT:-/tmp/kbuild-l3}; mkdir -p "$OUT"; out=$(realpath "$OUT")
 what=${1:-build}
 if [ "$what" = build ]; then
   work=$(mktemp -d); cp -r examples/liger "$work/proj"
+  rec=recordings/llama3-8b.cpu.json
+  if [ "${GPU_RECORD:-0}" = 1 ]; then  # the same workload recorded on this GPU: rms_norm's backward, whose
+    # rows_per_program and dW rows follow the SM count, is then reproducible here (a CPU recording has 1 SM)
+    (cd "$work/proj" && python3 -m kbuild record --mode gpu --out recordings/llama3-8b.gpu.json -- \
+       python3 workload.py --llama3 --cuda > "$out/l3_record.log" 2>&1) && rec=recordings/llama3-8b.gpu.json
+    echo "recording: $rec"; cp "$work/proj/$rec" "$out/" 2>/dev/null
+  fi
   start=$(date +%s)
-  (cd "$work/proj" && KBUILD_TUNE=auto KBUILD_RECORDINGS=recordings/llama3-8b.cpu.json \
+  (cd "$work/proj" && KBUILD_TUNE=auto KBUILD_RECORDINGS=$rec \
      KBUILD_BUDGET_SECONDS=${BUDGET_S:-75} KBUILD_BUDGET_EVALUATIONS=${BUDGET_EVALS:-400} \
      KBUILD_REPORTS="$work/reports" KBUILD_STORE="$work/store" \
      python3 -m pip wheel -v --no-deps --no-build-isolation --no-index -C kbuild.targets=sm_90 -w "$out/dist" . \
