@@ -187,7 +187,9 @@ if profile_dir:
     name = "%s-%s-%s-%d.txt" % ({op!r}, {dtype!r}, os.environ.get("KBUILD_RUNTIME"), os.getpid())
     with open(os.path.join(profile_dir, name), "w") as f:
         f.write(text.getvalue())
-print(json.dumps({{"seconds": seconds, "compiles": compiles, "host_builds": host_builds, "fallbacks": fallbacks,
+gluon = any(m.startswith("triton.experimental.gluon") for m in sys.modules)  # Triton's specialiser's first-use import
+print(json.dumps({{"seconds": seconds, "gluon_imported": gluon, "compiles": compiles, "host_builds": host_builds,
+                  "fallbacks": fallbacks,
                   "events": [e.as_dict() for e in kbuild.runtime.events()],
                   "enabled": kbuild.runtime.enabled_packages(), "out_sha256": digest(outs)}}))
 '''
@@ -380,6 +382,7 @@ def summarise(samples: dict[str, list[dict[str, Any]]], n_kernels: int) -> dict[
         "shipped_host_builds": sorted({b for s in shipped for b in s.get("host_builds", ())}),
         "fallbacks": sorted({f for s in shipped for f in s["fallbacks"]}),
         "stages": sorted({str(e.get("stage")) for s in shipped for e in s["events"]}),
+        "gluon_imported": {m: sum(1 for s in ok[m] if s.get("gluon_imported")) for m in MODES},
         "bit_identical": len(digests) == 1 and all(len(ok[m]) == len(samples[m]) for m in MODES),
         "x_vs_triton_cold": _ratio(med["triton_cold"], med["shipped_cold"]),
         "x_vs_triton_warm": _ratio(med["triton_warm"], med["shipped_warm"]),
