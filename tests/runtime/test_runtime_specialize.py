@@ -308,3 +308,61 @@ print(json.dumps({"after_first_calls": after_first_calls, "after_a_second_call":
         got[mode] = json.loads(done.stdout.strip().splitlines()[-1])
     assert got["install"] == {"after_first_calls": False, "after_a_second_call": True}
     assert got["plain"]["after_first_calls"] is True
+
+
+#: Parameter kinds of a generated kernel: (declaration in the source, an argument to pass).
+KINDS = {
+    "ptr": ("{n}", lambda: torch.zeros(8)),
+    "ptr_half": ("{n}", lambda: torch.zeros(8, dtype=torch.float16)[1:]),
+    "int": ("{n}", lambda: 48),
+    "one": ("{n}", lambda: 1),
+    "int32": ("{n}: tl.int32", lambda: 7),
+    "int64": ("{n}: tl.int64", lambda: 2**40),
+    "fp32": ("{n}: tl.float32", lambda: 0.5),
+    "flag": ("{n}: tl.int1", lambda: True),
+    "float": ("{n}", lambda: 2.5),
+    "none": ("{n}", lambda: None),
+    "constexpr": ("{n}: tl.constexpr", lambda: 64),
+}
+
+
+@settings(max_examples=40, deadline=None)
+@given(kinds=st.lists(st.sampled_from(sorted(KINDS)), min_size=1, max_size=9),
+       dns=st.lists(st.booleans(), min_size=9, max_size=9), dnsa=st.lists(st.booleans(), min_size=9, max_size=9))
+def test_a_first_call_binder_is_triton_s_after_exactly_one_call(backend: Any, tmp_path_factory: Any,
+                                                                 kinds: list[str], dns: list[bool],
+                                                                 dnsa: list[bool]) -> None:
+    """Any mix of parameters (annotated or not, do_not_specialize, on alignment, constexprs): the first call's
+    answer is Triton's binder's, and after exactly one call the binder's global is Triton's own function again (the
+    count of its specialising sites, read from the binder's code, matches the calls the first call makes)."""
+    import importlib.util
+
+    import triton.runtime.jit as triton_jit
+
+    names = [f"p{i}" for i in range(len(kinds))]
+    plain = [n for n, k in zip(names, kinds) if k != "constexpr"]
+    no_spec = [n for n, d in zip(names, dns) if d and n in plain]
+    no_align = [n for n, d in zip(names, dnsa) if d and n in plain]
+    params = ", ".join(KINDS[k][0].format(n=n) for n, k in zip(names, kinds))
+    source = ("import triton\nimport triton.language as tl\n\n\n"
+              f"@triton.jit(do_not_specialize={no_spec!r}, do_not_specialize_on_alignment={no_align!r})\n"
+              f"def kernel({params}):\n    pass\n")
+    path = tmp_path_factory.mktemp("gen") / "generated_kernel.py"
+    path.write_text(source)
+    loader = importlib.util.spec_from_file_location(f"generated_kernel_{abs(hash(source))}", path)
+    assert loader is not None and loader.loader is not None
+    module = importlib.util.module_from_spec(loader)
+    loader.loader.exec_module(module)
+    kernel = module.kernel
+    args = [KINDS[k][1]() for k in kinds]
+    original = getattr(triton_jit.create_function_from_signature, "kbuild_original",
+                       triton_jit.create_function_from_signature)
+    theirs = original(kernel.signature, kernel.params, backend)
+    mine = original(kernel.signature, kernel.params, backend)
+    native_impl = mine.__globals__["specialize_impl"]
+    # the parameters Triton's binder calls specialize_impl for: all but constexprs and fp/bool annotations
+    specialised = [k for k in kinds if (k != "constexpr" and KINDS[k][0] == "{n}") or k in ("int32", "int64")]
+    assert spec.first_call_specialises(mine) == bool(specialised)
+    assert (mine.__globals__["specialize_impl"] is not native_impl) == bool(specialised)
+    assert mine(*args) == theirs(*args)
+    assert mine.__globals__["specialize_impl"] is native_impl  # after exactly one call
