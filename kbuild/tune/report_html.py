@@ -1,8 +1,9 @@
 """The explainable tune report: one self-contained HTML page per kernel × target (issue 15, item 6).
 
-This module owns the page and the side-by-side SASS diff on it. :func:`write_report_html` takes the tune
-report as a plain dict plus two cubins, and writes one HTML file (inline CSS, no script, images as
-``data:`` URIs) atomically. :func:`sass_diff` aligns the two schedules by instruction identity;
+This module owns the page, the side-by-side SASS diff and the search curves on it (inline SVG drawn from the
+report: level 1's best time so far, each level-2 algorithm's curve; the CLI's matplotlib image replaces level
+2's). :func:`write_report_html` takes the tune report as a plain dict plus two cubins, and writes one HTML file
+(inline CSS, no script, images as ``data:`` URIs or inline SVG) atomically. :func:`sass_diff` aligns the two schedules by instruction identity;
 :func:`find_chromium` and :func:`chromium_render` drive headless Chromium (screenshots and the rendered
 DOM, for tests and the committed example).
 
@@ -384,6 +385,7 @@ details.fold>summary{cursor:pointer;color:#556;font-style:italic;padding:.1em .5
 font-size:12px}
 .moves li{margin:.15em 0}
 img.curve{max-width:640px;border:1px solid #dde}
+svg.curve{display:block;margin:.5em 0;border:1px solid #dde;background:#fff}
 """
 
 
@@ -603,6 +605,91 @@ def _peers_html(peers: Mapping[str, Any]) -> str:
     return "".join(out)
 
 
+#: Line colours of the search curves, one per series in order.
+_CURVE_COLOURS = ("#2a6fdb", "#d9480f", "#2b8a3e", "#862e9c", "#c92a2a", "#5c940d")
+
+
+def _points(raw: Any) -> list[tuple[float, float]]:
+    """``[[x, y], ...]`` of a report as finite number pairs (anything else is skipped)."""
+    out = []
+    for p in raw if isinstance(raw, (list, tuple)) else ():
+        if isinstance(p, (list, tuple)) and len(p) == 2 and _num(p[0]) is not None and _num(p[1]) is not None:
+            out.append((float(p[0]), float(p[1])))
+    return out
+
+
+def level1_curve(l1: Mapping[str, Any]) -> list[tuple[float, float]]:
+    """Level 1's search as (configurations measured, best time so far / the autotune list's best), in the order
+    the search measured them (the trials' order); a trial that failed counts as measured and improves nothing."""
+    trials: list[Any] = l1["trials"] if isinstance(l1.get("trials"), list) else []
+    ref = _num(l1.get("autotune_best_ms"))
+    best: float | None = None
+    out: list[tuple[float, float]] = []
+    for i, t in enumerate(trials, 1):
+        ms = _num(t.get("median_ms")) if isinstance(t, Mapping) and t.get("status", "ok") == "ok" else None
+        if ms is not None and ms > 0:
+            best = ms if best is None else min(best, ms)
+            ref = ref if ref is not None and ref > 0 else ms
+        if best is not None and ref:
+            out.append((float(i), best / ref))
+    return out
+
+
+def _curve_svg(series: Mapping[str, list[tuple[float, float]]], *, ident: str, title: str, ylabel: str) -> str:
+    """An inline SVG step chart (no script, no image file) of ``series``: name → (x, y) points, x the evaluations
+    so far, y the best time so far over a reference (1.0 dashed: below it, faster). Empty when nothing to draw."""
+    drawn = {name: pts for name, pts in series.items() if len(pts) >= 1}
+    if not drawn:
+        return ""
+    w, h, left, right, top, bottom = 560, 220, 56, 150, 24, 36
+    xs = [x for pts in drawn.values() for x, _ in pts]
+    ys = [y for pts in drawn.values() for _, y in pts] + [1.0]
+    x_max = max(max(xs), 1.0)
+    y_lo, y_hi = min(ys), max(ys)
+    pad = max((y_hi - y_lo) * 0.08, 0.01)
+    y_lo, y_hi = y_lo - pad, y_hi + pad
+
+    def px(x: float) -> float:
+        return left + (w - left - right) * x / x_max
+
+    def py(y: float) -> float:
+        return top + (h - top - bottom) * (y_hi - y) / (y_hi - y_lo)
+
+    parts = [f'<svg class=curve id={_e(ident)} width="{w}" height="{h}" '
+             f'viewBox="0 0 {w} {h}" role=img aria-label="{_e(title)}">',
+             f'<text x="{left}" y="14" font-size="12">{_e(title)}</text>',
+             f'<line x1="{left}" y1="{py(1.0):.1f}" x2="{w - right}" y2="{py(1.0):.1f}" stroke="#999" '
+             'stroke-dasharray="4 3"/>',
+             f'<line x1="{left}" y1="{top}" x2="{left}" y2="{h - bottom}" stroke="#333"/>',
+             f'<line x1="{left}" y1="{h - bottom}" x2="{w - right}" y2="{h - bottom}" stroke="#333"/>',
+             f'<text x="{left - 4}" y="{py(y_hi - pad) + 4:.1f}" font-size="10" text-anchor="end">'
+             f'{y_hi - pad:.3f}</text>',
+             f'<text x="{left - 4}" y="{py(y_lo + pad) + 4:.1f}" font-size="10" text-anchor="end">'
+             f'{y_lo + pad:.3f}</text>',
+             f'<text x="{left}" y="{h - bottom + 14}" font-size="10">0</text>',
+             f'<text x="{w - right}" y="{h - bottom + 14}" font-size="10" text-anchor="end">{x_max:g}</text>',
+             f'<text x="{(left + w - right) / 2:.0f}" y="{h - 6}" font-size="10" text-anchor="middle">'
+             'evaluations</text>',
+             f'<text x="12" y="{(top + h - bottom) / 2:.0f}" font-size="10" text-anchor="middle" '
+             f'transform="rotate(-90 12 {(top + h - bottom) / 2:.0f})">{_e(ylabel)}</text>']
+    for i, (name, pts) in enumerate(drawn.items()):
+        colour = _CURVE_COLOURS[i % len(_CURVE_COLOURS)]
+        steps: list[tuple[float, float]] = []
+        for x, y in pts:  # a step after each point: the best so far holds until the next improvement
+            if steps:
+                steps.append((x, steps[-1][1]))
+            steps.append((x, y))
+        if len(steps) == 1:
+            steps.append((x_max, steps[0][1]))
+        line = " ".join(f"{px(x):.1f},{py(y):.1f}" for x, y in steps)
+        parts.append(f'<polyline class=series data-name="{_e(name)}" fill="none" stroke="{colour}" '
+                     f'stroke-width="1.6" points="{line}"/>')
+        parts.append(f'<text x="{w - right + 8}" y="{top + 14 * (i + 1)}" font-size="11" fill="{colour}">'
+                     f'{_e(name)} {pts[-1][1]:.3f}</text>')
+    parts.append("</svg>")
+    return "".join(parts)
+
+
 def _sci(v: Any) -> str:
     f = _num(v)
     return "—" if f is None else f"{f:.2e}"
@@ -762,6 +849,9 @@ def render_report_html(report: Mapping[str, Any], baseline_cubin: bytes, shipped
     # configuration table
     parts.append("<h2>Level 1: configurations</h2>")
     parts.append(_config_table(l1, chosen, est) if l1 else '<p class="muted">No level-1 search in this report.</p>')
+    if l1:
+        parts.append(_curve_svg({"configurations": level1_curve(l1)}, ident="curve1",
+                                title=f"Level 1: the search{est}", ylabel="best / autotune best"))
     # level 2
     parts.append("<h2>Level 2: SASS schedule</h2>")
     if l2:
@@ -769,6 +859,10 @@ def render_report_html(report: Mapping[str, Any], baseline_cubin: bytes, shipped
     if curve_png is not None:
         uri = "data:image/png;base64," + base64.b64encode(bytes(curve_png)).decode("ascii")
         parts.append(f'<p><img class=curve alt="learning curve" src="{uri}"></p>')
+    elif l2 and isinstance(l2.get("algorithms"), Mapping):
+        parts.append(_curve_svg({str(name): _points(a.get("curve")) for name, a in l2["algorithms"].items()
+                                 if isinstance(a, Mapping)}, ident="curve2",
+                                title=f"Level 2: the SASS search{est}", ylabel="best / untouched"))
     c = diff.counts
     hot = (f"hot region ({_e(diff.region_kind or 'region')}): 0x{16 * diff.region[0]:04x}–"
            f"0x{16 * (diff.region[1] - 1):04x}, {diff.region[1] - diff.region[0]} instructions"

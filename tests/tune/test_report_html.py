@@ -297,6 +297,38 @@ def test_peers_are_shown_beside_what_ships(case: Case):
     assert "Peers" not in "".join(Dom(plain).text)  # a kernel without peers: no section
 
 
+def test_the_search_curves_are_drawn_from_the_report(case: Case):
+    """The build's reports (KBUILD_REPORTS) have no learning-curve image: the page draws both searches from the
+    report itself, as inline SVG (no script): level 1's best time so far over the autotune best, in the order the
+    configurations were measured, and each level-2 algorithm's curve."""
+    from kbuild.tune.report_html import level1_curve
+
+    l2 = {"BM64_w4": {"decision": {"accepted": False, "reason": "kept"}, "backend": MODEL_BACKEND,
+                      "algorithms": {"greedy": {"best_ratio": 0.97, "curve": [[1, 1.0], [5, 0.98], [30, 0.97]]},
+                                     "<ppo>": {"best_ratio": 0.99, "curve": [[2, "x"], [3, float("nan")], [4, 0.99],
+                                                                             [1], None]}}}}
+    report = _report(level2=l2)
+    curve = level1_curve(report["level1"])
+    assert [x for x, _ in curve] == [1, 2, 3, 4, 5]
+    assert [y for _, y in curve] == pytest.approx([0.2 / 0.15] + [0.1 / 0.15] * 4)
+    page = render_report_html(report, case.baseline, case.shipped, kernel_symbol=case.symbol)
+    dom = Dom(page)
+    svgs = {e["attrs"].get("id"): e for e in dom.elements if e["tag"] == "svg"}
+    assert set(svgs) == {"curve1", "curve2"} and not [e for e in dom.elements if e["tag"] == "script"]
+    lines = {e["attrs"]["data-name"]: e["attrs"]["points"] for e in dom.elements if e["tag"] == "polyline"}
+    assert set(lines) == {"configurations", "greedy", "<ppo>"} and "&lt;ppo&gt;" in page
+    assert len(lines["greedy"].split()) == 5 and len(lines["configurations"].split()) == 9  # steps: 2 per point
+    assert len(lines["<ppo>"].split()) == 2  # one usable point of five, held to the last evaluation
+    text = "".join(dom.text)
+    assert "configurations 0.667" in text and "greedy 0.970" in text and "evaluations" in text
+    with_png = render_report_html(report, case.baseline, case.shipped, kernel_symbol=case.symbol,
+                                  curve_png=_tiny_png())
+    ids = {e["attrs"].get("id") for e in Dom(with_png).elements if e["tag"] == "svg"}
+    assert ids == {"curve1"}  # the CLI's image stands for level 2's
+    empty = render_report_html(_report(level1={}, level2={}), case.baseline, case.shipped, kernel_symbol=case.symbol)
+    assert "<svg" not in empty
+
+
 def test_cost_model_never_claims_an_output_check(case: Case):
     """On the cost model nothing runs: the page must not say the shipped configuration matched the reference."""
     report = _report()
