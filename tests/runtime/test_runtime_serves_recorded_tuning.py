@@ -113,6 +113,7 @@ def test_record_tune_on_the_cost_model_ship_and_serve(recorded_project: Any, fak
     assert pages == [f"{b.spec.name}.sm_90.tune.html", f"{b.spec.name}.sm_90.tune.json"]
     page_html = (tmp_path / "reports" / pages[0]).read_text()
     assert "Space: derived and pruned" in page_html and "CPU estimate" in page_html
+    assert "<svg class=curve id=curve1" in page_html  # the search curve, drawn from the report
     assert art.meta["tuned"] is True and "cost model" in art.meta["tune_decision"]
     report = art.meta["tune_report"]
     assert report["level1"]["backend"].startswith("cost-model")
