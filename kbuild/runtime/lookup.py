@@ -112,12 +112,23 @@ def nearest(candidates: Sequence[ShippedEntry], call: keys.CallSpecialization, *
 def _search(candidates: Sequence[ShippedEntry], call: keys.CallSpecialization, *, explain: bool,
             distribution: Any) -> tuple[ShippedEntry | None, tuple[ShippedEntry, list[str]] | None]:
     closest: tuple[ShippedEntry, list[str]] | None = None
+    # The call's key depends on a candidate only through its ptxas version, how it declares the arguments the call
+    # passes as 1, and its distribution: computed once per such triple, not once per candidate (a function's
+    # entries mostly share all three; Liger's cross_entropy has 185 of them).
+    keyed: dict[tuple[Any, ...], Any] = {}
     for shipped in candidates:
         entry = shipped.entry
         comps = entry["key_components"]
-        mine = call.key(ptxas_version=comps["compiler"]["ptxas"], declared=entry.get("signature"),
-                        distribution=distribution(entry))
-        if mine.hex == shipped.key:
+        declared = entry.get("signature")
+        dist = distribution(entry)
+        ones = tuple("".join(str((declared or {}).get(name, "")).split()) for name in call.ones)
+        memo = (comps["compiler"]["ptxas"], ones, tuple(sorted(dist.items())) if dist else None)
+        got = keyed.get(memo)
+        if got is None:
+            key = call.key(ptxas_version=comps["compiler"]["ptxas"], declared=declared, distribution=dist)
+            got = keyed[memo] = (key, key.hex)  # the digest once, too
+        mine, mine_hex = got
+        if mine_hex == shipped.key:
             return shipped, None
         if explain:
             diffs = sorted(key_differences(json.loads(canonical_json(mine.components)), comps), key=_priority)

@@ -39,6 +39,44 @@ def test_the_entry_with_the_calls_key_is_found() -> None:
     assert lookup.find([other, mine], CALL) is mine
 
 
+def test_the_calls_key_is_computed_per_ptxas_declaration_of_ones_and_distribution() -> None:
+    """The lookup computes the call's key once per (ptxas version, declared type of each argument passed as 1,
+    distribution) among the candidates, not once per candidate: candidates that differ in any of the three must
+    still each be judged by their own key."""
+    call = dataclasses.replace(CALL, signature={"x": "*fp16:16", "n": "i32:1"}, ones=("n",))
+
+    def filed(ptxas: str, ones: str, dist: dict[str, str] | None, for_call: Any = call) -> ShippedEntry:
+        key = for_call.key(ptxas_version=ptxas, declared={"n": ones}, distribution=dist)
+        fields = {"key_components": json.loads(canonical_json(key.components)), "signature": {"n": ones},
+                  "target": {"arch": call.target.arch, "cc": call.cc}, "triton_version": call.triton_version}
+        return ShippedEntry(Index(package="pkg", data_dir=Path("."), entries={key.hex: fields}), key.hex, fields)
+
+    pkg = {"name": "pkg", "version": "1.0"}
+    variants = [filed(p, o, d) for p in ("12.8", "12.9") for o in ("i32:1", "i64:1") for d in (None, pkg)]
+    assert len({v.key for v in variants}) == 8
+
+    def dist_of(entry: dict[str, Any]) -> Any:  # as installed_distribution answers: the entry's own
+        return entry["key_components"]["kernel"].get("distribution")
+
+    # each candidate is judged by the key the call has under its own ptxas, declaration and distribution: every
+    # one is found in any order among the others (a call passing 1 fits either declaration of it as ":1")
+    for want in variants:
+        others = [v for v in variants if v is not want]
+        found, diffs = lookup.nearest([want, *others], call, distribution=dist_of)
+        assert found is want and diffs == []
+        found, diffs = lookup.nearest([*others, want], call, distribution=dist_of)
+        assert found is others[0] and diffs == []
+    # entries of another call first, one per triple: what the lookup computed for them must not stand for want's
+    other_call = dataclasses.replace(call, constexprs={"BLOCK": 128})
+    decoys = [filed(p, o, d, other_call) for p in ("12.8", "12.9") for o in ("i32:1", "i64:1") for d in (None, pkg)]
+    for want in variants:
+        found, diffs = lookup.nearest([*decoys, want], call, distribution=dist_of)
+        assert found is want and diffs == []
+    # and only by it: keyed without the distribution these candidates were built with, none answers the call
+    found, diffs = lookup.nearest([v for v in variants if dist_of(v.entry)], call, distribution=lambda e: None)
+    assert found is not None and any(d.startswith("kernel.distribution") for d in diffs), diffs
+
+
 def test_a_miss_names_the_closest_entrys_differences_most_telling_first() -> None:
     call = dataclasses.replace(CALL, options={"num_warps": 8, "num_stages": 3}, cc=80)
     found = lookup.find([shipped()], call, explain=True)
