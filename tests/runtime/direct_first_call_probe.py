@@ -49,10 +49,12 @@ def main() -> None:
     gluon_before = any(m.startswith(GLUON) for m in sys.modules)
     with direct_stand_ins() as fake:
         assert kbuild.runtime.enable("kbx_jit", data_dir=args.data_dir)
+        modules = set(sys.modules)
         t0 = time.perf_counter()
         kernels.softmax[(rows,)](out, x, x.stride(0), out.stride(0), cols, BLOCK=1024, num_warps=4, num_stages=3)
         first_s = time.perf_counter() - t0
         gluon_after_first = any(m.startswith(GLUON) for m in sys.modules)
+        imported_by_first = sorted(set(sys.modules) - modules)
         t1 = time.perf_counter()
         kernels.softmax[(rows,)](out, x, x.stride(0), out.stride(0), cols, BLOCK=1024, num_warps=4, num_stages=3)
         second_s = time.perf_counter() - t1
@@ -60,6 +62,7 @@ def main() -> None:
         "specialize": args.specialize, "imports_s": imports_s, "first_call_s": first_s, "second_call_s": second_s,
         "gluon_imported_before": gluon_before,
         "gluon_imported_after": gluon_after_first,
+        "imported_by_first_call": imported_by_first,
         "gluon_imported_after_second_call": any(m.startswith(GLUON) for m in sys.modules),
         "modules_loaded": len(fake.loaded), "launches": len(fake.launches),
         "stages": [e.stage for e in kbuild.runtime.events()],

@@ -216,6 +216,7 @@ def test_a_first_direct_call_in_a_fresh_process_does_not_import_gluon(jit_settin
     assert (fast["modules_loaded"], fast["launches"]) == (1, 2)
     assert fast["stages"] == ["zero-jit", "direct-launch"]
     assert not fast["gluon_imported_before"] and not fast["gluon_imported_after"]
+    assert fast["imported_by_first_call"] == []  # enable() imported what the first call needs
     slow = _probe(shipped.data_dir, "triton")
     assert (slow["modules_loaded"], slow["launches"]) == (1, 2)
     assert slow["gluon_imported_after"]
