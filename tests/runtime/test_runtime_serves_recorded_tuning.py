@@ -156,6 +156,31 @@ def test_record_tune_on_the_cost_model_ship_and_serve(recorded_project: Any, fak
     assert "serves this call" in event.reason
 
 
+def kernels_project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, package: str, kernels: str, workload: str,
+                    tool: str = "") -> Any:
+    """A project whose package ``package`` holds ``kernels`` (a module's source), declared by nothing but a
+    recording of ``workload`` (a script importing it) made on this CPU; its settings, with tune = "auto"."""
+    import dataclasses
+
+    from kbuild.settings.sources import load_settings
+
+    project = tmp_path / "proj"
+    (project / package).mkdir(parents=True)
+    (project / package / "__init__.py").write_text("")
+    (project / package / "kernels.py").write_text(kernels)
+    (tmp_path / "workload.py").write_text(f"import sys\nsys.path.insert(0, {str(project)!r})\n" + workload)
+    rec = tmp_path / f"{package}.recording.json"
+    done = subprocess.run([sys.executable, "-m", "kbuild", "record", "--mode", "cpu", "--target", "sm_90", "--out",
+                           str(rec), "--", sys.executable, str(tmp_path / "workload.py")],
+                          capture_output=True, text=True, timeout=600, cwd=tmp_path, check=False)
+    assert done.returncode == 0, done.stderr[-3000:]
+    (project / "pyproject.toml").write_text(
+        f'[project]\nname = "{package.replace("_", "-")}"\nversion = "0.1.0"\n\n[tool.kbuild]\n'
+        f'ship = "package-data"\ntargets = ["sm_90"]\ntune = "auto"\nrecordings = ["../{rec.name}"]\n{tool}')
+    monkeypatch.syspath_prepend(str(project))
+    return dataclasses.replace(load_settings(project / "pyproject.toml"), store=tmp_path / "store")
+
+
 DTYPE_KERNEL = '''
 import triton
 import triton.language as tl
@@ -192,23 +217,9 @@ def test_a_kernel_with_a_dtype_constexpr_is_tuned_and_served(fake_gpu: Any, tmp_
     from kbuild.build.pipeline import run_pipeline
     from kbuild.build.tuning import tune_build
     from kbuild.cache import open_store
-    from kbuild.settings.sources import load_settings
 
-    project = tmp_path / "proj"
-    (project / "kbx_dt").mkdir(parents=True)
-    (project / "kbx_dt" / "__init__.py").write_text("")
-    (project / "kbx_dt" / "kernels.py").write_text(DTYPE_KERNEL)
-    (tmp_path / "workload.py").write_text(f"import sys\nsys.path.insert(0, {str(project)!r})\n" + DTYPE_CALL)
-    rec = tmp_path / "dt.recording.json"
-    done = subprocess.run([sys.executable, "-m", "kbuild", "record", "--mode", "cpu", "--target", "sm_90", "--out",
-                           str(rec), "--", sys.executable, str(tmp_path / "workload.py")],
-                          capture_output=True, text=True, timeout=600, cwd=tmp_path, check=False)
-    assert done.returncode == 0, done.stderr[-3000:]
-    (project / "pyproject.toml").write_text(
-        '[project]\nname = "kbx-dt"\nversion = "0.1.0"\n\n[tool.kbuild]\nship = "package-data"\n'
-        'targets = ["sm_90"]\ntune = "auto"\nrecordings = ["../dt.recording.json"]\nbudget = { evaluations = 200 }\n')
-    monkeypatch.syspath_prepend(str(project))
-    settings = dataclasses.replace(load_settings(project / "pyproject.toml"), store=tmp_path / "store")
+    settings = kernels_project(tmp_path, monkeypatch, "kbx_dt", DTYPE_KERNEL, DTYPE_CALL,
+                               "budget = { evaluations = 200 }\n")
     said: list[Any] = []
     (b,) = run_pipeline(settings, on_recordings=said.append)
     assert not [line for r in said for line in r.lines if "not tuned" in line]
@@ -267,29 +278,14 @@ def test_a_recorded_call_no_spec_can_be_made_of_ships_its_baseline_before_any_co
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
     """An index tensor with no capture: the tune phase says why and ships the baseline, without compiling the
     derived space first (the space of each such specialisation took minutes of CPU for nothing)."""
-    import dataclasses
     import logging
 
     import kbuild.build.tuning as tuning
     from kbuild.build.pipeline import run_pipeline
     from kbuild.build.tuning import tune_build
     from kbuild.cache import open_store
-    from kbuild.settings.sources import load_settings
 
-    project = tmp_path / "proj"
-    (project / "kbx_gather").mkdir(parents=True)
-    (project / "kbx_gather" / "__init__.py").write_text("")
-    (project / "kbx_gather" / "kernels.py").write_text(GATHER_KERNEL)
-    (tmp_path / "workload.py").write_text(f"import sys\nsys.path.insert(0, {str(project)!r})\n" + GATHER_CALL)
-    done = subprocess.run([sys.executable, "-m", "kbuild", "record", "--mode", "cpu", "--target", "sm_90", "--out",
-                           str(tmp_path / "g.recording.json"), "--", sys.executable, str(tmp_path / "workload.py")],
-                          capture_output=True, text=True, timeout=600, cwd=tmp_path, check=False)
-    assert done.returncode == 0, done.stderr[-3000:]
-    (project / "pyproject.toml").write_text(
-        '[project]\nname = "kbx-gather"\nversion = "0.1.0"\n\n[tool.kbuild]\nship = "package-data"\n'
-        'targets = ["sm_90"]\ntune = "auto"\nrecordings = ["../g.recording.json"]\n')
-    monkeypatch.syspath_prepend(str(project))
-    settings = dataclasses.replace(load_settings(project / "pyproject.toml"), store=tmp_path / "store")
+    settings = kernels_project(tmp_path, monkeypatch, "kbx_gather", GATHER_KERNEL, GATHER_CALL)
     (b,) = run_pipeline(settings)
     assert len(b.space) > 1
     pruned: list[Any] = []
