@@ -91,13 +91,18 @@ class CallSpecialization:
     def target(self) -> Target:
         return Target(self.cc)
 
-    def declaration(self, declared: Mapping[str, str] | None = None) -> dict[str, str]:
-        """The signature, with each ``":1"`` typed as ``declared`` types it (``"i32:1"`` otherwise)."""
-        out = dict(self.signature)
+    def ones_as(self, declared: Mapping[str, str] | None = None) -> tuple[str, ...]:
+        """The types of the arguments this call passes as 1 (:attr:`ones`, in order), as ``declared`` types them
+        (``"i32:1"`` where it does not type one ``":1"``): all a declaration changes of this call's key."""
+        out = []
         for name in self.ones:
             want = "".join((declared or {}).get(name, "").split())
-            out[name] = want if want.endswith(":1") else "i32:1"
-        return out
+            out.append(want if want.endswith(":1") else "i32:1")
+        return tuple(out)
+
+    def declaration(self, declared: Mapping[str, str] | None = None) -> dict[str, str]:
+        """The signature, with each ``":1"`` typed as ``declared`` types it (:meth:`ones_as`)."""
+        return {**self.signature, **dict(zip(self.ones, self.ones_as(declared), strict=True))}
 
     def key(self, *, ptxas_version: str, declared: Mapping[str, str] | None = None,
             distribution: Mapping[str, str] | None = None) -> KernelKey:

@@ -113,16 +113,15 @@ def _search(candidates: Sequence[ShippedEntry], call: keys.CallSpecialization, *
             distribution: Any) -> tuple[ShippedEntry | None, tuple[ShippedEntry, list[str]] | None]:
     closest: tuple[ShippedEntry, list[str]] | None = None
     # The call's key depends on a candidate only through its ptxas version, how it declares the arguments the call
-    # passes as 1, and its distribution: computed once per such triple, not once per candidate (a function's
-    # entries mostly share all three; Liger's cross_entropy has 185 of them).
+    # passes as 1 (CallSpecialization.ones_as), and its distribution: computed once per such triple, not once per
+    # candidate (a function's entries mostly share all three; Liger's dyt forward has 306 of them).
     keyed: dict[tuple[Any, ...], Any] = {}
     for shipped in candidates:
         entry = shipped.entry
         comps = entry["key_components"]
         declared = entry.get("signature")
         dist = distribution(entry)
-        ones = tuple("".join(str((declared or {}).get(name, "")).split()) for name in call.ones)
-        memo = (comps["compiler"]["ptxas"], ones, tuple(sorted(dist.items())) if dist else None)
+        memo = (comps["compiler"]["ptxas"], call.ones_as(declared), tuple(sorted(dist.items())) if dist else None)
         got = keyed.get(memo)
         if got is None:
             key = call.key(ptxas_version=comps["compiler"]["ptxas"], declared=declared, distribution=dist)
