@@ -301,6 +301,26 @@ def prepare(peer: Peer, spec: BenchSpec, inputs: Mapping[str, Any], reference: M
     return Prepared(peer, record, fn)
 
 
+def time_beside(peers: Sequence[Peer], spec: BenchSpec, inputs: Mapping[str, Any],
+                reference: Mapping[str, Any] | None, launchers: Sequence[Callable[[], Any]], *, rounds: int,
+                reps: int, flush: Any, synchronize: Callable[[], None]
+                ) -> tuple[list[list[list[float]]], list[dict[str, Any]]]:
+    """``peers`` (of ``spec``: :func:`peers_for`) prepared on ``inputs`` (:func:`prepare`) and timed interleaved
+    with ``launchers`` (the kernel first; ``kbuild bench`` passes it twice, its A/A control) in the same rounds
+    (:func:`kbuild.device.timing.time_interleaved`), each timed peer summarised against the first launcher
+    (:func:`summarize`). ``(the launchers' samples, each peer's record)``."""
+    from kbuild.device import timing
+
+    prepared = [prepare(p, spec, inputs, reference, synchronize) for p in peers]
+    timed = [p for p in prepared if p.fn is not None]
+    samples = timing.time_interleaved([*launchers, *[p.fn for p in timed if p.fn is not None]], rounds=rounds,
+                                      reps=reps, flush=flush)
+    ours, theirs = samples[:len(launchers)], samples[len(launchers):]
+    for p, peer_samples in zip(timed, theirs, strict=True):
+        p.record.update(summarize(ours[0], peer_samples))
+    return ours, [p.record for p in prepared]
+
+
 def summarize(kernel_ms: Sequence[Sequence[float]], peer_ms: Sequence[Sequence[float]]) -> dict[str, Any]:
     """Timing fields of a peer's record from samples interleaved with the kernel's (``[round][rep]`` each):
     its median, and ``ratio`` = median(peer) / median(kernel), > 1 when the kernel is faster, with its 95%

@@ -187,16 +187,9 @@ def bench_kernel(spec: BenchSpec, arch: int, flush: timing.L2Flush, ceilings: di
     assert best is not None
     _, idx, kernel, (grid, args) = best
     fn = _launcher(kernel, grid, args)
-    prepared = []
-    if opts.peers:
-        import torch
-
-        prepared = [peer_mod.prepare(p, spec, inputs, ref, torch.cuda.synchronize) for p in peer_mod.peers_for(spec)]
-    timed_peers = [p for p in prepared if p.fn is not None]
-    a, a2, *peer_samples = timing.time_interleaved([fn, fn, *[p.fn for p in timed_peers if p.fn is not None]],
-                                                   rounds=opts.rounds, reps=opts.reps, flush=flush)
-    for p, samples in zip(timed_peers, peer_samples, strict=True):
-        p.record.update(peer_mod.summarize(a, samples))
+    (a, a2), peer_records = peer_mod.time_beside(peer_mod.peers_for(spec) if opts.peers else [], spec, inputs, ref,
+                                                 [fn, fn], rounds=opts.rounds, reps=opts.reps, flush=flush,
+                                                 synchronize=torch.cuda.synchronize)
     ms = stats.median(a)
     aa, aa_lo, aa_hi = stats.ratio_ci(a, a2)
     seconds = ms / 1e3
@@ -215,7 +208,7 @@ def bench_kernel(spec: BenchSpec, arch: int, flush: timing.L2Flush, ceilings: di
         "aa": {"ratio": aa, "ci": [aa_lo, aa_hi], "spread_pct": 100.0 * abs(aa - 1.0),
                "iqr_pct": 100.0 * stats.spread([x for r in a for x in r])},
         "samples_ms": {"a": a, "a_prime": a2}, "autotune": tried,
-        **({"peers": [p.record for p in prepared]} if opts.peers else {}),
+        **({"peers": peer_records} if opts.peers else {}),
     }
 
 

@@ -158,18 +158,13 @@ class BaselineSession:
         cand = self._candidate(cubin)
         try:
             ref = self.spec.reference(self.timing_inputs) if self.spec.reference is not None else None
-            prepared = [peer_mod.prepare(p, self.spec, self.timing_inputs, ref, torch.cuda.synchronize)
-                        for p in found]
-            timed = [p for p in prepared if p.fn is not None]
-            kernel, *samples = timing.time_interleaved(
-                [*self._launchers([cand]), *[p.fn for p in timed if p.fn is not None]], rounds=rounds, reps=reps,
-                flush=self.flush)
+            (kernel,), records = peer_mod.time_beside(found, self.spec, self.timing_inputs, ref,
+                                                      self._launchers([cand]), rounds=rounds, reps=reps,
+                                                      flush=self.flush, synchronize=torch.cuda.synchronize)
         finally:
             self._release(cand)
-        for p, peer_samples in zip(timed, samples, strict=True):
-            p.record.update(peer_mod.summarize(kernel, peer_samples))
-        return {"peers": [p.record for p in prepared], "kernel_ms": stats.median(kernel), "kernel_samples_ms": kernel,
-                "rounds": rounds, "reps": reps}
+        return {"peers": records, "kernel_ms": stats.median(kernel), "kernel_samples_ms": kernel, "rounds": rounds,
+                "reps": reps}
 
 
 class Session(BaselineSession):
