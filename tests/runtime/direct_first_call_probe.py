@@ -30,6 +30,10 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("data_dir", type=Path)
     parser.add_argument("--specialize", choices=["kbuild", "triton"], default="kbuild")
+    parser.add_argument("--no-preload", action="store_true",
+                        help="enable() imports nothing for the first call (as before it did): the first call does")
+    parser.add_argument("--later", type=int, default=0,
+                        help="then time this many later calls in chunks of 100 (the steady state beside)")
     args = parser.parse_args()
     started = time.perf_counter()
     import torch
@@ -40,6 +44,10 @@ def main() -> None:
 
     if args.specialize == "triton":
         specialize.checked = lambda: False  # type: ignore[assignment]
+    if args.no_preload:
+        from kbuild.runtime import install
+
+        install._preload = lambda: None  # type: ignore[attr-defined]
     import kbx_jit.kernels as kernels
 
     imports_s = time.perf_counter() - started
@@ -58,7 +66,15 @@ def main() -> None:
         t1 = time.perf_counter()
         kernels.softmax[(rows,)](out, x, x.stride(0), out.stride(0), cols, BLOCK=1024, num_warps=4, num_stages=3)
         second_s = time.perf_counter() - t1
+        later_us = []
+        for _ in range(args.later // 100):
+            t2 = time.perf_counter()
+            for _ in range(100):
+                kernels.softmax[(rows,)](out, x, x.stride(0), out.stride(0), cols, BLOCK=1024, num_warps=4,
+                                         num_stages=3)
+            later_us.append((time.perf_counter() - t2) * 1e4)  # µs per call
     print(json.dumps({
+        "preload": not args.no_preload, "later_call_us": later_us,
         "specialize": args.specialize, "imports_s": imports_s, "first_call_s": first_s, "second_call_s": second_s,
         "gluon_imported_before": gluon_before,
         "gluon_imported_after": gluon_after_first,
