@@ -73,8 +73,9 @@ def enable(package: str, *, data_dir: str | Path | None = None) -> bool:
 def _preload() -> None:
     """Import now, with the package, what a shipped kernel's first call would otherwise import inside the call: its
     key's source hash (:func:`kbuild.compile.triton_aot.source_hash`), the cubin's ELF check (:mod:`kbuild.sass.elf`)
-    and the launcher hand-over (:mod:`.handover`). About 8 ms of a 13 ms first call on this project's CPU machine
-    (stand-ins for the GPU, bytecode cached), once per process."""
+    and the launcher hand-over (:mod:`.handover`), once per process: with stand-ins for the GPU on this project's CPU
+    machine the first call's host side is 5.8 ms with them imported here, 25.9 ms without (bytecode cached;
+    ``benchmarks/results/runtime_first_call_cpu.json``)."""
     import kbuild.compile.triton_aot
     import kbuild.runtime.handover
     import kbuild.sass.elf  # noqa: F401

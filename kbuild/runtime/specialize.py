@@ -6,8 +6,9 @@ descriptors), which pulls in about 46 modules of Gluon. On the H200 that import 
 first call through :mod:`kbuild.runtime.direct` (0.11-0.12 s of 0.11-0.15 s, the device's Triton having no
 bytecode cache; ``benchmarks/results/h200/issue16``). On the CPU machine with stand-ins for the driver
 (``benchmarks/results/runtime_first_call_cpu.json``, 2 shared cores; the run time's modules imported by
-:func:`kbuild.runtime.enable`) the host side of the first call takes 5.5 ms with this module against 70 ms with
-Triton's specialiser, whose import then happens at the second call (67 ms) — Triton's own cost, once per process.
+:func:`kbuild.runtime.enable`) the host side of the first call takes 5.8 ms with this module against 70.8 ms with
+Triton's specialiser, whose import then happens at the second call (70 ms) — Triton's own cost, once per process;
+later calls 13.6 µs against 13.8 µs, bytecode cached.
 
 How: Triton's own binder (``create_function_from_signature``: parameter binding, defaults, constexprs,
 ``do_not_specialize``, annotations, options all stay Triton's) gets, for its first call only, :func:`specialize` in
