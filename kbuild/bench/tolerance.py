@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 #: Machine epsilon (2^-mantissa bits) of each floating element type, by its declaration name
 #: (:data:`kbuild.declarations.signature.ELEMENT_TYPES`).
@@ -77,10 +78,24 @@ def config_tolerance(dtype: str, reduction: int) -> float:
     return SAFETY * EPSILON[name] + SAFETY * accumulate * math.sqrt(reduction)
 
 
+def relative_error(out: Any, ref: Any) -> float:
+    """``‖out − ref‖ / ‖ref‖`` of two torch tensors, in float64 (NaN where ``out`` holds NaN: a poisoned, unwritten
+    output is never within a tolerance)."""
+    return float((out.double() - ref.double()).norm() / max(float(ref.double().norm()), 1e-30))
+
+
+def within(out: Any, ref: Any, tol: float) -> tuple[bool, float]:
+    """Whether ``out`` is within ``tol`` of ``ref`` (:func:`relative_error`; exact when ``tol`` is 0), and the
+    error."""
+    err = relative_error(out, ref)
+    return bool(err <= tol), err
+
+
 def reduction_length(shapes: Iterable[Sequence[int]]) -> int:
     """An upper bound of a kernel's reduction length from its floating-point tensor arguments' shapes: the largest
     dimension of any of them (1 when there are none)."""
     return max((int(d) for shape in shapes for d in shape), default=1) or 1
 
 
-__all__ = ["EPSILON", "EXACT", "SAFETY", "TORCH_NAMES", "config_tolerance", "element_type", "reduction_length"]
+__all__ = ["EPSILON", "EXACT", "SAFETY", "TORCH_NAMES", "config_tolerance", "element_type", "reduction_length",
+           "relative_error", "within"]

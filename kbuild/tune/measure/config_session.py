@@ -19,6 +19,7 @@ import logging
 from typing import Any
 
 from kbuild.bench.spec import BenchSpec, Config, ast_source, load_spec, settled, validate_inputs
+from kbuild.bench.tolerance import relative_error
 from kbuild.device import timing
 from kbuild.runtime.handover import KernelPayload, kernel_from_payload
 
@@ -29,10 +30,6 @@ log = logging.getLogger(__name__)
 
 #: Seed of the inputs every configuration is checked on (it is timed on :data:`~.session.TIMING_SEED`'s).
 CHECK_SEED = 7
-
-
-def _rel_err(out: Any, ref: Any) -> float:
-    return float((out.double() - ref.double()).norm() / max(float(ref.double().norm()), 1e-30))
 
 
 def _resource_error(exc: BaseException) -> bool:
@@ -79,7 +76,7 @@ class ConfigSession:
                         **extra}
         if self.expected is None:  # no torch reference: the first configuration added is the reference
             self.expected = outs
-        errs = {name: _rel_err(outs[name], self.expected[name]) for name in self.spec.outputs}
+        errs = {name: relative_error(outs[name], self.expected[name]) for name in self.spec.outputs}
         tols = {name: self.spec.tolerance(name) for name in self.spec.outputs}
         worst = max(errs.values())
         self.kernels[key] = (kernel, config)
