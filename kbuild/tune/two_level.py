@@ -99,10 +99,15 @@ def choose(level1_ms: dict[str, float], level2_speedup: dict[str, float]) -> str
     return min(level1_ms, key=lambda label: (level1_ms[label] / level2_speedup.get(label, 1.0), label))
 
 
-def level1_budget(space_size: int, evaluations: int, rounds: int = 8, fraction: float = 0.25) -> int:
-    """Level 1's evaluations: a quarter of the exhaustive sweep (``space_size × rounds``), and at most
+def level1_budget(space_size: int, evaluations: int, rounds: int = 8, fraction: float = 0.25, top: int = 2) -> int:
+    """Level 1's evaluations: a quarter of the exhaustive sweep (``space_size × rounds``), or, where that is less, what
+    racing needs to screen every configuration once and run its rungs (:func:`kbuild.tune.level1.search.
+    screen_all_cost`: on an 18-point space a quarter, 36, left room to screen none but the default); at most
     ``LEVEL1_SHARE`` of the kernel's whole budget."""
-    return max(1, min(int(fraction * space_size * rounds), int(evaluations * LEVEL1_SHARE)))
+    from kbuild.tune.level1.search import screen_all_cost
+
+    wanted = max(int(fraction * space_size * rounds), screen_all_cost(space_size, rounds=rounds, top=top))
+    return max(1, min(wanted, int(evaluations * LEVEL1_SHARE)))
 
 
 Baseline = Callable[[Config], tuple[bytes, str, dict[str, Any]]]
@@ -137,7 +142,7 @@ def tune_two_level(spec: BenchSpec, arch: int, request: TuneRequest, *, measurer
     build = baseline or spec_baseline(spec, arch)
     space = spec.search_space()
     evaluations, seconds, top = request.evaluations, request.seconds, request.top
-    l1_evals = level1_budget(len(space), evaluations)
+    l1_evals = level1_budget(len(space), evaluations, top=top)
     method = request.method
     if method == "racing" and len(space) * SWEEP_ROUNDS <= int(evaluations * LEVEL1_SHARE):
         # a space whose whole sweep fits level 1's share is swept: racing on a quarter of it screens too few points

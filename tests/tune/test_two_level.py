@@ -45,6 +45,9 @@ def test_level1_gets_a_quarter_of_the_sweep_and_at_most_its_share_of_the_budget(
     assert level1_budget(48, 1000) == 96          # 0.25 × 48 configurations × 8 rounds
     assert level1_budget(288, 1000) == 300        # capped at 30% of the kernel's evaluations
     assert level1_budget(1, 3) == 1
+    # an 18-point derived space: a quarter of its sweep (36) left room to screen the default alone; it gets what
+    # screening every point once and both rungs take (18 + 3 × 8 + 7 × 2 + 1), within level 1's share
+    assert level1_budget(18, 400) == 57 and level1_budget(18, 100) == 30
 
 
 def test_a_projects_declared_space_becomes_the_level1_space_with_the_default_as_the_autotune_list() -> None:

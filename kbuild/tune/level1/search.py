@@ -352,6 +352,20 @@ class _Proposer:
             self.study.tell(trial, state=self.optuna.trial.TrialState.FAIL)
 
 
+def _rungs_cost(k: int, m: int, rounds: int) -> int:
+    """Evaluations of the final rung (the best ``k`` and the reference, ``rounds`` each) and of the halving rung
+    before it (the best ``m`` and the reference, ``max(2, rounds // 4)`` each; none when ``m <= k``)."""
+    return (k + 1) * rounds + ((m + 1) * max(2, rounds // 4) if m > k else 0)
+
+
+def screen_all_cost(n: int, *, rounds: int, top: int, eta: int = 3, screen: int = 1) -> int:
+    """Evaluations racing needs to screen every one of ``n`` configurations once and still run both rungs: what a
+    level-1 budget should at least be, where the kernel's budget allows it (:func:`kbuild.tune.two_level.
+    level1_budget`)."""
+    k = max(1, min(top, n))
+    return n * screen + _rungs_cost(k, min(k * eta, n), rounds) + screen
+
+
 def _plan(n: int, n_auto: int, budget: int, rounds: int, screen: int, top: int, eta: int) -> tuple[int, int, int, int]:
     """(final k, halving m, halving rounds, budget) so that screening keeps at least the autotune list's worth."""
     k = max(1, min(top, n))
@@ -359,7 +373,7 @@ def _plan(n: int, n_auto: int, budget: int, rounds: int, screen: int, top: int, 
     m = min(k * eta, n)
 
     def cost(k: int, m: int) -> int:
-        return (k + 1) * rounds + ((m + 1) * mid_rounds if m > k else 0)
+        return _rungs_cost(k, m, rounds)
 
     floor = (n_auto + 1) * screen
     while cost(k, m) + floor > budget and m > k:
