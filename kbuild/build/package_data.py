@@ -236,7 +236,7 @@ def select_shipped(builds: Iterable[KernelBuild], *, include_untuned: bool = Fal
     settings' store, else compiled now), with a note saying so. The autotuner is answered
     only with measured choices (``tuned``, ``baseline-kept``): an untuned autotuned kernel ships its default's
     cubin without an autotune key, and Triton autotunes on its first call as without kbuild."""
-    from kbuild.declarations.space import servable_difference
+    from kbuild.declarations.space import SERVED_CONSTEXPRS, servable_difference
     from kbuild.runtime.autotune import autotune_key
 
     everything = include_untuned or (settings is not None and getattr(settings, "package_data", "all") == "all")
@@ -283,13 +283,18 @@ def select_shipped(builds: Iterable[KernelBuild], *, include_untuned: bool = Fal
         if key is not None and config_key(b, b.default_config).hex == b.baseline_key.hex:
             shipped.append(Shipment(b, b.artefact, key, b.state, b.improved, akey, "; ".join(notes) or None, also))
             continue
-        serves, unservable = servable_difference(b.default_config, config)
+        derived = b.recorded.derived if b.recorded is not None else None
+        serves, unservable = servable_difference(b.default_config, config,
+                                                 shown_safe=getattr(derived, "shown_safe", ()))
         if autotuner is None and serves:  # a @triton.jit caller asks for the default: served the tuned options
             speedup = b.artefact.meta.get("speedup")
             gain = f" (×{speedup:.3f})" if isinstance(speedup, (int, float)) and not isinstance(speedup, bool) else ""
-            asked = ", ".join(f"{k}={v}" for k, v in sorted(serves.items()))
+            asked = ", ".join(f"{k}={v}" for k, v in sorted({**serves, **serves.get(SERVED_CONSTEXPRS, {})}.items())
+                              if k != SERVED_CONSTEXPRS)
+            checked = (f"; {', '.join(sorted(serves[SERVED_CONSTEXPRS]))} shown safe by checking outputs on the "
+                       "recorded calls with the caller's grid" if SERVED_CONSTEXPRS in serves else "")
             notes.append(f"the tuned configuration {_describe(config)}{gain} is served to calls that ask for {asked} "
-                         "(options that change neither results nor the grid)")
+                         f"(options that change neither results nor the grid{checked})")
             shipped.append(Shipment(b, b.artefact, b.baseline_key, b.state, b.improved, None, "; ".join(notes),
                                     serves=serves))
             continue

@@ -388,19 +388,28 @@ def _tunable(settings: Settings, d: Declared, target: Target, imported: _Importe
     from kbuild.bench.recorded import recorded_ref
     from kbuild.declarations.space import make_point
     from kbuild.tune.level1.derive import derive_space
+    from kbuild.tune.level1.output_check import RecordedOutputCheck
     from kbuild.tune.level1.subject import from_recording
 
+    path = settings.project_path(d.files[0])
+    check = RecordedOutputCheck(path, d.kernel, recorded, target=target.name)
     try:
-        derived = derive_space(from_recording(d.recording, d.kernel, recorded, where=d.files[0]), fn=imported.jit)
+        with project_on_path(settings):  # the output check's child imports the kernel as the build did
+            derived = derive_space(from_recording(d.recording, d.kernel, recorded, where=d.files[0]),
+                                   fn=imported.jit, check_outputs=check)
     except Exception as exc:  # a kernel the derivation cannot read ships its recorded configuration
         report.say(f"{d.kernel.function} ({spec.name}) on {target.name}: not tuned: no space could be derived "
                    f"({type(exc).__name__}: {exc})")
         return spec, default, None
-    ref = recorded_ref(settings.project_path(d.files[0]), d.kernel.function, recorded.id, target=target.name)
-    # only points the recorded call can be served (SERVABLE_OPTIONS): not another num_ctas, which launches clusters
+    for v in check.verdicts:
+        report.say(f"{d.kernel.function} ({spec.name}) on {target.name}: constexprs {dict(v.candidate)} "
+                   f"{'shown safe' if v.accepted else 'left out'}: {v.why} ({v.where})")
+    ref = recorded_ref(path, d.kernel.function, recorded.id, target=target.name)
+    # only points the recorded call can be served (SERVABLE_OPTIONS, constexprs the output check showed safe): not
+    # another num_ctas, which launches clusters
     space = [make_point({**spec.constexprs, **c.constexprs}, c.num_warps, c.num_stages, c.maxnreg, c.num_ctas,
                         c.ptx_options) for c in derived.space.configs
-             if c.num_ctas == spec.num_ctas and not c.constexprs]
+             if c.num_ctas == spec.num_ctas and set(c.constexprs) <= set(derived.shown_safe)]
     return dataclasses.replace(spec, bench=ref), space, derived
 
 

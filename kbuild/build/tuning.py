@@ -14,6 +14,7 @@ can be tuned here and stores each result at once.
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -195,12 +196,17 @@ def _pruned_space(b: KernelBuild, request: TuneRequest, python_path: tuple[str, 
     with on_path(python_path):  # the compile processes import the project's kernel (they start with this sys.path)
         pruned = prune(derived, jobs=request.jobs, timeout=request.compile_timeout)
 
-    def options(p: Any) -> tuple[Any, ...]:
-        get = p.get if isinstance(p, dict) else lambda n: getattr(p, n)
-        return tuple(get(n) for n in OPTION_KEYS)
+    # a point is its options and the values of the constexprs the derived space varies (a point of b.space states
+    # every constexpr; a pruned configuration only those)
+    varied = sorted({n for v in pruned.verdicts for n in v.config.constexprs})
 
-    kept = {options(v.config) for v in pruned.verdicts if v.kept}
-    points = [p for i, p in enumerate(b.space) if i == 0 or options(p) in kept]  # the default is always searched
+    def ident(p: Any) -> tuple[Any, ...]:
+        get = p.get if isinstance(p, dict) else lambda n: getattr(p, n)
+        cx = get("constexprs") or {}
+        return (*(get(n) for n in OPTION_KEYS), *(json.dumps(cx.get(n), sort_keys=True, default=str) for n in varied))
+
+    kept = {ident(v.config) for v in pruned.verdicts if v.kept}
+    points = [p for i, p in enumerate(b.space) if i == 0 or ident(p) in kept]  # the default is always searched
     report = pruned.as_dict()
     report["searched"] = len(points)
     return points, report

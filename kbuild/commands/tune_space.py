@@ -22,15 +22,18 @@ from kbuild.errors import UsageError
 from kbuild.targets import Target
 
 
-def _subjects(args: argparse.Namespace, target: Target) -> tuple[list[tuple[str, Any]], list[str]]:
+def _subjects(args: argparse.Namespace, target: Target, checks: dict[str, Any] | None = None
+              ) -> tuple[list[tuple[str, Any]], list[str]]:
     """(short name, :class:`~kbuild.tune.level1.subject.Subject`) of every kernel to derive for, and notes on the
-    kernels left out."""
+    kernels left out; ``checks`` receives a recorded kernel's output check by its short name."""
+    checks = {} if checks is None else checks
     from kbuild.tune.level1.subject import find_kernels, from_bench, from_recording, pick_specialization
 
     out: list[tuple[str, Any]] = []
     notes: list[str] = []
     if args.recording:
         from kbuild.record.format import load
+        from kbuild.tune.level1.output_check import RecordedOutputCheck
 
         where = f"--recording {args.recording}"
         recording = load(args.recording, where=where)
@@ -40,6 +43,8 @@ def _subjects(args: argparse.Namespace, target: Target) -> tuple[list[tuple[str,
                 notes.append(f"{kernel.function}: no specialisation for {target.name} that a declaration can hold")
                 continue
             out.append((kernel.name, from_recording(recording, kernel, spec, where=where)))
+            # block sizes shown safe by checking outputs on the recorded calls (the build's check, on this machine)
+            checks[kernel.name] = RecordedOutputCheck(args.recording, kernel, spec, target=target.name)
         return out, notes
     from kbuild.bench.kernels import SUITE
     from kbuild.bench.spec import load_spec
@@ -58,12 +63,15 @@ def _subjects(args: argparse.Namespace, target: Target) -> tuple[list[tuple[str,
 
 
 def prune_all(subjects: list[tuple[str, Any]], *, max_points: int, jobs: int | None, timeout: float,
-              enabled: bool, advance_extra: Callable[[], None] | None = None) -> list[Any]:
-    """Derive and prune each subject's space, with one progress bar over every point."""
+              enabled: bool, advance_extra: Callable[[], None] | None = None,
+              checks: dict[str, Any] | None = None) -> list[Any]:
+    """Derive and prune each subject's space (``checks``: output checks by short name), with one progress bar over
+    every point."""
     from kbuild.tune.level1.derive import derive_space
     from kbuild.tune.level1.prune import prune
 
-    derived = [(name, derive_space(subject, max_points=max_points)) for name, subject in subjects]
+    derived = [(name, derive_space(subject, max_points=max_points, check_outputs=(checks or {}).get(name)))
+               for name, subject in subjects]
     results = []
     with progress("prune", sum(len(d) for _, d in derived), enabled=enabled) as advance:
         for name, d in derived:
@@ -90,8 +98,9 @@ def run_dry(args: argparse.Namespace, target: Target) -> int:
     if args.max_points < 1:
         raise UsageError(f"--max-points must be at least 1, got {args.max_points}")
     started = time.perf_counter()
-    subjects, notes = _subjects(args, target)
-    results = prune_all(subjects, max_points=args.max_points, jobs=args.jobs, timeout=_timeout(),
+    checks: dict[str, Any] = {}
+    subjects, notes = _subjects(args, target, checks)
+    results = prune_all(subjects, max_points=args.max_points, jobs=args.jobs, timeout=_timeout(), checks=checks,
                         enabled=not args.json)
     seconds = time.perf_counter() - started
     if args.json:
@@ -124,6 +133,10 @@ def run_dry(args: argparse.Namespace, target: Target) -> int:
             print(f"  {d.name}: {', '.join(map(str, d.values))} ({d.why})")
         for step in r.derived.thinned:
             print(f"  thinned: {step}")
+    for (name, _), r in zip(subjects, results, strict=True):
+        for c in r.derived.output_checks:
+            cx = ", ".join(f"{k}={v}" for k, v in c["constexprs"].items())
+            print(f"  {name}: {cx} {'shown safe' if c['accepted'] else 'left out'}: {c['why']}")
     for note in notes + [n for r in results for n in (*r.derived.notes, *r.notes)]:
         print(f"  note: {note}")
     return 0

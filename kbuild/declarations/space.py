@@ -44,9 +44,13 @@ MAX_POINTS = 4096
 #: configuration to a call that asks for the default): they change how the same program is laid out, pipelined and
 #: register-allocated, never its arithmetic (:mod:`kbuild.tune.level1.derive` says why, read from Triton 3.6) nor
 #: its launch grid. Not ``num_ctas`` (the launcher launches ``grid × num_ctas`` blocks in clusters) and no
-#: constexpr (a caller's grid and masks are written for its own). ``ptx_options`` only as
+#: constexpr (a caller's grid and masks are written for its own) unless an output check showed the value safe
+#: (:data:`SERVED_CONSTEXPRS`). ``ptx_options`` only as
 #: :func:`check_ptx_options` accepts them (no flag that changes results).
 SERVABLE_OPTIONS = ("num_warps", "num_stages", "maxnreg", "ptx_options")
+#: The key of an index entry's ``serves_call`` that lists constexprs an output check showed safe to serve
+#: (``{name: the value the call asks}``; :func:`servable_difference`).
+SERVED_CONSTEXPRS = "constexprs"
 
 
 class SpaceError(ValueError):
@@ -350,25 +354,36 @@ def autotune_default(declared: dict[str, Any], entries: Sequence[Mapping[str, An
     return _apply(declared, entries[0], lambda n: f"autotune.configs[0].{n}")
 
 
-__all__ = ["MAX_POINTS", "OPTION_KEYS", "SpaceError", "autotune_configs", "autotune_default", "check_option", "check_ptx_options", "expand",
-           "label", "make_point", "normalize_point", "point_id"]
+__all__ = ["MAX_POINTS", "OPTION_KEYS", "SERVABLE_OPTIONS", "SERVED_CONSTEXPRS", "SpaceError", "autotune_configs",
+           "autotune_default", "check_option", "check_ptx_options", "expand", "label", "make_point", "normalize_point",
+           "point_id", "servable_difference"]
 
 
-def servable_difference(asked: Mapping[str, Any], tuned: Mapping[str, Any]) -> tuple[dict[str, Any] | None, str]:
+def servable_difference(asked: Mapping[str, Any], tuned: Mapping[str, Any], *,
+                        shown_safe: Sequence[str] = ()) -> tuple[dict[str, Any] | None, str]:
     """Whether configuration ``tuned`` may answer a call that asks for ``asked`` (both points): ``({option: the value
     the call asks}, "")`` for the :data:`SERVABLE_OPTIONS` that differ (empty when none does), else ``(None, why)``:
     a constexpr or another option differs, or a ``ptx_options`` flag could change results (refused by
-    :func:`check_ptx_options` when the point is normalised)."""
+    :func:`check_ptx_options` when the point is normalised).
+
+    ``shown_safe``: constexprs whose other values an output check showed give the asked value's results with the
+    caller's own grid, on every recorded call (:mod:`kbuild.tune.level1.output_check`); such a difference is served
+    too, listed under :data:`SERVED_CONSTEXPRS` (``{"constexprs": {name: the value the call asks}}``)."""
     try:  # normalising checks every option, ptx_options by check_ptx_options (a flag that changes results raises)
         a, t = normalize_point(asked, where="asked"), normalize_point(tuned, where="tuned")
     except SpaceError as exc:
         return None, str(exc)
+    served: dict[str, Any] = {}
     if a["constexprs"] != t["constexprs"]:
         names = sorted(n for n in set(a["constexprs"]) | set(t["constexprs"])
                        if a["constexprs"].get(n) != t["constexprs"].get(n))
-        return None, f"its constexprs differ ({', '.join(names)}): the caller's grid and masks are written for its own"
+        unsafe = [n for n in names if n not in shown_safe or n not in a["constexprs"] or n not in t["constexprs"]]
+        if unsafe:
+            return None, (f"its constexprs differ ({', '.join(unsafe)}): the caller's grid and masks are written for "
+                          "its own, and no output check showed the tuned value safe")
+        served[SERVED_CONSTEXPRS] = {n: a["constexprs"][n] for n in names}
     differ = [n for n in OPTION_KEYS if a.get(n) != t.get(n)]
     fixed = [n for n in differ if n not in SERVABLE_OPTIONS]
     if fixed:
         return None, f"{', '.join(fixed)} differ{'s' if len(fixed) == 1 else ''}: not an option a call may be served"
-    return {n: a.get(n) for n in differ}, ""
+    return {**{n: a.get(n) for n in differ}, **served}, ""

@@ -214,12 +214,16 @@ def _check_v2_fields(entry: Mapping[str, Any], *, where: str) -> None:
             raise IndexFormatError(f"{where}.config: needs kwargs (a table) and integer num_warps, num_stages, num_ctas")
     serves = entry.get("serves_call")
     if serves is not None:
-        from kbuild.declarations.space import SERVABLE_OPTIONS
+        from kbuild.declarations.space import SERVABLE_OPTIONS, SERVED_CONSTEXPRS
 
-        odd = sorted(n for n in serves if n not in SERVABLE_OPTIONS)
+        odd = sorted(n for n in serves if n not in (*SERVABLE_OPTIONS, SERVED_CONSTEXPRS))
         if odd:
             raise IndexFormatError(f"{where}.serves_call.{odd[0]}: not an option a call may be served "
-                                   f"({', '.join(SERVABLE_OPTIONS)})")
+                                   f"({', '.join(SERVABLE_OPTIONS)}, or {SERVED_CONSTEXPRS} shown safe)")
+        cx = serves.get(SERVED_CONSTEXPRS)
+        if cx is not None and (not isinstance(cx, dict) or not cx or not all(isinstance(k, str) for k in cx)):
+            raise IndexFormatError(f"{where}.serves_call.{SERVED_CONSTEXPRS}: expected a non-empty table of "
+                                   "constexpr names")
         if md is None:
             raise IndexFormatError(f"{where}.serves_call: a served configuration needs its triton_metadata")
     autotune = entry.get("autotune")

@@ -231,9 +231,15 @@ def shipped_kernel(src: Any, target: Any, options: Mapping[str, Any]) -> Any | N
     reason = "zero-JIT: shipped cubin loaded without compiling"
     serves = entry.get("serves_call")
     if serves:  # issue 35 part 3: the tuned options answer a call that asks for the default's
-        tuned = ", ".join(f"{k}={md.get(k)!r}" for k in sorted(serves))
-        asked = ", ".join(f"{k}={v!r}" for k, v in sorted(serves.items()))
-        reason += f"; the tuned configuration ({tuned}) serves this call, which asks {asked}"
+        from kbuild.declarations.space import SERVED_CONSTEXPRS
+
+        served = sorted(k for k in serves if k != SERVED_CONSTEXPRS)
+        tuned = ", ".join(f"{k}={md.get(k)!r}" for k in served)
+        asked = ", ".join([f"{k}={serves[k]!r}" for k in served] +
+                          [f"{k}={v!r}" for k, v in sorted((serves.get(SERVED_CONSTEXPRS) or {}).items())])
+        shown = f" (other {', '.join(sorted(serves[SERVED_CONSTEXPRS]))} shown safe by the build's output check)" \
+            if serves.get(SERVED_CONSTEXPRS) else ""
+        reason += f"; the tuned configuration ({tuned or 'its constexprs'}){shown} serves this call, which asks {asked}"
     STATE.record(Event.of_entry(function, found.shipped, substituted=True, reason=reason, stage="zero-jit"))
     if found.call is not None:
         STATE.coverage.specialization(function, coverage.describe(found.call), hit=True,

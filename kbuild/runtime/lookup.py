@@ -229,7 +229,8 @@ def metadata_mismatch(md: Mapping[str, Any], options: Mapping[str, Any], arch: i
 
     ``serves`` (an entry's ``serves_call``: a tuned configuration served to calls that ask for the default, issue 35
     part 3): for those options the call must ask exactly the values listed, and the metadata holds the tuned ones;
-    only :data:`kbuild.declarations.space.SERVABLE_OPTIONS` may be listed."""
+    only :data:`kbuild.declarations.space.SERVABLE_OPTIONS` may be listed, and constexprs an output check showed
+    safe (:data:`~kbuild.declarations.space.SERVED_CONSTEXPRS`: the call asks its key's values)."""
     if md.get("triton_version") != triton_version:
         return f"shipped metadata is of Triton {md.get('triton_version')!r}, this is {triton_version!r}"
     target = md.get("target") or {}
@@ -237,8 +238,10 @@ def metadata_mismatch(md: Mapping[str, Any], options: Mapping[str, Any], arch: i
         return f"shipped metadata targets {target!r}, this GPU is cuda/{arch}"
     served = dict(serves or {})
     if served:
-        from kbuild.declarations.space import SERVABLE_OPTIONS
+        from kbuild.declarations.space import SERVABLE_OPTIONS, SERVED_CONSTEXPRS
 
+        # served constexprs: the call's own values are its key's (found by it); the cubin's are the tuned ones
+        served.pop(SERVED_CONSTEXPRS, None)
         odd = sorted(n for n in served if n not in SERVABLE_OPTIONS)
         if odd:
             return f"the entry serves option {odd[0]}, which may change results"

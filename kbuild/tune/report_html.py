@@ -542,7 +542,8 @@ def _config_table(l1: Mapping[str, Any], chosen: str | None, est: str) -> str:
 
 def _space_html(space: Mapping[str, Any]) -> str:
     """The ``space`` of a report (:func:`kbuild.build.tuning._pruned_space`: a derived space and its pruning): the
-    dimensions, the counts, and each pruned point with its reason."""
+    dimensions, the counts, each block size an output check showed safe or left out (and why), and each pruned
+    point with its reason."""
     def table(value: Any) -> Mapping[str, Any]:
         return value if isinstance(value, Mapping) else {}
 
@@ -559,6 +560,14 @@ def _space_html(space: Mapping[str, Any]) -> str:
     out = [f"<p id=space>{_e(space.get('size', '—'))} points derived from what cannot change results "
            f"({dim_txt or '—'}); {_e(space.get('kept', '—'))} kept, {_e(space.get('searched', '—'))} searched; "
            f"pruned on the CPU before any GPU time: {by_reason}.</p>"]
+    checks = [c for c in table(space.get("space")).get("output_checks", []) if isinstance(c, Mapping)]
+    if checks:  # block sizes shown safe (or not) by checking outputs on the recorded calls with the caller's grid
+        out.append("<table class=configs id=outputchecks><tr><th>constexprs</th><th>output check</th><th>why</th></tr>")
+        for c in checks:
+            cx = ", ".join(f"{k}={v}" for k, v in table(c.get("constexprs")).items())
+            verdict = '<span class=ok>shown safe</span>' if c.get("accepted") else '<span class=bad>left out</span>'
+            out.append(f"<tr><td><code>{_e(cx)}</code></td><td>{verdict}</td><td>{_e(c.get('why', ''))}</td></tr>")
+        out.append("</table>")
     rows = [p for p in space.get("points", []) if isinstance(p, Mapping) and not p.get("kept")]
     if rows:
         out.append("<table class=configs id=pruned><tr><th>configuration</th><th>pruned: reason</th><th>detail</th>"

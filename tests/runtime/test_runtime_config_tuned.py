@@ -113,6 +113,15 @@ def test_served_options_are_checked_at_run_time(jit_settings: Any, baseline_buil
         _check_v2_fields(entry, where="index.json: entries.k")
     with pytest.raises(IndexFormatError, match="needs its triton_metadata"):
         _check_v2_fields({"serves_call": {"num_warps": 4}}, where="index.json: entries.k")
+    # constexprs an output check showed safe are listed by the values the call asks (its key's): accepted when read,
+    # and the options are still checked
+    served = {"num_warps": 4, "constexprs": {"BLOCK": 1024}}
+    _check_v2_fields({**entry, "serves_call": served}, where="index.json: entries.k")
+    assert metadata_mismatch(md, {"num_warps": 4, "num_ctas": 1}, 90, "3.6.0", serves=served) is None
+    assert "asking 4" in str(metadata_mismatch(md, {"num_warps": 2, "num_ctas": 1}, 90, "3.6.0", serves=served))
+    for bad in ({}, ["BLOCK"], {1: 2}):
+        with pytest.raises(IndexFormatError, match=r"serves_call\.constexprs: expected a non-empty table"):
+            _check_v2_fields({**entry, "serves_call": {"constexprs": bad}}, where="index.json: entries.k")
 
 
 def test_jit_kernel_tuned_at_other_constexprs_ships_the_default(jit_settings: Any, baseline_builds: list[Any],

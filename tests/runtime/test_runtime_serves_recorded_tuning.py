@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from block_kernels import BLOCK_KERNELS
 from test_runtime_zero_jit import no_compiler  # noqa: F401  (fixture)
 
 import kbuild.runtime
@@ -69,7 +70,7 @@ def recorded_project(tmp_path_factory: pytest.TempPathFactory) -> Any:
     (project / "pyproject.toml").write_text(
         '[project]\nname = "kbx-jit"\nversion = "0.1.0"\n\n[tool.kbuild]\nship = "package-data"\n'
         'targets = ["sm_90"]\ntune = "auto"\nrecordings = ["../softmax.recording.json"]\n'
-        'budget = { evaluations = 400 }\n')  # level 1's share sweeps the pruned space
+        'budget = { evaluations = 600 }\n')  # level 1's share sweeps the pruned space (18 points)
     return dataclasses.replace(load_settings(project / "pyproject.toml"), store=tmp / "store")
 
 
@@ -88,7 +89,11 @@ def test_record_tune_on_the_cost_model_ship_and_serve(recorded_project: Any, fak
     assert "specialization=" in b.spec.bench and "target=sm_90" in b.spec.bench
     assert len(b.space) > 1 and b.space[0] == b.spec.default_config()
     assert b.space[0]["num_warps"] == 1 and {p["num_warps"] for p in b.space} > {1}
-    assert all(p["constexprs"] == {"BLOCK": 1024} for p in b.space)
+    # BLOCK: 2048 was shown safe by checking outputs on the recorded call with its grid (Triton's interpreter on this
+    # CPU: the row's mask covers the larger block); 512 leaves half of each row unwritten
+    assert {p["constexprs"]["BLOCK"] for p in b.space} == {1024, 2048}
+    assert b.recorded.derived.shown_safe == ("BLOCK",)
+    assert [c["accepted"] for c in b.recorded.derived.output_checks] == [False, True]
     assert b.tuned_key is not None and b.tuned_key.components["tuner"]["space"]
 
     import kbuild.build.tuning as tuning
@@ -126,6 +131,8 @@ def test_record_tune_on_the_cost_model_ship_and_serve(recorded_project: Any, fak
 
     page = render_report_html(report, b.artefact.cubin, art.cubin, kernel_symbol="softmax")
     assert "Space: derived and pruned" in page and f"{space['size']} points derived" in page
+    assert "id=outputchecks" in page and "<code>BLOCK=2048</code></td><td><span class=ok>shown safe" in page
+    assert "<code>BLOCK=512</code></td><td><span class=bad>left out" in page
     assert report["peers"] == {"not_timed": "the CPU cost model times kbuild's kernels only; a GPU build times the "
                                "peers", "peers": [{"label": "torch_softmax", "name": "torch.softmax"}]}
     assert "Peers: what a user would call instead" in page and "Peers not timed" in page
@@ -251,6 +258,68 @@ def test_a_kernel_with_a_dtype_constexpr_is_tuned_and_served(fake_gpu: Any, tmp_
     assert compiler_calls == [] and [c for _, c, _, _ in fake.loads] == [art.cubin]
     (event,) = [e for e in kbuild.runtime.events() if e.stage == "zero-jit"]
     assert "serves this call" in event.reason
+
+
+
+ROW_SUM_CALL = """
+import torch
+from kbx_rs import kernels
+x = torch.randn(64, 4000)
+kernels.row_sum[(64,)](torch.empty(64), x, 4000, BLOCK_SIZE=64, num_warps=1)
+"""
+
+
+def test_a_block_size_shown_safe_by_checking_outputs_is_tuned_and_served(fake_gpu: Any, tmp_path: Path,
+                                                                         request: pytest.FixtureRequest,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 35 part 2's other way in: a plain ``@triton.jit`` kernel whose block size nothing declares tunable.
+    The build checks half and twice the recorded ``BLOCK_SIZE`` on the recorded call with its own grid (Triton's
+    interpreter on this CPU: the loop over the row takes either), both join the derived space, the cost model (a
+    labelled stand-in) picks another block, and the call exactly as the package makes it (``BLOCK_SIZE=64``, one
+    warp) gets the tuned cubin: ``serves_call`` lists the block the call asks beside its options."""
+    import dataclasses
+
+    import kbuild.build.tuning as tuning
+    from kbuild.build.package_data import write_package_data
+    from kbuild.build.pipeline import run_pipeline
+    from kbuild.build.tuning import tune_build
+    from kbuild.cache import open_store
+
+    settings = kernels_project(tmp_path, monkeypatch, "kbx_rs", BLOCK_KERNELS, ROW_SUM_CALL,
+                               "budget = { evaluations = 2000 }\n")
+    said: list[Any] = []
+    (b,) = run_pipeline(settings, on_recordings=said.append)
+    lines = [line for r in said for line in r.lines]
+    assert [line for line in lines if "shown safe" in line and "Triton's interpreter" in line]
+    assert {p["constexprs"]["BLOCK_SIZE"] for p in b.space} == {32, 64, 128}
+    assert b.space[0]["constexprs"]["BLOCK_SIZE"] == 64 and b.recorded.derived.shown_safe == ("BLOCK_SIZE",)
+    monkeypatch.setattr(tuning, "can_tune", lambda s, build: True)
+    baseline = b.artefact
+    tuning.tune_missing(settings, [b], open_store(settings), lambda s, build: tune_build(s, build, measure="model"),
+                        None)
+    art, b.artefact = b.artefact, baseline
+    chosen = art.meta["config"]
+    assert b.tuned and chosen["constexprs"]["BLOCK_SIZE"] != 64  # the cost model's choice (a labelled stand-in)
+    tuned = dataclasses.replace(b)
+    tuned.artefact, tuned.tuned = art, True
+    shipped = write_package_data(settings, [tuned], tmp_path / "kbx_rs")
+    ((key, entry),) = shipped.index["entries"].items()
+    assert key == b.baseline_key.hex and entry["cubin_sha256"] == art.cubin_sha256
+    assert entry["serves_call"]["constexprs"] == {"BLOCK_SIZE": 64}
+    assert entry["serves_call"].get("num_warps", 1) == 1 and "shown safe by checking outputs" in entry["note"]
+
+    compiler_calls = request.getfixturevalue("no_compiler")
+    fake = fake_gpu(90)
+    assert kbuild.runtime.enable("kbx_rs", data_dir=shipped.data_dir)
+    import torch
+
+    kernels = sys.modules[b.fn.fn.__module__]
+    kernels.row_sum.device_caches.clear()
+    x = torch.randn(64, 4000)
+    kernels.row_sum[(64,)](torch.empty(64), x, 4000, BLOCK_SIZE=64, num_warps=1)
+    assert compiler_calls == [] and [c for _, c, _, _ in fake.loads] == [art.cubin]
+    (event,) = [e for e in kbuild.runtime.events() if e.stage == "zero-jit"]
+    assert "serves this call" in event.reason and "BLOCK_SIZE shown safe" in event.reason
 
 
 GATHER_KERNEL = '''

@@ -222,15 +222,18 @@ def test_constexprs_shown_safe_by_an_output_check_join_the_space() -> None:
     block = subject.constexprs["BLOCK_SIZE"]
     asked: list[Mapping[str, Any]] = []
 
-    def check(s: Subject, candidates: Sequence[Mapping[str, Any]]) -> list[bool]:
+    def check(s: Subject, candidates: Sequence[Mapping[str, Any]]) -> list[tuple[bool, str]]:
         asked.extend(candidates)
-        return [c["BLOCK_SIZE"] > block for c in candidates]  # a masked block may grow, not shrink
+        return [(c["BLOCK_SIZE"] > block, "a masked block may grow, not shrink") for c in candidates]
 
     d = derive_space(subject, check_outputs=check, max_points=1000)
     (cx,) = [x for x in d.dimensions if x.name == "constexprs"]
     assert asked and [c["BLOCK_SIZE"] for c in cx.values] == [block, block * 2]
     assert list(d.unverified) == [{"BLOCK_SIZE": block // 2}] and len(d) == 72
     assert d.default.constexprs == {"BLOCK_SIZE": block} and "BLOCK_SIZE" not in d.subject.constexprs
+    assert d.shown_safe == ("BLOCK_SIZE",) and [c["accepted"] for c in d.output_checks] == [False, True]
+    assert d.as_dict()["output_checks"][1] == {"constexprs": {"BLOCK_SIZE": block * 2}, "accepted": True,
+                                               "why": "a masked block may grow, not shrink"}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -308,6 +311,11 @@ def test_kbuild_tune_dry_run_reports_the_space_and_the_prunes(capsys: pytest.Cap
     assert set(k["pruned"]) == set(REASONS) and k["kept"] + sum(k["pruned"].values()) == k["size"]
     assert k["origin"]["specialization"] and k["space"]["thinned"] and k["points"][0]["kept"]
     assert k["space"]["dimensions"]["num_warps"]["why"] and k["space"]["left_out"]
+    # half and twice the recorded block size went to the output check (Triton's interpreter on this CPU), each with
+    # its verdict and why
+    checks = k["space"]["output_checks"]
+    assert [c["constexprs"] for c in checks] == [{"BLOCK_SIZE": 64}, {"BLOCK_SIZE": 256}]
+    assert all(c["why"] for c in checks)
     code = main(["tune", "--recording", str(LIGER), "--dry-run", "--only", "_rms_norm_forward_kernel",
                  "--max-points", "2", "--jobs", "1"])
     _, err = capsys.readouterr()

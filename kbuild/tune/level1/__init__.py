@@ -8,7 +8,8 @@
 * :mod:`.subject`, :mod:`.derive`, :mod:`.occupancy`, :mod:`.prune`: a space for a kernel that declares none
   (a recorded specialisation, or a bench spec without its ``space``): derived from the launch options that cannot
   change results, and pruned on the CPU before any GPU time is spent (shared memory, spills, occupancy, duplicate
-  machine code); ``kbuild tune --dry-run`` reports it.
+  machine code); ``kbuild tune --dry-run`` reports it. :mod:`.output_check`: block sizes shown safe by checking a
+  recorded kernel's outputs on its recorded calls with the caller's grid.
 
 Importing this package imports neither torch, triton nor optuna.
 """

@@ -38,11 +38,14 @@ Hopper's options (read from the same source), and which of them are launch optio
 Options that change results are never varied: ``enable_fp_fusion``, ``default_dot_input_precision``,
 ``max_num_imprecise_acc_default``, ``enable_reflect_ftz``, ``sanitize_overflow``, ``debug`` (kept as recorded).
 
-Constexprs enter the space only where they are *declared tunable* (:attr:`kbuild.tune.level1.subject.Subject.
-tunable`: an autotuner's configs, a bench spec's autotune list). Others could be *shown* safe by checking
-outputs across the space (a block size a kernel masks may grow): :func:`constexpr_candidates` proposes them, and
-an :class:`OutputCheck` (the GPU's or a cost model's stage, not built here) decides; without one they are listed
-as unverified and left out.
+Constexprs enter the space where they are *declared tunable* (:attr:`kbuild.tune.level1.subject.Subject.
+tunable`: an autotuner's configs, a bench spec's autotune list), or *shown* safe by checking outputs: for a block
+size (:func:`constexpr_candidates`: half and twice the value of a constexpr named ``BLOCK``/``TILE``/``CHUNK``) an
+:class:`OutputCheck` runs the kernel with the other value on the recorded calls, with the caller's own grid, and
+compares its outputs with the recorded configuration's (:mod:`kbuild.tune.level1.output_check`: on a GPU of the
+target, else Triton's interpreter on the CPU). A value it accepts becomes a dimension (:attr:`DerivedSpace.
+shown_safe`), which the run time may serve to a call that asks for the recorded one; one it refuses, or that no
+check could run for, is listed as unverified with the reason and left out.
 
 Every dimension keeps the default's value, and the default is the space's first point. A space larger than
 ``max_points`` is thinned in a fixed order, each step recorded (:data:`THINNING`).
@@ -98,10 +101,11 @@ LEFT_OUT = (
 
 class OutputCheck(Protocol):
     """The hook for constexprs shown safe by checking outputs: for each candidate (constexpr values put over the
-    default's), whether the kernel's outputs stay within tolerance of the default's across the space (on a GPU,
-    or a cost model's stand-in). Not implemented here; :func:`derive_space` takes one."""
+    default's), ``(accepted, why)``: whether the kernel's outputs stay within tolerance of the default's across
+    the recorded calls. :class:`kbuild.tune.level1.output_check.RecordedOutputCheck` is a recorded
+    specialisation's (on a GPU of the target, else Triton's interpreter); :func:`derive_space` takes one."""
 
-    def __call__(self, subject: Subject, candidates: Sequence[Mapping[str, Any]]) -> Sequence[bool]: ...
+    def __call__(self, subject: Subject, candidates: Sequence[Mapping[str, Any]]) -> Sequence[tuple[bool, str]]: ...
 
 
 @dataclass(frozen=True)
@@ -137,6 +141,11 @@ class DerivedSpace:
     """The thinning steps taken (:data:`THINNING`), with the sizes before and after."""
     unverified: tuple[Mapping[str, Any], ...] = ()
     """Constexpr candidates an :class:`OutputCheck` would have to accept (none was given, or it refused them)."""
+    shown_safe: tuple[str, ...] = ()
+    """Constexprs an :class:`OutputCheck` accepted other values of: a dimension of the space (the run time may serve
+    such a value to a call that asks for the default's, :func:`kbuild.declarations.space.servable_difference`)."""
+    output_checks: tuple[Mapping[str, Any], ...] = ()
+    """Each candidate's verdict: ``{"constexprs", "accepted", "why"}``."""
     notes: tuple[str, ...] = field(default_factory=tuple)
 
     @property
@@ -152,6 +161,7 @@ class DerivedSpace:
                 "loops": self.shape.loops, "dot_in_loop": self.shape.dot_in_loop, "thinned": list(self.thinned),
                 "tunable_constexprs_from": self.subject.tunable_from,
                 "unverified_constexprs": [dict(c) for c in self.unverified],
+                "constexprs_shown_safe": list(self.shown_safe), "output_checks": [dict(c) for c in self.output_checks],
                 "left_out": [{"option": o, "why": w} for o, w in LEFT_OUT], "notes": list(self.notes)}
 
 
@@ -276,15 +286,20 @@ def derive_space(subject: Subject, *, max_points: int = DEFAULT_MAX_POINTS, chec
     candidates = constexpr_candidates(subject)
     unverified: list[Mapping[str, Any]] = []
     extra_names: list[str] = []
+    checks: list[dict[str, Any]] = []
     if candidates:
-        accepted = list(check_outputs(subject, candidates)) if check_outputs is not None else [False] * len(candidates)
-        for cand, ok in zip(candidates, accepted, strict=True):
+        verdicts = list(check_outputs(subject, candidates)) if check_outputs is not None else \
+            [(False, "no output check was run")] * len(candidates)
+        for cand, (ok, why) in zip(candidates, verdicts, strict=True):
+            checks.append({"constexprs": dict(cand), "accepted": bool(ok), "why": why})
             if not ok:
                 unverified.append(cand)
                 continue
             name = next(iter(cand))
-            extra_names.append(name)
-            combos.extend({**c, **cand} for c in list(combos) if name not in c)
+            if name not in extra_names:
+                extra_names.append(name)
+            combos.extend({**c, **cand} for c in list(combos) if c.get(name, subject.constexprs.get(name)) ==
+                          subject.constexprs.get(name))
     if extra_names:  # a constexpr shown safe becomes a dimension: every combination states its value
         combos = [{**{n: subject.constexprs[n] for n in extra_names}, **c} for c in combos]
         subject = _moved_to_tunable(subject, extra_names)
@@ -343,7 +358,7 @@ def derive_space(subject: Subject, *, max_points: int = DEFAULT_MAX_POINTS, chec
     if unverified:
         notes.append(f"{len(unverified)} constexpr value(s) left out until an output check shows them safe")
     return DerivedSpace(subject, Space.of(configs), tuple(dims), shape, tuple(thinned), tuple(unverified),
-                        tuple(notes))
+                        notes=tuple(notes), shown_safe=tuple(extra_names), output_checks=tuple(checks))
 
 
 def _moved_to_tunable(subject: Subject, names: Sequence[str]) -> Subject:
