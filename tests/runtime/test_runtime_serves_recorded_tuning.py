@@ -293,6 +293,17 @@ def test_a_block_size_shown_safe_by_checking_outputs_is_tuned_and_served(fake_gp
     assert [line for line in lines if "shown safe" in line and "Triton's interpreter" in line]
     assert {p["constexprs"]["BLOCK_SIZE"] for p in b.space} == {32, 64, 128}
     assert b.space[0]["constexprs"]["BLOCK_SIZE"] == 64 and b.recorded.derived.shown_safe == ("BLOCK_SIZE",)
+    # the tuned key names the question (launch-option points, the candidates proposed), not where the check ran: a
+    # build where no check can run searches less, and keys alike, so it finds what a GPU prewarm tuned
+    tuner = b.tuned_key.components["tuner"]
+    assert tuner["constexpr_candidates"] == [{"BLOCK_SIZE": 32}, {"BLOCK_SIZE": 128}]
+    import kbuild.tune.level1.output_check as output_check
+
+    with monkeypatch.context() as m:
+        m.setattr(output_check, "where_to_check", lambda cc, size: (None, "no GPU here (the test)"))
+        (unchecked,) = run_pipeline(settings)
+    assert {p["constexprs"]["BLOCK_SIZE"] for p in unchecked.space} == {64}
+    assert unchecked.tuned_key.hex == b.tuned_key.hex and unchecked.baseline_key.hex == b.baseline_key.hex
     monkeypatch.setattr(tuning, "can_tune", lambda s, build: True)
     baseline = b.artefact
     tuning.tune_missing(settings, [b], open_store(settings), lambda s, build: tune_build(s, build, measure="model"),
