@@ -46,6 +46,9 @@ class RecordedBuild:
     """The level-1 space derived for it where the build tunes it (a
     :class:`kbuild.tune.level1.derive.DerivedSpace`; its points are :attr:`KernelBuild.space`): the tune phase prunes
     it on the CPU before measuring (:func:`kbuild.build.tuning.tune_build`); None: not tuned from a recording."""
+    output_check: Any = field(default=None, compare=False, repr=False)
+    """The check of its block-size candidates (a :class:`kbuild.tune.level1.output_check.RecordedOutputCheck`), run
+    by the tune phase before pruning, where the space is searched; None: no candidate."""
 
     def manifest(self) -> dict[str, Any]:
         """The manifest entry's ``recorded`` field (nothing that depends on this machine)."""

@@ -283,9 +283,7 @@ def select_shipped(builds: Iterable[KernelBuild], *, include_untuned: bool = Fal
         if key is not None and config_key(b, b.default_config).hex == b.baseline_key.hex:
             shipped.append(Shipment(b, b.artefact, key, b.state, b.improved, akey, "; ".join(notes) or None, also))
             continue
-        derived = b.recorded.derived if b.recorded is not None else None
-        serves, unservable = servable_difference(b.default_config, config,
-                                                 shown_safe=getattr(derived, "shown_safe", ()))
+        serves, unservable = servable_difference(b.default_config, config, shown_safe=_shown_safe(b.artefact))
         if autotuner is None and serves:  # a @triton.jit caller asks for the default: served the tuned options
             speedup = b.artefact.meta.get("speedup")
             gain = f" (×{speedup:.3f})" if isinstance(speedup, (int, float)) and not isinstance(speedup, bool) else ""
@@ -310,6 +308,17 @@ def select_shipped(builds: Iterable[KernelBuild], *, include_untuned: bool = Fal
         shipped.append(Shipment(b, stores.default_artefact(b), b.baseline_key, "default-of-tuned", False, None,
                                 "; ".join(notes)))
     return shipped, skipped
+
+
+def _shown_safe(art: Artefact) -> list[str]:
+    """The constexprs the tuning run that made ``art`` showed safe by checking outputs (its report's derived space,
+    :attr:`kbuild.tune.level1.derive.DerivedSpace.shown_safe`): the evidence travels with the artefact, so a build
+    that fetches what a GPU prewarm tuned serves it as that run found."""
+    report = art.meta.get("tune_report")
+    space = report.get("space") if isinstance(report, dict) else None
+    derived = space.get("space") if isinstance(space, dict) else None
+    names = derived.get("constexprs_shown_safe") if isinstance(derived, dict) else None
+    return [n for n in names if isinstance(n, str)] if isinstance(names, list) else []
 
 
 def mark_shared_cubins(entries: Sequence[tuple[str, dict[str, Any]]]) -> list[tuple[str, dict[str, Any]]]:

@@ -340,9 +340,8 @@ def _builds_of(settings: Settings, d: Declared, imported: _Imported, targets: Se
     out = []
     for target in targets:
         spec, space, derivation = _tunable(settings, d, target, imported, tuner, report)
-        derived = derivation[0] if derivation is not None else None
-        key_tuner, key_space = _keyed(tuner, space, derivation)
-        baseline, tuned = kernel_keys(spec, target, imported.source_hash, tools, key_tuner, key_space,
+        derived, check = derivation if derivation is not None else (None, None)
+        baseline, tuned = kernel_keys(spec, target, imported.source_hash, tools, _keyed(tuner, derived), space,
                                       imported.distribution)
         recorded = d.recorded.get(target.name)
         if recorded is not None:
@@ -369,7 +368,8 @@ def _builds_of(settings: Settings, d: Declared, imported: _Imported, targets: Se
                                    autotuned=d.kernel.autotune is not None,
                                    autotune_key=chosen[0] if chosen else None,
                                    also_keys=tuple(tuple(k) for k in (chosen or [])[1:]),
-                                   choice=source, notes=tuple(chose_notes), derived=derived)))
+                                   choice=source, notes=tuple(chose_notes), derived=derived,
+                                   output_check=check)))
     return out
 
 
@@ -383,56 +383,39 @@ def _tunable(settings: Settings, d: Declared, target: Target, imported: _Importe
     its results (:func:`kbuild.tune.level1.derive.derive_space`; pruning by ptxas is the tune phase's). What it
     chooses ships to calls that ask for the recorded configuration (``serves_call``, issue 35 part 3). An
     ``@triton.autotune`` kernel keeps its autotuner's choices (:mod:`kbuild.build.choices`); elsewhere the
-    default alone. The third value is None where no space is derived, else ``(derived space, the points the tuned
-    key names)``: the tune phase prunes the first; the second is the space before the output check's verdicts
-    (:func:`_keyed`)."""
+    default alone. The third value is None where no space is derived, else ``(derived space, output check)``: the
+    tune phase runs the check (:class:`kbuild.tune.level1.output_check.RecordedOutputCheck`; None when the kernel
+    has no block size to check) and prunes the space it gives; the build's space and key are those before it."""
     spec, default = d.spec, [d.spec.default_config()]
     recorded = d.recorded.get(target.name)
     if tuner is None or d.kernel.autotune is not None or recorded is None or spec.bench:
         return spec, default, None
     from kbuild.bench.recorded import recorded_ref
-    from kbuild.declarations.space import make_point
     from kbuild.tune.level1.derive import derive_space
     from kbuild.tune.level1.output_check import RecordedOutputCheck
     from kbuild.tune.level1.subject import from_recording
 
     path = settings.project_path(d.files[0])
-    check = RecordedOutputCheck(path, d.kernel, recorded, target=target.name)
-    try:
-        subject = from_recording(d.recording, d.kernel, recorded, where=d.files[0])
-        with project_on_path(settings):  # the output check's child imports the kernel as the build did
-            derived = derive_space(subject, fn=imported.jit, check_outputs=check)
-        # what the tuned key names: the space before any verdict (_keyed), the same wherever the check ran
-        keyed = derive_space(subject, fn=imported.jit) if derived.output_checks else derived
+    try:  # the output check of block sizes runs where the space is searched (the tune phase), not here
+        derived = derive_space(from_recording(d.recording, d.kernel, recorded, where=d.files[0]), fn=imported.jit)
     except Exception as exc:  # a kernel the derivation cannot read ships its recorded configuration
         report.say(f"{d.kernel.function} ({spec.name}) on {target.name}: not tuned: no space could be derived "
                    f"({type(exc).__name__}: {exc})")
         return spec, default, None
-    for v in check.verdicts:
-        report.say(f"{d.kernel.function} ({spec.name}) on {target.name}: constexprs {dict(v.candidate)} "
-                   f"{'shown safe' if v.accepted else 'left out'}: {v.why} ({v.where})")
     ref = recorded_ref(path, d.kernel.function, recorded.id, target=target.name)
-
-    def points(space: Any) -> list[dict[str, Any]]:
-        # only points the recorded call can be served (SERVABLE_OPTIONS, constexprs the output check showed safe):
-        # not another num_ctas, which launches clusters
-        return [make_point({**spec.constexprs, **c.constexprs}, c.num_warps, c.num_stages, c.maxnreg, c.num_ctas,
-                           c.ptx_options) for c in space.space.configs
-                if c.num_ctas == spec.num_ctas and set(c.constexprs) <= set(space.shown_safe)]
-
-    return dataclasses.replace(spec, bench=ref), points(derived), (derived, points(keyed))
+    check = RecordedOutputCheck(path, d.kernel, recorded, target=target.name) if derived.output_checks else None
+    return dataclasses.replace(spec, bench=ref), derived.servable_points(spec.constexprs, spec.num_ctas), \
+        (derived, check)
 
 
-def _keyed(tuner: dict[str, Any] | None, space: list[dict[str, Any]], derivation: Any
-           ) -> tuple[dict[str, Any] | None, list[dict[str, Any]]]:
-    """The tuner component and the space the tuned key names: the question, not where it was answered. Which
-    block sizes the output check accepts depends on where the build runs (a GPU of the target checks the recorded
-    sizes; a CPU only what Triton's interpreter can run), so the key holds the space derived before any verdict
-    and the candidates proposed: a CPU build finds what a GPU prewarm tuned for the same kernel."""
-    if derivation is None or tuner is None or not derivation[0].output_checks:
-        return tuner, space
-    derived, keyed = derivation
-    return {**tuner, "constexpr_candidates": [dict(c["constexprs"]) for c in derived.output_checks]}, keyed
+def _keyed(tuner: dict[str, Any] | None, derived: Any) -> dict[str, Any] | None:
+    """The tuner component of the tuned key: with the block sizes proposed to the output check, whatever its
+    verdicts (which depend on where the tune phase runs it: a GPU of the target checks the recorded sizes, a CPU
+    only what Triton's interpreter can run), so that the key names the question and a CPU build finds what a GPU
+    prewarm tuned for the same kernel."""
+    if derived is None or tuner is None or not derived.output_checks:
+        return tuner
+    return {**tuner, "constexpr_candidates": [dict(c["constexprs"]) for c in derived.output_checks]}
 
 
 def _machine_notes(d: Declared, target: Target) -> list[str]:

@@ -187,13 +187,22 @@ def _pruned_space(b: KernelBuild, request: TuneRequest, python_path: tuple[str, 
     declared space, which is searched as declared)."""
     recorded = getattr(b, "recorded", None)
     derived = recorded.derived if recorded is not None else None
-    if derived is None:
+    if recorded is None or derived is None:
         return list(b.space), None
     from kbuild.declarations.space import OPTION_KEYS
     from kbuild.tune.level1.prune import prune
     from kbuild.usercode import on_path
 
+    space = list(b.space)
     with on_path(python_path):  # the compile processes import the project's kernel (they start with this sys.path)
+        if recorded.output_check is not None:  # block sizes shown safe by checking outputs, here where it is searched
+            from kbuild.tune.level1.derive import derive_space
+
+            derived = derive_space(derived.subject, fn=b.fn, check_outputs=recorded.output_check)
+            space = derived.servable_points(b.spec.constexprs, b.spec.num_ctas)
+            for c in derived.output_checks:
+                log.info("%s / %s: constexprs %s %s: %s", b.spec.name, b.target.name, c["constexprs"],
+                         "shown safe" if c["accepted"] else "left out", c["why"])
         pruned = prune(derived, jobs=request.jobs, timeout=request.compile_timeout)
 
     # a point is its options and the values of the constexprs the derived space varies (a point of b.space states
@@ -206,7 +215,7 @@ def _pruned_space(b: KernelBuild, request: TuneRequest, python_path: tuple[str, 
         return (*(get(n) for n in OPTION_KEYS), *(json.dumps(cx.get(n), sort_keys=True, default=str) for n in varied))
 
     kept = {ident(v.config) for v in pruned.verdicts if v.kept}
-    points = [p for i, p in enumerate(b.space) if i == 0 or ident(p) in kept]  # the default is always searched
+    points = [p for i, p in enumerate(space) if i == 0 or ident(p) in kept]  # the default is always searched
     report = pruned.as_dict()
     report["searched"] = len(points)
     return points, report

@@ -89,11 +89,10 @@ def test_record_tune_on_the_cost_model_ship_and_serve(recorded_project: Any, fak
     assert "specialization=" in b.spec.bench and "target=sm_90" in b.spec.bench
     assert len(b.space) > 1 and b.space[0] == b.spec.default_config()
     assert b.space[0]["num_warps"] == 1 and {p["num_warps"] for p in b.space} > {1}
-    # BLOCK: 2048 was shown safe by checking outputs on the recorded call with its grid (Triton's interpreter on this
-    # CPU: the row's mask covers the larger block); 512 leaves half of each row unwritten
-    assert {p["constexprs"]["BLOCK"] for p in b.space} == {1024, 2048}
-    assert b.recorded.derived.shown_safe == ("BLOCK",)
-    assert [c["accepted"] for c in b.recorded.derived.output_checks] == [False, True]
+    # half and twice the block size are proposed to the output check, which the tune phase runs (where the space is
+    # searched); the tuned key names them whatever its verdicts
+    assert {p["constexprs"]["BLOCK"] for p in b.space} == {1024} and b.recorded.output_check is not None
+    assert b.tuned_key.components["tuner"]["constexpr_candidates"] == [{"BLOCK": 512}, {"BLOCK": 2048}]
     assert b.tuned_key is not None and b.tuned_key.components["tuner"]["space"]
 
     import kbuild.build.tuning as tuning
@@ -124,7 +123,12 @@ def test_record_tune_on_the_cost_model_ship_and_serve(recorded_project: Any, fak
     assert report["level1"]["backend"].startswith("cost-model")
     # the per-kernel report: the derived space, what the CPU pruned before measuring and why, the search, the choice
     space = report["space"]
-    assert space["size"] == len(b.space) and space["kept"] + sum(space["pruned"].values()) == space["size"]
+    # BLOCK=2048 was shown safe by checking outputs on the recorded call with its grid (Triton's interpreter on this
+    # CPU: the row's mask covers the larger block), and searched; 512 leaves half of each row unwritten
+    assert [c["accepted"] for c in space["space"]["output_checks"]] == [False, True]
+    assert space["space"]["constexprs_shown_safe"] == ["BLOCK"]
+    assert {p["config"]["constexprs"]["BLOCK"] for p in space["points"]} == {1024, 2048}
+    assert space["kept"] + sum(space["pruned"].values()) == space["size"]
     assert report["level1"]["space_size"] == space["searched"] <= space["kept"] + 1
     assert all(p["reason"] for p in space["points"] if not p["kept"])
     from kbuild.tune.report_html import render_report_html
@@ -287,23 +291,12 @@ def test_a_block_size_shown_safe_by_checking_outputs_is_tuned_and_served(fake_gp
 
     settings = kernels_project(tmp_path, monkeypatch, "kbx_rs", BLOCK_KERNELS, ROW_SUM_CALL,
                                "budget = { evaluations = 2000 }\n")
-    said: list[Any] = []
-    (b,) = run_pipeline(settings, on_recordings=said.append)
-    lines = [line for r in said for line in r.lines]
-    assert [line for line in lines if "shown safe" in line and "Triton's interpreter" in line]
-    assert {p["constexprs"]["BLOCK_SIZE"] for p in b.space} == {32, 64, 128}
-    assert b.space[0]["constexprs"]["BLOCK_SIZE"] == 64 and b.recorded.derived.shown_safe == ("BLOCK_SIZE",)
-    # the tuned key names the question (launch-option points, the candidates proposed), not where the check ran: a
-    # build where no check can run searches less, and keys alike, so it finds what a GPU prewarm tuned
+    (b,) = run_pipeline(settings)
+    # the build resolves the launch-option points and names the candidates in the tuned key (the question, the same
+    # wherever the check later runs: a CPU build finds what a GPU prewarm tuned)
+    assert {p["constexprs"]["BLOCK_SIZE"] for p in b.space} == {64}
     tuner = b.tuned_key.components["tuner"]
     assert tuner["constexpr_candidates"] == [{"BLOCK_SIZE": 32}, {"BLOCK_SIZE": 128}]
-    import kbuild.tune.level1.output_check as output_check
-
-    with monkeypatch.context() as m:
-        m.setattr(output_check, "where_to_check", lambda cc, size: (None, "no GPU here (the test)"))
-        (unchecked,) = run_pipeline(settings)
-    assert {p["constexprs"]["BLOCK_SIZE"] for p in unchecked.space} == {64}
-    assert unchecked.tuned_key.hex == b.tuned_key.hex and unchecked.baseline_key.hex == b.baseline_key.hex
     monkeypatch.setattr(tuning, "can_tune", lambda s, build: True)
     baseline = b.artefact
     tuning.tune_missing(settings, [b], open_store(settings), lambda s, build: tune_build(s, build, measure="model"),
@@ -311,6 +304,8 @@ def test_a_block_size_shown_safe_by_checking_outputs_is_tuned_and_served(fake_gp
     art, b.artefact = b.artefact, baseline
     chosen = art.meta["config"]
     assert b.tuned and chosen["constexprs"]["BLOCK_SIZE"] != 64  # the cost model's choice (a labelled stand-in)
+    checks = art.meta["tune_report"]["space"]["space"]["output_checks"]
+    assert [c["accepted"] for c in checks] == [True, True] and all("interpreter" in c["why"] for c in checks)
     tuned = dataclasses.replace(b)
     tuned.artefact, tuned.tuned = art, True
     shipped = write_package_data(settings, [tuned], tmp_path / "kbx_rs")

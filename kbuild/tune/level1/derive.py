@@ -152,6 +152,16 @@ class DerivedSpace:
     def default(self) -> Config:
         return self.space.configs[0]
 
+    def servable_points(self, constexprs: Mapping[str, Any], num_ctas: int) -> list[dict[str, Any]]:
+        """The points a call that asks for the default may be served, as declaration points (every constexpr
+        stated: ``constexprs`` with the point's over them): not another ``num_ctas`` (the launcher launches clusters),
+        no constexpr but those an output check showed safe (:func:`kbuild.declarations.space.servable_difference`)."""
+        from kbuild.declarations.space import make_point
+
+        return [make_point({**constexprs, **c.constexprs}, c.num_warps, c.num_stages, c.maxnreg, c.num_ctas,
+                           c.ptx_options) for c in self.space.configs
+                if c.num_ctas == num_ctas and set(c.constexprs) <= set(self.shown_safe)]
+
     def __len__(self) -> int:
         return len(self.space)
 
