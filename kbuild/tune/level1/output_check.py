@@ -98,7 +98,19 @@ def chosen_samples(samples: Sequence[Mapping[str, Any]], limit: int = MAX_SAMPLE
 
 
 def check(request: Request, device: str) -> list[Verdict]:
-    """Run the check (the module docstring) on ``device`` ("cuda", or "cpu" under Triton's interpreter)."""
+    """Run the check (the module docstring) on ``device`` ("cuda", or "cpu" under Triton's interpreter). On a GPU
+    the memory it took is handed back to the driver afterwards: the build's process checks, while the measurement
+    worker, another process, times on the same GPU (Llama-3 sizes take tens of GiB here)."""
+    import torch
+
+    try:
+        return _check(request, device)
+    finally:
+        if device != "cpu":
+            torch.cuda.empty_cache()
+
+
+def _check(request: Request, device: str) -> list[Verdict]:
     import torch
 
     from kbuild.bench.recorded import recorded_spec
