@@ -18,14 +18,16 @@ unmasked store writes into the guard band; a loop over blocks passes at any valu
 (a call of the same key with a shape none recorded) is not claimed: the report says the check ran on the
 recorded calls.
 
-Where it runs (:func:`where_to_check`): on a GPU of the target's SM in this process (the build's tune phase on a
-GPU machine); else under Triton's interpreter (``TRITON_INTERPRET=1``) in a child process, on the CPU, when the
-recorded calls' tensors fit :data:`INTERPRETER_MAX_BYTES`; else nowhere, and the candidates stay out of the space
-with that reason. Each verdict says where it was reached. The check is :class:`~kbuild.tune.measure.oracle.Oracle`'s
+Where it runs (:func:`where_to_check`), always in a child process (a candidate that faults on the GPU, hangs or
+takes tens of GiB does so there, and refuses itself; the build's process never holds a CUDA context for it): on a
+GPU of the target's SM (the tune phase of a build on a GPU machine, a prewarm node); else under Triton's
+interpreter (``TRITON_INTERPRET=1``), on the CPU, when the recorded calls' tensors fit
+:data:`INTERPRETER_MAX_BYTES`; else nowhere, and the candidates stay out of the space with that reason. A child
+that fails or times out (:data:`CHILD_TIMEOUT_S`) accepts nothing. Each verdict says where it was reached. The check is :class:`~kbuild.tune.measure.oracle.Oracle`'s
 poisoning and guard bands, the recorded spec's inputs and grid (:func:`kbuild.bench.recorded.spec_from_recording`).
 
 Run as ``python -m kbuild.tune.level1.output_check`` it reads one request (JSON) on standard input and writes the
-verdicts (JSON) on standard output: the interpreter's child.
+verdicts (JSON) on standard output: the child.
 """
 
 from __future__ import annotations
@@ -48,8 +50,8 @@ MAX_SAMPLES = 4
 INTERPRETER_MAX_BYTES = 8 << 20
 #: Seed of the inputs the check runs on.
 CHECK_SEED = 11
-#: Seconds the interpreter's child may take.
-INTERPRETER_TIMEOUT_S = 600.0
+#: Seconds the child may take.
+CHILD_TIMEOUT_S = 600.0
 
 
 @dataclass(frozen=True)
@@ -67,7 +69,7 @@ class Verdict:
 
 @dataclass(frozen=True)
 class Request:
-    """What the check needs (plain data: it crosses to the interpreter's child)."""
+    """What the check needs (plain data: it crosses to the child)."""
 
     recording: str
     function: str
@@ -98,19 +100,8 @@ def chosen_samples(samples: Sequence[Mapping[str, Any]], limit: int = MAX_SAMPLE
 
 
 def check(request: Request, device: str) -> list[Verdict]:
-    """Run the check (the module docstring) on ``device`` ("cuda", or "cpu" under Triton's interpreter). On a GPU
-    the memory it took is handed back to the driver afterwards: the build's process checks, while the measurement
-    worker, another process, times on the same GPU (Llama-3 sizes take tens of GiB here)."""
-    import torch
-
-    try:
-        return _check(request, device)
-    finally:
-        if device != "cpu":
-            torch.cuda.empty_cache()
-
-
-def _check(request: Request, device: str) -> list[Verdict]:
+    """Run the check (the module docstring) on ``device`` ("cuda", or "cpu" under Triton's interpreter), in this
+    process: the child's work (:func:`main`)."""
     import torch
 
     from kbuild.bench.recorded import recorded_spec
@@ -155,20 +146,15 @@ def _check(request: Request, device: str) -> list[Verdict]:
 
 
 def where_to_check(target_cc: int, tensor_bytes: int) -> tuple[str | None, str]:
-    """``(mode, why)``: ``"cuda"`` where a GPU of ``target_cc`` is visible to this process, ``"interpreter"`` where
+    """``(device, why)``: ``"cuda"`` where the CUDA driver reports a GPU of ``target_cc``
+    (:func:`kbuild.device.probe.has_gpu`: no context is made in this process), ``"cpu"`` (Triton's interpreter) where
     the recorded calls' ``tensor_bytes`` fit :data:`INTERPRETER_MAX_BYTES`, else None with the reason."""
-    if os.environ.get("TRITON_INTERPRET") != "1":
-        try:
-            import torch
+    from kbuild.device.probe import has_gpu
 
-            if torch.cuda.is_available() and any(
-                    (lambda c: c[0] * 10 + c[1])(torch.cuda.get_device_capability(i)) == target_cc
-                    for i in range(torch.cuda.device_count())):
-                return "cuda", f"on this process's sm_{target_cc} GPU"
-        except Exception:
-            pass
+    if has_gpu(target_cc):
+        return "cuda", f"on this machine's sm_{target_cc} GPU"
     if tensor_bytes <= INTERPRETER_MAX_BYTES:
-        return "interpreter", "under Triton's interpreter on the CPU (no GPU of the target here)"
+        return "cpu", "under Triton's interpreter on the CPU (no GPU of the target here)"
     return None, (f"no sm_{target_cc} GPU here, and the recorded calls' {tensor_bytes / 2**20:.1f} MiB of tensors "
                   f"exceed the {INTERPRETER_MAX_BYTES >> 20} MiB Triton's interpreter is given: checked where the "
                   "build tunes on such a GPU")
@@ -194,15 +180,14 @@ class RecordedOutputCheck:
         picked = chosen_samples(self.samples)
         request = Request(self.recording, self.kernel.function, self.specialization.id, self.target,
                           tuple(dict(c) for c in candidates), tuple(picked), self.captures)
-        mode, why = where_to_check(subject.target.cc, sum(tensor_bytes(self.samples[i]) for i in picked))
+        device, why = where_to_check(subject.target.cc, sum(tensor_bytes(self.samples[i]) for i in picked))
         if not picked:
-            mode, why = None, "no recorded call to check on"
-        if mode is None:
+            device, why = None, "no recorded call to check on"
+        if device is None:
             verdicts = [Verdict(c, False, f"not checked: {why}", "nowhere") for c in candidates]
-        elif mode == "cuda":
-            verdicts = _guarded(lambda: check(request, "cuda"), candidates, why)
         else:
-            verdicts = _guarded(lambda: _in_interpreter(request), candidates, why)
+            run_on = device
+            verdicts = _guarded(lambda: _in_child(request, run_on), candidates, why)
         self.verdicts = verdicts
         return [(v.accepted, f"{v.why} ({v.where})") for v in verdicts]
 
@@ -216,16 +201,19 @@ def _guarded(run: Any, candidates: Sequence[Mapping[str, Any]], where: str) -> l
         return [Verdict(c, False, why, "nowhere") for c in candidates]
 
 
-def _in_interpreter(request: Request) -> list[Verdict]:
+def _in_child(request: Request, device: str) -> list[Verdict]:
+    """:func:`check` in a child process on ``device`` (``"cpu"``: under Triton's interpreter)."""
     # the child imports the kernel's module as this process did: by this process's import path
     paths = [p for p in sys.path if p and os.path.isdir(p)]
-    env = {**os.environ, "TRITON_INTERPRET": "1",
-           "PYTHONPATH": os.pathsep.join([*paths, *filter(None, [os.environ.get("PYTHONPATH")])])}
-    done = subprocess.run([sys.executable, "-m", __name__], input=json.dumps(request.as_dict()), env=env,
-                          capture_output=True, text=True, timeout=INTERPRETER_TIMEOUT_S, check=False)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([*paths, *filter(None, [os.environ.get("PYTHONPATH")])])}
+    env.pop("TRITON_INTERPRET", None)
+    if device == "cpu":
+        env["TRITON_INTERPRET"] = "1"
+    done = subprocess.run([sys.executable, "-m", __name__], input=json.dumps({**request.as_dict(), "device": device}),
+                          env=env, capture_output=True, text=True, timeout=CHILD_TIMEOUT_S, check=False)
     if done.returncode != 0:  # the traceback's last line names the exception (Triton's interpreter lacks some ops)
         last = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
-        raise RuntimeError(f"the interpreter's child exited {done.returncode}: {last[-300:]}")
+        raise RuntimeError(f"the check's child exited {done.returncode}: {last[-300:]}")
     return [Verdict(v["constexprs"], bool(v["accepted"]), str(v["why"]), str(v["where"]))
             for v in json.loads(done.stdout)]
 
@@ -234,7 +222,8 @@ def interpreter_index_fix() -> None:
     """Triton 3.6's interpreter turns a scalar tensor into an index (a ``range`` bound in a kernel's loop) with
     ``int()`` of a one-element array, which NumPy 2.4 refuses ("only 0-dimensional arrays can be converted"):
     every ``for`` over a runtime bound fails under the interpreter. triton-lang/triton#9171 (fixed after 3.6) reads
-    the element with ``squeeze()``; the interpreter's child applies that one line, and nothing else runs in it."""
+    the element with ``squeeze()``; the child under the interpreter applies that one line, and nothing else runs
+    in it."""
     from triton.runtime import interpreter
 
     original = interpreter._patch_lang_tensor
@@ -250,14 +239,16 @@ def interpreter_index_fix() -> None:
 
 
 def main() -> int:
-    """The interpreter's child: a :class:`Request` on standard input, the verdicts on standard output."""
-    interpreter_index_fix()
+    """The child: a :class:`Request` (and ``device``) on standard input, the verdicts on standard output."""
     doc = json.load(sys.stdin)
+    device = str(doc.get("device", "cpu"))
+    if device == "cpu":
+        interpreter_index_fix()
     request = Request(doc["recording"], doc["function"], doc["specialization"], doc["target"],
                       tuple(doc["candidates"]), tuple(doc["samples"]), doc.get("captures"))
-    verdicts = check(request, "cpu")
-    json.dump([dataclasses.replace(v, where=f"Triton's interpreter, {v.where}").as_dict() for v in verdicts],
-              sys.stdout)
+    verdicts = check(request, device)
+    prefix = "Triton's interpreter, " if device == "cpu" else ""
+    json.dump([dataclasses.replace(v, where=f"{prefix}{v.where}").as_dict() for v in verdicts], sys.stdout)
     return 0
 
 
