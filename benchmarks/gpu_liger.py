@@ -59,6 +59,7 @@ import tempfile
 import time
 import xml.etree.ElementTree as ET
 import zipfile
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -342,9 +343,10 @@ def run_child(code: str, env: dict[str, str], timeout: float = 300) -> dict[str,
 
 
 def first_calls(site: Path, repeats: int, only: list[str] | None = None,
-                budget_s: float | None = None) -> dict[str, Any]:
+                budget_s: float | None = None, on_row: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
     """``only``: op/dtype names, measured in that order (a priority; default all 12 in OPS order); ``budget_s``: no
-    op/dtype starts after this many seconds (the rest are recorded as not measured)."""
+    op/dtype starts after this many seconds (the rest are recorded as not measured); ``on_row``: called with the rows
+    so far after each op/dtype (a call cut by its time limit keeps every op measured before the cut)."""
     rows: dict[str, Any] = {}
     started = time.perf_counter()
     for name in only or [f"{op}/{dtype}" for op in OPS for dtype in DTYPES]:
@@ -362,6 +364,8 @@ def first_calls(site: Path, repeats: int, only: list[str] | None = None,
                     samples[warm].append(run_child(code, child_env(site, Path(cache), on)))
         rows[name] = summarise(samples, len(OPS[op]))
         print(f"  {name}: {short(rows[name])}", flush=True)
+        if on_row is not None:
+            on_row(rows)
     return rows
 
 
@@ -653,7 +657,8 @@ def main() -> int:
         write = lambda: args.out.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")  # noqa: E731
         if "first-call" not in args.skip:
             print("== first calls (fresh processes)", flush=True)
-            doc["first_call"] = first_calls(site, args.repeats, args.only or None, args.first_call_s)
+            doc["first_call"] = first_calls(site, args.repeats, args.only or None, args.first_call_s,
+                                            on_row=lambda rows: (doc.__setitem__("first_call", rows), write()))
             write()  # after each part: a call cut by its time limit keeps what was measured
         if "steady" not in args.skip:
             print("== steady state (interleaved)", flush=True)

@@ -418,3 +418,44 @@ def test_a_kernel_the_workload_defines_itself_is_reported_not_fatal(tmp_path: Pa
     said = "".join((captured.out + captured.err).split())  # the console wraps long lines
     assert "".join("'dequantize_blockwise_test' is neither a module of this project".split()) in said
     assert (out / "_kbuild" / "index.json").is_file()
+
+
+def _measured_on_a_gpu_whose_import_differs(rec_path: Path, *, key: list[str] | None = None) -> None:
+    """Edit a CPU recording of ``scale`` into what a GPU machine's recording is when the package picks its
+    configurations at import from the hardware (fla's ``BS_LIST`` from the GPU's shared memory): a third
+    configuration this machine's import does not have, every tuning key measured there with config 1 chosen.
+    ``key``: the recorded autotuner's key arguments instead (a package whose key itself differs)."""
+    doc = json.loads(rec_path.read_text())
+    (kernel,) = [k for k in doc["kernels"] if k["function"] == "record_kernels:scale"]
+    kernel["autotune"]["configs"].append({"kwargs": {"BLOCK": 256}, "maxnreg": None, "num_ctas": 1, "num_stages": 3,
+                                          "num_warps": 8})
+    if key is not None:
+        kernel["autotune"]["key"] = key
+    for t in kernel["tunings"]:
+        t.update(choice=1, configs=[0, 1, 2], sm_count=132, source="measured")
+    rec_path.write_text(json.dumps(doc))
+
+
+def test_a_measured_choice_ships_though_this_import_gives_other_configurations(tmp_path: Path) -> None:
+    (tmp_path / "proj").mkdir()
+    rec_path = tmp_path / "proj" / "rec.json"
+    assert record(tmp_path, rec_path, str(HERE / "workload_kernels.py"), args=("--target", "sm_90")) == 0
+    _measured_on_a_gpu_whose_import_differs(rec_path)
+    builds, report = _resolve(_project(tmp_path, copy=(KERNELS,)))
+    (chosen,) = [b for b in builds if b.recorded.autotune_key and b.spec.name.startswith("scale_")]
+    assert chosen.recorded.choice == "recording" and chosen.spec.constexprs["BLOCK"] == 128  # config 1
+    assert chosen.recorded.autotune_key == SCALE_KEYS[0]
+    said = "\n".join(report.lines)
+    assert "record_kernels:scale: its @triton.autotune configurations here differ from the recorded ones (2 here, " \
+           "3 recorded, not the same" in said and "Triton's autotune cache is not asked" in said, said
+
+
+def test_a_recorded_autotuner_whose_key_differs_here_ships_no_choice(tmp_path: Path) -> None:
+    (tmp_path / "proj").mkdir()
+    rec_path = tmp_path / "proj" / "rec.json"
+    assert record(tmp_path, rec_path, str(HERE / "workload_kernels.py"), args=("--target", "sm_90")) == 0
+    _measured_on_a_gpu_whose_import_differs(rec_path, key=["n", "factor"])
+    builds, report = _resolve(_project(tmp_path, copy=(KERNELS,)))
+    assert not [b for b in builds if b.recorded.autotune_key and b.spec.name.startswith("scale_")]
+    assert any("record_kernels:scale: its @triton.autotune here has not the recorded key or pruning: no choice "
+               "ships" in line for line in report.lines), report.lines
