@@ -4,7 +4,8 @@ Verbs and their modules: ``compile`` → :mod:`kbuild.commands.compile`; ``expla
 :mod:`kbuild.commands.explain`; ``emit``, ``inspect``, ``verify-wheel``, ``lock`` →
 :mod:`kbuild.commands.emit` etc. (build hooks); ``package-data`` →
 :mod:`kbuild.commands.package_data` (Triton-JIT packages, :mod:`kbuild.runtime`); ``record`` →
-:mod:`kbuild.commands.record` (:mod:`kbuild.record`);
+:mod:`kbuild.commands.record` (:mod:`kbuild.record`); ``coverage`` → :mod:`kbuild.commands.coverage`
+(:mod:`kbuild.runtime.coverage`);
 ``nvcc`` → :mod:`kbuild.nvcc.cli` (CUDA C++ launcher); ``cache`` → :mod:`kbuild.cache.cli`; ``sass`` → :mod:`kbuild.sass.cli`; ``bench`` →
 :mod:`kbuild.bench.cli`. Each module exposes ``add_parser(subparsers)`` and sets
 ``func=handler`` where ``handler(args) -> int``. Building the parser imports no optional
@@ -47,6 +48,7 @@ COMMAND_MODULES = [
     "kbuild.commands.lock",
     "kbuild.commands.package_data",
     "kbuild.commands.record",
+    "kbuild.commands.coverage",
     "kbuild.commands.tile",
     "kbuild.nvcc.cli",
     "kbuild.cache.cli",

@@ -9,7 +9,9 @@ Nothing is counted on a call after a specialisation's first: those calls are Tri
 their path (:mod:`kbuild.runtime.direct`), so calls are not counted.
 
 ``KBUILD_RUNTIME_REPORT`` (the settings' ``runtime_report``) writes :func:`report` when the process exits: a file
-path gets the JSON document (written atomically), ``-`` a short summary on stderr (:func:`summary`).
+path gets the JSON document (written atomically), ``-`` a short summary on stderr (:func:`summary`). ``{pid}`` in a
+path becomes the process id, so that each process of a run (pytest-xdist workers, ``torchrun`` ranks) writes its
+own; :func:`merge` (``kbuild coverage FILE...``) makes one report of them.
 
 ``KBUILD_RUNTIME=strict`` (:class:`CoverageError`): the first call that would compile or autotune raises, one line
 naming the kernel, the specialisation and the nearest entry's differing field. So does a kernel whose package ships
@@ -38,6 +40,7 @@ from __future__ import annotations
 import atexit
 import json
 import logging
+import os
 import sys
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -50,6 +53,8 @@ REPORT_FORMAT = "kbuild-runtime-coverage"
 REPORT_VERSION = 1
 #: ``KBUILD_RUNTIME_REPORT`` item that prints the summary on stderr.
 STDERR = "-"
+#: In a ``KBUILD_RUNTIME_REPORT`` path: the writing process's id.
+PID = "{pid}"
 
 
 class CoverageError(RuntimeError):
@@ -232,11 +237,70 @@ def write_configured(report: Callable[[], Mapping[str, Any]]) -> None:
 
 
 def write_report(path: str, doc: Mapping[str, Any]) -> None:
-    """``doc`` as JSON at ``path``, atomically (a reader sees the old file or the whole new one)."""
+    """``doc`` as JSON at ``path`` (``{pid}`` in it: this process's id), atomically (a reader sees the old file or
+    the whole new one)."""
     from kbuild.fsutil import write_atomic
 
-    write_atomic(path, json.dumps(doc, indent=1, sort_keys=True) + "\n")
+    write_atomic(path.replace(PID, str(os.getpid())), json.dumps(doc, indent=1, sort_keys=True) + "\n")
 
 
-__all__ = ["REPORT_FORMAT", "REPORT_VERSION", "STDERR", "Coverage", "CoverageError", "describe", "nearest_of",
-           "register_at_exit", "strict_message", "summary", "write_configured", "write_report"]
+# ----------------------------------------------------------------------------------------------
+# Reports of several processes
+
+
+def check_report(doc: Any, where: str) -> Mapping[str, Any]:
+    """``doc`` if it is a report this version writes; else :class:`~kbuild.errors.UsageError` naming ``where`` and
+    the key."""
+    from kbuild.errors import UsageError
+
+    if not isinstance(doc, Mapping) or doc.get("format") != REPORT_FORMAT:
+        raise UsageError(f"{where}: format: expected {REPORT_FORMAT!r} (a KBUILD_RUNTIME_REPORT file)")
+    if doc.get("version") != REPORT_VERSION:
+        raise UsageError(f"{where}: version: expected {REPORT_VERSION}, got {doc.get('version')!r}")
+    for key, kind in (("mode", str), ("packages", Mapping), ("kernels", Mapping)):
+        if not isinstance(doc.get(key), kind):
+            raise UsageError(f"{where}: {key}: expected {'a string' if kind is str else 'an object'}")
+    for function, k in doc["kernels"].items():
+        at = f"{where}: kernels.{function}"
+        if not isinstance(k, Mapping):
+            raise UsageError(f"{at}: expected an object")
+        for key in ("specializations", "autotuning"):
+            rows = k.get(key)
+            if not isinstance(rows, list) or not all(isinstance(r, Mapping) for r in rows):
+                raise UsageError(f"{at}.{key}: expected a list of objects")
+        for i, r in enumerate(k["specializations"]):
+            if r.get("outcome") not in ("hit", "miss"):
+                raise UsageError(f"{at}.specializations[{i}].outcome: expected 'hit' or 'miss'")
+        for i, r in enumerate(k["autotuning"]):
+            if r.get("outcome") not in ("answered", "autotuned") or not isinstance(r.get("key"), list):
+                raise UsageError(f"{at}.autotuning[{i}]: expected an outcome 'answered' or 'autotuned' and a key list")
+    return doc
+
+
+def merge(docs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """One report of several processes' (each as :func:`check_report` accepts): every specialisation and autotuning
+    key once, a hit standing over a miss of the same specialisation as within one process; the mode is the
+    reports' own, or ``"mixed"``."""
+    merged = Coverage()
+    packages: dict[str, Mapping[str, Any]] = {}
+    for doc in docs:
+        packages.update(doc["packages"])
+        for function, k in doc["kernels"].items():
+            pkg, shipped = k.get("package"), int(k.get("shipped_entries") or 0)
+            for r in k["specializations"]:
+                spec = {f: r.get(f) for f in ("target", "signature", "constexprs", "options")}
+                merged.specialization(function, spec, hit=r["outcome"] == "hit", package=pkg, shipped=shipped,
+                                      stage=r.get("stage"), entry=r.get("entry"), reason=r.get("reason"),
+                                      nearest=r.get("nearest"))
+            for r in k["autotuning"]:
+                merged.autotune(function, r["key"], answered=r["outcome"] == "answered", target=r.get("target"),
+                                package=pkg, shipped=shipped, entry=r.get("entry"), reason=r.get("reason"),
+                                nearest=r.get("nearest"))
+            if not k["specializations"] and not k["autotuning"]:
+                merged._kernel(function, pkg, shipped)
+    modes = sorted({str(d["mode"]) for d in docs})
+    return merged.report(mode=modes[0] if len(modes) == 1 else "mixed", packages=packages)
+
+
+__all__ = ["PID", "REPORT_FORMAT", "REPORT_VERSION", "STDERR", "Coverage", "CoverageError", "check_report", "describe",
+           "merge", "nearest_of", "register_at_exit", "strict_message", "summary", "write_configured", "write_report"]

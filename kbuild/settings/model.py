@@ -336,7 +336,9 @@ class Settings:
                                                                       "env_only": _WHERE_IT_RUNS})
     """Where :mod:`kbuild.runtime` writes its coverage report when the process exits: a file path gets the JSON
     document (written atomically), ``-`` a short summary on stderr; comma-separated for both
-    (``KBUILD_RUNTIME_REPORT=coverage.json,-``). Environment only, read where the package runs."""
+    (``KBUILD_RUNTIME_REPORT=coverage.json,-``). ``{pid}`` in a path becomes the process id, one file per process
+    of a run (pytest-xdist workers): ``kbuild coverage FILE...`` merges them. Environment only, read where the
+    package runs."""
 
     nvcc_cache: bool = field(default=True, metadata={"env": "KBUILD_NVCC_CACHE", "env_only": _ONE_PROCESS})
     """Whether the nvcc launcher (``kbuild-nvcc``, :mod:`kbuild.nvcc`) answers cicc and ptxas from the store

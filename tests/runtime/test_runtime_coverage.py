@@ -175,7 +175,7 @@ import kbuild.runtime
 driver.set_active(FakeDriver(90))  # stand-in: Triton's load and launch steps record instead of calling CUDA
 assert kbuild.runtime.enable("kbx_jit", data_dir=sys.argv[1])
 import kbx_jit.kernels as k
-for cols in (1024, 1024, 1000):
+for cols in map(int, (sys.argv[2] if len(sys.argv) > 2 else "1024,1024,1000").split(",")):
     x = torch.empty(64 * cols, dtype=torch.float16).view(64, cols)
     out = torch.empty_like(x)
     k.softmax[(64,)](out, x, x.stride(0), out.stride(0), cols, BLOCK=1024, num_warps=4, num_stages=3)
@@ -198,6 +198,62 @@ def test_the_report_is_written_at_exit(shipped: Any, tmp_path: Path, kbuild_env:
     assert "kbuild.runtime coverage (on): 1 kernel(s), 2 specialisation(s): 1 answered from the wheel, 1 compiled " \
            "by Triton" in done.stderr
     assert "miss kbx_jit.kernels:softmax [sm_90]" in done.stderr
+
+
+def test_one_report_per_process_merged_by_kbuild_coverage(shipped: Any, tmp_path: Path, kbuild_env: Override,
+                                                           capsys: Any) -> None:
+    """Two processes of one run (as pytest-xdist workers are) each write ``cov/{pid}.json``; ``kbuild coverage``
+    makes one report of them: each specialisation once, the miss with its reason, exit status 1."""
+    from kbuild.cli import main
+
+    cov = tmp_path / "cov"
+    cov.mkdir()
+    kbuild_env.set(runtime_report=[str(cov / "{pid}.json")])
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(HERE), str(JIT_EXAMPLE), os.environ.get("PYTHONPATH", "")]))
+    for cols in ("1024", "1024,1000"):
+        done = subprocess.run([sys.executable, "-c", _WORKLOAD, str(shipped.data_dir), cols], env=env,
+                              capture_output=True, text=True, timeout=600, check=False)
+        assert done.returncode == 0, done.stderr[-3000:]
+    files = sorted(cov.glob("*.json"))
+    assert len(files) == 2 and all(f.stem.isdigit() for f in files)
+    assert [json.loads(f.read_text())["totals"]["specializations"] for f in files] in ([1, 2], [2, 1])
+    merged = tmp_path / "merged.json"
+    assert main(["coverage", *map(str, files), "--out", str(merged)]) == 1  # Triton compiled one specialisation
+    said = capsys.readouterr().out
+    assert "2 report(s): kbuild.runtime coverage (on): 1 kernel(s), 2 specialisation(s): 1 answered from the wheel, " \
+           "1 compiled by Triton" in said and "miss kbx_jit.kernels:softmax [sm_90]" in said
+    doc = json.loads(merged.read_text())
+    assert doc["totals"] == {"kernels": 1, "specializations": 2, "hits": 1, "misses": 1, "autotune_answered": 0,
+                             "autotuned": 0}
+    assert main(["coverage", str(merged), str(merged), "--json"]) == 1  # merging a report with itself changes nothing
+    assert json.loads(capsys.readouterr().out) == doc
+    hits_only = tmp_path / "hits.json"
+    assert main(["coverage", str(files[0] if json.loads(files[0].read_text())["totals"]["misses"] == 0 else files[1]),
+                 "--out", str(hits_only)]) == 0
+
+
+@pytest.mark.parametrize("edit, named", [
+    (lambda d: d.update(format="something-else"), "format: expected 'kbuild-runtime-coverage'"),
+    (lambda d: d.update(version=9), "version: expected 1, got 9"),
+    (lambda d: d["kernels"]["kbx_jit.kernels:softmax"]["specializations"][0].update(outcome="maybe"),
+     "kernels.kbx_jit.kernels:softmax.specializations[0].outcome: expected 'hit' or 'miss'"),
+    (lambda d: d["kernels"]["kbx_jit.kernels:softmax"].update(autotuning={}),
+     "kernels.kbx_jit.kernels:softmax.autotuning: expected a list of objects"),
+])
+def test_a_bad_coverage_report_is_a_clean_error(tmp_path: Path, capsys: Any, edit: Any, named: str) -> None:
+    from kbuild.cli import main
+    from kbuild.runtime.coverage import Coverage
+
+    c = Coverage()
+    c.specialization(SOFTMAX, {"target": "sm_90", "signature": {}, "constexprs": {}, "options": {}}, hit=True)
+    doc = c.report(mode="on", packages={})
+    edit(doc)
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(doc))
+    out = tmp_path / "merged.json"
+    assert main(["coverage", str(bad), "--out", str(out)]) == 2
+    assert f"{bad}: {named}" in capsys.readouterr().err
+    assert not out.exists()
 
 
 # ----------------------------------------------------------------------------------------------
