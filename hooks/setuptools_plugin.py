@@ -366,6 +366,7 @@ def write_for_build(build_lib: str | Path, *, config: str | Path = "pyproject.to
 
     if staged is not None and manifest_path is not None:
         folder = package_dir_in(build_lib, staged.name, config=config)
+        _say_if_not_enabled(folder, staged.name)
         return copy_package_data(staged, folder), manifest_path.read_bytes()
     settings = load_settings(config)
     if settings.ship != "package-data":
@@ -375,6 +376,7 @@ def write_for_build(build_lib: str | Path, *, config: str | Path = "pyproject.to
         _say(line)
     package = infer_package(settings, result.builds)
     folder = package_dir_in(build_lib, package, config=settings.config_file)
+    _say_if_not_enabled(folder, package)
     data = write_package_data(settings, result.builds, folder, package=package)
     loud = data.nothing_ships(settings)
     if loud:
@@ -385,6 +387,14 @@ def write_for_build(build_lib: str | Path, *, config: str | Path = "pyproject.to
         for line in coverage_lines(result.recordings, data.index, data.data_dir):
             _say(f"kbuild: recordings: {line}")
     return data.files, manifest_bytes(result.manifest)
+
+
+def _say_if_not_enabled(folder: Path, package: str) -> None:
+    from kbuild.build.package_data import opt_in_missing
+
+    loud = opt_in_missing(folder, package)
+    if loud:
+        _say(f"warning: {loud}")
 
 
 def kbuild_build_py(base: type | None = None, *, config: str = "pyproject.toml") -> type:

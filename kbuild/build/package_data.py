@@ -103,6 +103,32 @@ class PackageData:
         return [p.relative_to(root).as_posix() for p in self.files]
 
 
+def opt_in_missing(package_dir: Path, package: str) -> str | None:
+    """The loud warning for a package whose ``__init__.py`` (as built, in ``package_dir``) never enables the package
+    data it ships: no ``from . import _kbuild`` (or ``import <package>._kbuild``) and no ``kbuild.runtime.enable``
+    call, so importing the package leaves kbuild's runtime off and every kernel compiles just in time (a strict run
+    then checks nothing); None when it opts in. A module that does not parse is left to Python to report."""
+    import ast
+
+    init = package_dir / "__init__.py"
+    try:
+        tree = ast.parse(init.read_text(encoding="utf-8"), str(init))
+    except (OSError, SyntaxError, ValueError):
+        return None
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (
+                (node.module or "").split(".")[-1] == DATA_DIR or any(a.name == DATA_DIR for a in node.names)):
+            return None
+        if isinstance(node, ast.Import) and any(a.name == f"{package}.{DATA_DIR}" for a in node.names):
+            return None
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "enable":
+            return None
+    return (f"{package}/__init__.py does not import {package}.{DATA_DIR}, so importing {package} does not enable "
+            f"kbuild.runtime: the shipped cubins answer no call and every kernel compiles just in time as without "
+            f"kbuild (KBUILD_RUNTIME=strict checks nothing); add `from . import {DATA_DIR}  # noqa: F401` to "
+            f"{package}/__init__.py (in try/except ImportError where a source checkout imports it too)")
+
+
 def infer_package(settings: Settings, builds: Sequence[KernelBuild]) -> str:
     """``[tool.kbuild] package`` when set (kernels of an installed distribution ship from the project's own
     package), else the one top-level package all kernels live in; a :class:`UsageError` when they differ."""
@@ -437,5 +463,5 @@ def write_package_data(settings: Settings, builds: Sequence[KernelBuild], packag
     return PackageData(package=pkg, data_dir=data_dir, index=index, files=files, skipped=skipped, notes=notes)
 
 
-__all__ = ["PackageData", "Shipment", "config_key", "index_entry", "infer_package", "mark_shared_cubins", "render_init",
-           "select_shipped", "write_package_data"]
+__all__ = ["PackageData", "Shipment", "config_key", "index_entry", "infer_package", "mark_shared_cubins",
+           "opt_in_missing", "render_init", "select_shipped", "write_package_data"]

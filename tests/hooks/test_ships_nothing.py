@@ -7,7 +7,8 @@ kbuild's PEP 517 backend with ``pip wheel --no-build-isolation`` (real Triton co
 * ``ship`` left at its default ``"extension"`` and no extension module: the build fails with one ``error:`` line
   naming ``ship`` and ``"package-data"``, and no wheel is written (before the fix it exited 0 with a wheel holding no
   kernel, no manifest and no warning);
-* ``ship = "package-data"``: the wheel carries ``lk/_kbuild/`` with the kernel's cubin, no warning;
+* ``ship = "package-data"``: the wheel carries ``lk/_kbuild/`` with the kernel's cubin, no warning; without the
+  one line in ``lk/__init__.py`` that enables it (``from . import _kbuild``), a warning that names the line;
 * ``ship = "package-data"`` with ``package_data = "tuned"`` and nothing tuned (no GPU here): the wheel is built but the
   build says loudly that no kernel ships, naming ``package_data``.
 """
@@ -34,9 +35,13 @@ def scale(x_ptr, n, BLOCK: tl.constexpr):
 """
 
 
-def _project(root: Path, kbuild_lines: str) -> Path:
+#: The one line a package adds to enable the package data it ships (kbuild/build/package_data.py).
+OPT_IN = "try:\n    from . import _kbuild  # noqa: F401\nexcept ImportError:\n    pass\n"
+
+
+def _project(root: Path, kbuild_lines: str, init: str = OPT_IN) -> Path:
     (root / "lk").mkdir(parents=True)
-    (root / "lk" / "__init__.py").write_text("")
+    (root / "lk" / "__init__.py").write_text(init)
     (root / "lk" / "k.py").write_text(KERNEL)
     (root / "pyproject.toml").write_text(
         '[build-system]\nrequires = ["kbuild", "setuptools>=64"]\nbuild-backend = "kbuild.hooks.backend"\n'
@@ -47,8 +52,8 @@ def _project(root: Path, kbuild_lines: str) -> Path:
     return root
 
 
-def _build(tmp_path: Path, kbuild_lines: str) -> tuple[int, str, list[Path]]:
-    project = _project(tmp_path / "lk-project", kbuild_lines)
+def _build(tmp_path: Path, kbuild_lines: str, init: str = OPT_IN) -> tuple[int, str, list[Path]]:
+    project = _project(tmp_path / "lk-project", kbuild_lines, init)
     out = tmp_path / "dist"
     env = build_env(tmp_path / "store", XDG_CACHE_HOME=str(tmp_path / "xdg"), TRITON_CACHE_DIR=str(tmp_path / "tc"))
     proc = pip_wheel(project, out, env, check=False)
@@ -69,7 +74,17 @@ def test_package_data_ships_the_kernel_quietly(tmp_path: Path) -> None:
     assert rc == 0 and len(wheels) == 1, log[-3000:]
     names = zipfile.ZipFile(wheels[0]).namelist()
     assert "lk/_kbuild/index.json" in names and any(n.endswith(".cubin") for n in names), names
-    assert "none of the" not in log, log[-3000:]
+    assert "none of the" not in log and "does not import" not in log, log[-3000:]
+
+
+def test_a_package_that_never_enables_its_package_data_warns(tmp_path: Path) -> None:
+    """An ``__init__.py`` without ``from . import _kbuild``: the cubins ship, but importing the package would leave
+    kbuild's runtime off (every call compiles; a strict run checks nothing), so the build says so, with the line."""
+    rc, log, wheels = _build(tmp_path, 'ship = "package-data"\n', init='"""lk: no opt-in."""\n')
+    assert rc == 0 and len(wheels) == 1, log[-3000:]
+    warnings = [line for line in log.splitlines() if "warning:" in line and "lk/__init__.py does not import" in line]
+    assert len(warnings) == 1, log[-3000:]
+    assert "every kernel compiles just in time" in warnings[0] and "from . import _kbuild" in warnings[0]
 
 
 def test_tuned_only_package_data_with_nothing_tuned_warns_naming_the_setting(tmp_path: Path) -> None:
