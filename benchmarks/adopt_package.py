@@ -4,6 +4,8 @@ their own tests run under ``kbuild record``, and what the recording holds, count
     python benchmarks/adopt_package.py wheels [--dest .whl-adopt]             # here, with the package index
     python benchmarks/adopt_package.py record conch|fla|all --mode cpu|gpu [--wheels .whl-adopt] [--label L]
     python benchmarks/adopt_package.py compare BASE.recording.json RUN.recording.json [--target sm_90]
+    python benchmarks/adopt_package.py verify conch|fla --wheel WHEEL --runtime on|strict [--same-tests REPORT]
+                                              [--jobs N]
 
 The packages (``PACKAGES``), taken as they are, never patched:
 
@@ -28,6 +30,11 @@ kernel the specialisations recorded and launched, per target, autotuned or not w
 heuristics outside/inside the autotuner, SM-dependent values, calls that cannot be declared, and the module-level
 values Triton folds into the kernel on this machine). Failing tests are expected in ``--mode cpu``: launches are
 recorded instead of run, so a test that checks its outputs fails after its launches were recorded.
+
+``verify`` runs the tests again with the wheel built from a recording (``benchmarks/adopt/<pkg>``), under
+``KBUILD_RUNTIME=on`` or ``strict``, and merges the run time's coverage report of each process; ``--same-tests
+REPORT`` runs only the tests the recording's run finished (its report's ``tests.ids``), so that a recording cut by
+its time limit is checked on what it saw.
 
 ``compare`` says which launched specialisations of RUN (e.g. the GPU recording) BASE (e.g. what a wheel was built
 from) answers, by the run time's key (:func:`kbuild.record.format.call_specialization`), and why each other one
@@ -164,8 +171,10 @@ def extract_tests(pkg: Package, name: str, wheels: Path, root: Path) -> str:
 
 def junit_counts(path: Path, root: Path | None = None) -> dict[str, Any]:
     """Tests run (not skipped), passed, failed, errors and skipped, per test file (pytest's ``classname`` is the
-    module's dotted path, then the class if any: the longest prefix that is a file under ``root``)."""
+    module's dotted path, then the class if any: the longest prefix that is a file under ``root``), and ``ids``:
+    the node id of each test that finished (``verify --same-tests`` runs exactly those again)."""
     per_file: dict[str, dict[str, int]] = {}
+    ids: set[str] = set()
     if not path.is_file():
         return {"error": "no junit report (pytest did not finish)"}
     for case in ET.parse(path).getroot().iter("testcase"):
@@ -184,8 +193,10 @@ def junit_counts(path: Path, root: Path | None = None) -> dict[str, Any]:
         counts = per_file.setdefault(f, {"run": 0, "passed": 0, "failed": 0, "errors": 0, "skipped": 0})
         counts[outcome] += 1
         counts["run"] += outcome != "skipped"
+        inner = parts[len(f[:-3].split("/")):]  # a test class's name, if any
+        ids.add("::".join([f, *inner, str(case.get("name"))]))
     total = {k: sum(c[k] for c in per_file.values()) for k in ("run", "passed", "failed", "errors", "skipped")}
-    return {"total": total, "files": dict(sorted(per_file.items()))}
+    return {"total": total, "files": dict(sorted(per_file.items())), "ids": sorted(ids)}
 
 
 #: Run in the recorded package's environment: the module-level values Triton folds into each recorded kernel
@@ -414,30 +425,87 @@ def record(name: str, mode: str, wheels: Path | None, work: Path, out_dir: Path,
     return report_path
 
 
+#: A pytest plugin ``verify --same-tests`` writes beside the tests: only the node ids listed in ``$KBX_SAME_TESTS``
+#: (one a line) run; the others are deselected (in each pytest-xdist worker too: ``-p`` reaches them).
+SAME_TESTS_PLUGIN = '''"""Written by benchmarks/adopt_package.py: run only the tests $KBX_SAME_TESTS lists."""
+import os
+
+
+def pytest_collection_modifyitems(config, items):
+    path = os.environ.get("KBX_SAME_TESTS")
+    if not path:
+        return
+    with open(path) as f:
+        wanted = {line.strip() for line in f if line.strip()}
+    dropped = [i for i in items if i.nodeid not in wanted]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = [i for i in items if i.nodeid in wanted]
+'''
+
+
+def same_test_ids(report_path: Path) -> list[str]:
+    """The node ids of the tests a ``record`` report's run finished (``tests.ids``)."""
+    doc = json.loads(report_path.read_text())
+    ids = (doc.get("tests") or {}).get("ids") if isinstance(doc, dict) else None
+    if not isinstance(ids, list) or not ids or not all(isinstance(i, str) for i in ids):
+        raise SystemExit(f"{report_path}: tests.ids: expected the node ids of the tests its run finished (a report "
+                         "of `record` since they are kept)")
+    return ids
+
+
 def verify(name: str, wheel: Path, wheels: Path | None, work: Path, out_dir: Path, label: str, runtime: str,
-           timeout: float) -> Path:
+           timeout: float, *, same_tests: Path | None = None, jobs: int = 0) -> Path:
     """The package's tests again with the adoption wheel (``benchmarks/adopt/<name>`` built from a recording)
     installed and imported first (``-p kbx_adopt_<name>``: it enables kbuild.runtime for the kernels it ships),
-    ``KBUILD_RUNTIME=runtime`` (``on`` or ``strict``), an empty Triton cache, one process (the coverage report is
-    one file), ``KBUILD_RUNTIME_REPORT`` into ``out_dir``."""
+    ``KBUILD_RUNTIME=runtime`` (``on`` or ``strict``), an empty Triton cache, and the run time's coverage report of
+    each process (``KBUILD_RUNTIME_REPORT=DIR/{pid}.json``, ``jobs`` pytest-xdist workers) merged into one
+    (:func:`kbuild.runtime.coverage.merge`, what ``kbuild coverage`` does) in ``out_dir``.
+
+    ``same_tests``: a ``record`` report; only the tests its run finished run again (a recording cut by its time
+    limit is then checked on what it saw, not on tests it never reached)."""
+    from kbuild.runtime.coverage import merge
+
     pkg = PACKAGES[name]
-    s = setup(name, wheels, work, extra_wheels=[wheel], fresh_triton_cache=True)
+    plugins, plugin_dirs, ids = [f"kbx_adopt_{name}"], [], None
+    if same_tests is not None:
+        ids = same_test_ids(same_tests)
+        pdir = work / "same-tests"
+        pdir.mkdir(parents=True, exist_ok=True)
+        (pdir / "kbx_same_tests.py").write_text(SAME_TESTS_PLUGIN)
+        (pdir / "ids.txt").write_text("\n".join(ids) + "\n")
+        plugins.append("kbx_same_tests")
+        plugin_dirs.append(pdir)
+    s = setup(name, wheels, work, extra_wheels=[wheel], plugin_dirs=plugin_dirs, fresh_triton_cache=True)
+    if ids is not None:
+        s.env["KBX_SAME_TESTS"] = str(work / "same-tests" / "ids.txt")
     out_dir.mkdir(parents=True, exist_ok=True)
     coverage = out_dir / f"{name}_{label}.coverage.json"
     coverage.unlink(missing_ok=True)
-    s.env.update(KBUILD_RUNTIME=runtime, KBUILD_RUNTIME_REPORT=str(coverage))
-    cmd = pytest_command(pkg, work / "junit.xml", [f"kbx_adopt_{name}"], 0)
+    per_process = work / "coverage"
+    shutil.rmtree(per_process, ignore_errors=True)
+    per_process.mkdir(parents=True)
+    s.env.update(KBUILD_RUNTIME=runtime, KBUILD_RUNTIME_REPORT=str(per_process / "{pid}.json"))
+    cmd = pytest_command(pkg, work / "junit.xml", plugins, jobs)
     print(f"[{name}] KBUILD_RUNTIME={runtime} {' '.join(cmd[2:])}", file=sys.stderr, flush=True)
     status, _, seconds = run_logged(cmd, s, timeout)
-    doc = json.loads(coverage.read_text()) if coverage.is_file() else None
+    docs = [json.loads(p.read_text()) for p in sorted(per_process.glob("*.json"))]
+    doc = merge(docs) if docs else None
+    if doc is not None:
+        coverage.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
     log = (work / "pytest.log").read_text()
     report = {**base_report(name, label, s, cmd, status, seconds), "runtime": runtime, "wheel": wheel.name,
-              "coverage_file": coverage.name if doc else None, "coverage_totals": doc and doc.get("totals"),
-              "coverage_errors_in_log": log.count("CoverageError")}
+              "same_tests": {"from": same_tests.name, "ids": len(ids)} if same_tests is not None and ids else None,
+              "coverage_processes": len(docs), "runtime_enabled": bool(doc and f"kbx_adopt_{name}" in doc["packages"]),
+              "coverage_file": coverage.name if doc else None,
+              "coverage_totals": doc and doc.get("totals"), "coverage_errors_in_log": log.count("CoverageError")}
     report_path = out_dir / f"{name}_{label}.json"
     report_path.write_text(json.dumps(report, indent=1) + "\n")
     print(f"[{name}] {seconds:.0f} s, status {status}; tests {report['tests'].get('total')}; coverage "
           f"{json.dumps(report['coverage_totals'])} -> {report_path}", file=sys.stderr)
+    if not report["runtime_enabled"]:  # nothing was answered or checked: say so, whatever the tests did
+        print(f"[{name}] ERROR: kbuild.runtime was not enabled for kbx_adopt_{name} in any process (no coverage "
+              "report names it): this run measured nothing", file=sys.stderr)
     return report_path
 
 
@@ -513,6 +581,9 @@ def main() -> None:
     v.add_argument("--out-dir", type=Path, default=RESULTS)
     v.add_argument("--label", default=None, help="file name label (default: verify-RUNTIME)")
     v.add_argument("--timeout", type=float, default=1800)
+    v.add_argument("--same-tests", type=Path, default=None, metavar="REPORT",
+                   help="a `record` report: run only the tests its run finished")
+    v.add_argument("--jobs", type=int, default=0, help="pytest-xdist workers (0: none)")
     c = sub.add_parser("compare", help="which launched specialisations of RUN a BASE recording holds")
     c.add_argument("base", type=Path)
     c.add_argument("run", type=Path)
@@ -530,7 +601,8 @@ def main() -> None:
                    args.timeout)
     elif args.verb == "verify":
         verify(args.package, args.wheel, args.wheels, args.work / args.package, args.out_dir,
-               args.label or f"verify-{args.runtime}", args.runtime, args.timeout)
+               args.label or f"verify-{args.runtime}", args.runtime, args.timeout, same_tests=args.same_tests,
+               jobs=args.jobs)
     else:
         result = compare(args.base, args.run, args.target)
         text = json.dumps(result, indent=1) + "\n"

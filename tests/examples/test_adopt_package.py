@@ -43,9 +43,10 @@ def test_junit_counts_reads_outcomes_per_file(tmp_path: Path) -> None:
     junit = tmp_path / "junit.xml"
     subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=",
                     "--junitxml", str(junit), "test_three.py"], cwd=tmp_path, capture_output=True, check=False)
-    counts = adopt.junit_counts(junit)
+    counts = adopt.junit_counts(junit, tmp_path)
     assert counts["total"] == {"run": 2, "passed": 1, "failed": 1, "errors": 0, "skipped": 1}
     assert list(counts["files"]) == ["test_three.py"]
+    assert counts["ids"] == ["test_three.py::test_bad", "test_three.py::test_ok", "test_three.py::test_skipped"]
     assert adopt.junit_counts(tmp_path / "absent.xml") == {"error": "no junit report (pytest did not finish)"}
 
 
@@ -96,3 +97,38 @@ def test_each_package_runs_files_that_exist_and_names_what_it_leaves_out(name: s
         root = BENCHMARKS / "adopt" / name
         assert all((root / f).is_file() for f in pkg.files)
         assert (root / "tests" / "LICENSE").is_file()
+
+
+def test_verify_runs_again_exactly_the_tests_the_recording_finished(tmp_path: Path) -> None:
+    """A class, a parametrised test and a test the recording's run never reached: the junit report's node ids
+    select, through the plugin ``verify --same-tests`` writes, exactly the tests that finished."""
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_some.py").write_text(
+        "import pytest\n"
+        "class TestGroup:\n    def test_in_class(self):\n        pass\n"
+        "@pytest.mark.parametrize('n', [1, 2])\ndef test_param(n):\n    pass\n"
+        "def test_not_reached():\n    pass\n")
+    (tmp_path / "pytest.ini").write_text("[pytest]\n")
+    junit = tmp_path / "junit.xml"
+    run = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "--junitxml", str(junit)]
+    subprocess.run([*run, "tests/test_some.py", "--deselect", "tests/test_some.py::test_not_reached"],
+                   cwd=tmp_path, capture_output=True, check=True)
+    ids = adopt.junit_counts(junit, tmp_path)["ids"]
+    assert ids == ["tests/test_some.py::TestGroup::test_in_class", "tests/test_some.py::test_param[1]",
+                   "tests/test_some.py::test_param[2]"]
+    report = tmp_path / "record.json"
+    report.write_text(json.dumps({"tests": {"ids": ids}}))
+    assert adopt.same_test_ids(report) == ids
+    (tmp_path / "plugin").mkdir()
+    (tmp_path / "plugin" / "kbx_same_tests.py").write_text(adopt.SAME_TESTS_PLUGIN)
+    (tmp_path / "ids.txt").write_text("\n".join(ids) + "\n")
+    import os
+
+    env = dict(os.environ, PYTHONPATH=str(tmp_path / "plugin"), KBX_SAME_TESTS=str(tmp_path / "ids.txt"))
+    again = subprocess.run([*run, "-p", "kbx_same_tests", "tests/test_some.py"], cwd=tmp_path, env=env,
+                           capture_output=True, text=True, check=False)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert adopt.junit_counts(junit, tmp_path)["ids"] == ids and "3 passed, 1 deselected" in again.stdout
+    report.write_text(json.dumps({"tests": {"files": {}}}))
+    with pytest.raises(SystemExit, match=r"record.json: tests.ids: expected the node ids"):
+        adopt.same_test_ids(report)
