@@ -15,7 +15,7 @@
 # Returns card.txt and chain.tgz (reports, recordings, coverage, logs). Target: >= 95% answered per package.
 set -u
 [ -n "${OUT:-}" ] || { echo "for the GPU machine's run (OUT set)" >&2; exit 2; }
-WHEELS=${WHEELS:-.whl-g/adopt}; REC_S=${REC_S:-230}; VERIFY_S=${VERIFY_S:-110}; JOBS=${JOBS:-4}
+WHEELS=${WHEELS:-.whl-g/adopt}; REC_S=${REC_S:-200}; VERIFY_S=${VERIFY_S:-90}; JOBS=${JOBS:-4}
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
   "$WHEELS"/*.whl || exit 3
 for d in hooks cache templates; do [ -e kbuild/$d ] || ln -s ../$d kbuild/$d; done
