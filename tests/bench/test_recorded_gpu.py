@@ -49,8 +49,13 @@ def test_level1_judges_configurations_against_the_recorded_one(short: str) -> No
     outputs, inplace = KERNELS[short]
     probed = settled(spec, "cuda")
     assert (set(probed.outputs), set(probed.inplace)) == (outputs, inplace)
+    # At most 64 elements of the widest block per thread (the recorded configuration's own warps kept): element_mul's
+    # recorded BLOCK_SIZE is 32,768, 1,024 elements a thread on 1 warp, the likely reason its test ran past the
+    # sixth session's limit (benchmarks/results/h100/s6/README.md, not yet confirmed); a real tune's derived space
+    # drops such points by ptxas's spills before the GPU sees them.
+    block = max((v for k, v in spec.configs[0].constexprs.items() if "BLOCK" in k and isinstance(v, int)), default=1)
     space = [dataclasses.replace(spec.configs[0], num_warps=w, num_stages=s) for w in (1, 2, 4, 8, 16, 32)
-             for s in (1, 2, 3, 4)]
+             for s in (1, 2, 3, 4) if block // (32 * w) <= 64 or w == spec.configs[0].num_warps]
     measurer = GpuConfigMeasurer(dataclasses.replace(spec, space=space))
     try:
         result = search_configs(dataclasses.replace(spec, space=space), measurer, method="exhaustive", rounds=3,
