@@ -109,15 +109,24 @@ class TritonAutotuneCache:
 
     def path_of(self, question: Question) -> str | None:
         """The file name Triton files the question's timings under, relative to a cache directory; None when
-        Triton would not use its disk cache for it (a config with a ``pre_hook``) or the benchmarked configs' order
-        is not known (the autotuner prunes: its order is the pruning's)."""
+        Triton would not use its disk cache for it (a config with a ``pre_hook``), the benchmarked configs' order
+        is not known (the autotuner prunes: its order is the pruning's), or this import's configurations are not the
+        recorded ones (their text is part of the name)."""
         from triton._C.libtriton import get_cache_invalidating_env_vars
         from triton.backends.compiler import GPUTarget
         from triton.compiler.compiler import make_backend
         from triton.runtime.cache import _base32, triton_key
 
-        configs = [question.autotuner.configs[i] for i in question.configs]
-        if any(c.pre_hook for c in configs) or question.kernel.autotune is None or question.kernel.autotune["prunes"]:
+        from kbuild.record.recorder import config_json
+
+        here = list(question.autotuner.configs)
+        recorded = question.kernel.autotune
+        if recorded is None or recorded["prunes"] or [config_json(c) for c in here] != recorded["configs"]:
+            # Triton files the timings under the configurations' own text: only an import that gives the recorded
+            # list can name the file (fla picks its list at import from the GPU's shared memory; a CPU import differs)
+            return None
+        configs = [here[i] for i in question.configs]
+        if any(c.pre_hook for c in configs):
             return None
         parts = [triton_key(), make_backend(GPUTarget("cuda", question.target.cc, 32)).hash(),
                  question.jit.cache_key, str(sorted(get_cache_invalidating_env_vars().items())), str(question.key)]

@@ -121,7 +121,8 @@ def opt_in_missing(package_dir: Path, package: str) -> str | None:
             return None
         if isinstance(node, ast.Import) and any(a.name == f"{package}.{DATA_DIR}" for a in node.names):
             return None
-        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "enable":
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "enable" \
+                and ast.unparse(node.func.value).split(".")[-1] == "runtime":  # kbuild.runtime.enable(...)
             return None
     return (f"{package}/__init__.py does not import {package}.{DATA_DIR}, so importing {package} does not enable "
             f"kbuild.runtime: the shipped cubins answer no call and every kernel compiles just in time as without "

@@ -61,7 +61,7 @@ from kbuild.runtime.lookup import key_differences
 from kbuild.settings.model import Settings
 from kbuild.targets import Target
 
-from .choices import Choice, Question, RecordedChoices, choose, fits, sources_for
+from .choices import Choice, Question, choose, fits, sources_for
 from .kernel_build import KernelBuild, RecordedBuild
 from .resolve import kernel_keys, source_distribution, toolchain_versions
 
@@ -446,24 +446,22 @@ class _Choices:
                  report: RecordingReport) -> None:
         self.kernel, self.imported = kernel, imported
         self.answers: dict[tuple[str, bytes], tuple[tuple[Any, ...], Choice | None, tuple[int, ...]]] = {}
+        self.described: dict[str, Any] = {}
+        """This import's ``@triton.autotune`` as the recording format describes it."""
         self.usable = self._usable(report)
         if not self.usable:
             return
-        if not self._configs_as_recorded():
+        recorded = (kernel.autotune or {}).get("configs")
+        if self.described["configs"] != recorded:
             # The package picks its configurations at import from the hardware (fla's BS_LIST from the GPU's shared
-            # memory): this import's list is not the recording machine's. The choice a GPU recording measured is an
-            # index into the recorded list, and its specialisation's cubin is compiled from the recording, so it
-            # still ships; the run time gives it only to an autotuner that holds that configuration
-            # (kbuild.runtime.lookup.autotune_choices). A Triton autotune cache is filed under the configurations'
-            # own text, which this import cannot give: it is not asked.
-            sources = [s for s in sources if isinstance(s, RecordedChoices)]
-            here = len(getattr(imported.autotuner, "configs", ()))
-            recorded = len((kernel.autotune or {}).get("configs", ()))
+            # memory). A measured choice is an index into the recorded list and its cubin is compiled from the
+            # recording, so it still ships; the run time gives it only to an autotuner that holds that configuration
+            # (kbuild.runtime.lookup.autotune_choices); a Triton autotune cache cannot be named from this import.
             report.say(f"{kernel.function}: its @triton.autotune configurations here differ from the recorded ones "
-                       f"({here} here, {recorded} recorded, not the same: the package chooses them at import, from "
-                       "the hardware): the choices the recording measured ship (the run time gives "
-                       "each only to an autotuner that holds its configuration); Triton's autotune cache is not "
-                       "asked")
+                       f"({len(self.described['configs'])} here, {len(recorded or ())} recorded, not the "
+                       "same: the package chooses them at import, from the hardware): the choices the recording "
+                       "measured ship (the run time gives each only to an autotuner that holds its configuration); "
+                       "Triton's autotune cache is not asked")
         keys: dict[bytes, tuple[tuple[Any, ...], tuple[int, ...]]] = {}
         for t in kernel.tunings:
             ident = canonical_json(t["key"])
@@ -490,24 +488,19 @@ class _Choices:
 
     def _usable(self, report: RecordingReport) -> bool:
         """Whether the recorded choices can be put on entries: the autotuner imports here with the recorded key
-        (the arguments a choice is filed under) and pruning (a pruned list has no fixed order)."""
+        (the arguments a choice is filed under) and pruning (a pruned list has no fixed order). Keeps this import's
+        descriptor (``described``)."""
         from kbuild.record.recorder import autotune_descriptor
 
         if self.kernel.autotune is None:
             return False
         here = self.imported.autotuner
-        described = autotune_descriptor(here) if here is not None else None
-        if described is None or any(described[f] != self.kernel.autotune.get(f) for f in ("key", "prunes")):
+        self.described = autotune_descriptor(here) if here is not None else {}
+        if not self.described or any(self.described[f] != self.kernel.autotune.get(f) for f in ("key", "prunes")):
             report.say(f"{self.kernel.function}: its @triton.autotune here has not the recorded key or pruning: no "
                        "choice ships (Triton autotunes on the first call)")
             return False
         return True
-
-    def _configs_as_recorded(self) -> bool:
-        from kbuild.record.recorder import autotune_descriptor
-
-        assert self.kernel.autotune is not None
-        return bool(autotune_descriptor(self.imported.autotuner)["configs"] == self.kernel.autotune["configs"])
 
     def of(self, d: Declared, target: Target) -> tuple[list[list[Any]] | None, str | None, list[str]]:
         """``(tuning keys whose choice it is, choice source, notes)`` of one declaration × target."""

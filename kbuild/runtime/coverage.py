@@ -264,6 +264,10 @@ def check_report(doc: Any, where: str) -> Mapping[str, Any]:
         at = f"{where}: kernels.{function}"
         if not isinstance(k, Mapping):
             raise UsageError(f"{at}: expected an object")
+        if not (k.get("package") is None or isinstance(k["package"], str)):
+            raise UsageError(f"{at}.package: expected a package name or null")
+        if type(k.get("shipped_entries", 0)) is not int:
+            raise UsageError(f"{at}.shipped_entries: expected an integer")
         for key in ("specializations", "autotuning"):
             rows = k.get(key)
             if not isinstance(rows, list) or not all(isinstance(r, Mapping) for r in rows):
@@ -286,7 +290,7 @@ def merge(docs: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     for doc in docs:
         packages.update(doc["packages"])
         for function, k in doc["kernels"].items():
-            pkg, shipped = k.get("package"), int(k.get("shipped_entries") or 0)
+            pkg, shipped = k.get("package"), k.get("shipped_entries", 0)
             for r in k["specializations"]:
                 spec = {f: r.get(f) for f in ("target", "signature", "constexprs", "options")}
                 merged.specialization(function, spec, hit=r["outcome"] == "hit", package=pkg, shipped=shipped,

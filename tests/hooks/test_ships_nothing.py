@@ -21,8 +21,6 @@ from pathlib import Path
 import pytest
 from hooks_helpers import build_env, pip_wheel
 
-pytestmark = pytest.mark.slow
-
 KERNEL = """import triton
 import triton.language as tl
 
@@ -60,6 +58,7 @@ def _build(tmp_path: Path, kbuild_lines: str, init: str = OPT_IN) -> tuple[int, 
     return proc.returncode, proc.stdout + proc.stderr, sorted(out.glob("*.whl")) if out.is_dir() else []
 
 
+@pytest.mark.slow
 def test_default_ship_without_an_extension_fails_naming_the_setting(tmp_path: Path) -> None:
     rc, log, wheels = _build(tmp_path, "")
     assert rc != 0 and wheels == [], log[-3000:]
@@ -69,6 +68,7 @@ def test_default_ship_without_an_extension_fails_naming_the_setting(tmp_path: Pa
     assert "1 declared Triton kernel would ship" in errors[0] and "pyproject.toml" in errors[0], errors[0]
 
 
+@pytest.mark.slow
 def test_package_data_ships_the_kernel_quietly(tmp_path: Path) -> None:
     rc, log, wheels = _build(tmp_path, 'ship = "package-data"\n')
     assert rc == 0 and len(wheels) == 1, log[-3000:]
@@ -77,6 +77,7 @@ def test_package_data_ships_the_kernel_quietly(tmp_path: Path) -> None:
     assert "none of the" not in log and "does not import" not in log, log[-3000:]
 
 
+@pytest.mark.slow
 def test_a_package_that_never_enables_its_package_data_warns(tmp_path: Path) -> None:
     """An ``__init__.py`` without ``from . import _kbuild``: the cubins ship, but importing the package would leave
     kbuild's runtime off (every call compiles; a strict run checks nothing), so the build says so, with the line."""
@@ -87,6 +88,7 @@ def test_a_package_that_never_enables_its_package_data_warns(tmp_path: Path) -> 
     assert "every kernel compiles just in time" in warnings[0] and "from . import _kbuild" in warnings[0]
 
 
+@pytest.mark.slow
 def test_tuned_only_package_data_with_nothing_tuned_warns_naming_the_setting(tmp_path: Path) -> None:
     rc, log, wheels = _build(tmp_path, 'ship = "package-data"\npackage_data = "tuned"\n')
     assert rc == 0 and len(wheels) == 1, log[-3000:]
@@ -95,3 +97,22 @@ def test_tuned_only_package_data_with_nothing_tuned_warns_naming_the_setting(tmp
     warnings = [line for line in log.splitlines() if "warning:" in line and "none of the 1 kernel × target ships" in line]
     assert len(warnings) == 1, log[-3000:]
     assert "package_data = 'tuned'" in warnings[0] and 'package_data = "all" (the default)' in warnings[0], warnings[0]
+
+
+@pytest.mark.parametrize("init, opts_in", [
+    (OPT_IN, True),
+    ("import lk._kbuild\n", True),
+    ("from lk import _kbuild\n", True),
+    ("import kbuild.runtime\nkbuild.runtime.enable(__name__)\n", True),
+    ("from kbuild import runtime\nruntime.enable('lk')\n", True),
+    ('"""Mentions _kbuild only in words."""\n', False),
+    ("import logging\nlogging.getLogger().manager.enable(0)\n", False),
+    ("", False),
+])
+def test_what_counts_as_enabling_the_package_data(tmp_path: Path, init: str, opts_in: bool) -> None:
+    from kbuild.build.package_data import opt_in_missing
+
+    (tmp_path / "lk").mkdir()
+    (tmp_path / "lk" / "__init__.py").write_text(init)
+    said = opt_in_missing(tmp_path / "lk", "lk")
+    assert (said is None) == opts_in, said

@@ -437,10 +437,23 @@ def _measured_on_a_gpu_whose_import_differs(rec_path: Path, *, key: list[str] | 
 
 
 def test_a_measured_choice_ships_though_this_import_gives_other_configurations(tmp_path: Path) -> None:
+    from kbuild.build.choices import Question, TritonAutotuneCache
+    from kbuild.targets import parse_target
+
     (tmp_path / "proj").mkdir()
     rec_path = tmp_path / "proj" / "rec.json"
     assert record(tmp_path, rec_path, str(HERE / "workload_kernels.py"), args=("--target", "sm_90")) == 0
+    import record_kernels
+
+    def cache_file() -> str | None:  # the Triton autotune cache file this import would look the choice up in
+        kernel = next(k for k in fmt.load(str(rec_path)).kernels.values() if k.function == "record_kernels:scale")
+        question = Question(kernel, parse_target("sm_90"), tuple(SCALE_KEYS[0]), (0, 1), record_kernels.scale.fn,
+                            record_kernels.scale.fn.fn)
+        return TritonAutotuneCache([tmp_path]).path_of(question)
+
+    assert str(cache_file()).endswith("/scale.autotune.json")
     _measured_on_a_gpu_whose_import_differs(rec_path)
+    assert cache_file() is None  # the configurations' text names the file: this import cannot give the recorded one
     builds, report = _resolve(_project(tmp_path, copy=(KERNELS,)))
     (chosen,) = [b for b in builds if b.recorded.autotune_key and b.spec.name.startswith("scale_")]
     assert chosen.recorded.choice == "recording" and chosen.spec.constexprs["BLOCK"] == 128  # config 1

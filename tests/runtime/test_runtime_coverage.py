@@ -239,6 +239,8 @@ def test_one_report_per_process_merged_by_kbuild_coverage(shipped: Any, tmp_path
      "kernels.kbx_jit.kernels:softmax.specializations[0].outcome: expected 'hit' or 'miss'"),
     (lambda d: d["kernels"]["kbx_jit.kernels:softmax"].update(autotuning={}),
      "kernels.kbx_jit.kernels:softmax.autotuning: expected a list of objects"),
+    (lambda d: d["kernels"]["kbx_jit.kernels:softmax"].update(shipped_entries="2"),
+     "kernels.kbx_jit.kernels:softmax.shipped_entries: expected an integer"),
 ])
 def test_a_bad_coverage_report_is_a_clean_error(tmp_path: Path, capsys: Any, edit: Any, named: str) -> None:
     from kbuild.cli import main
