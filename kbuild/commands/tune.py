@@ -244,10 +244,10 @@ def run(args: argparse.Namespace) -> int:
         args.levels = "sass"  # the configuration is given: only its SASS schedule is searched
     if args.levels == "both" and (args.suite or _has_space(settings, args.kernel)):
         return run_two_level(args, target, settings, request)
+    deadline = time.monotonic() + args.total_seconds if args.total_seconds is not None else None  # compiles inside
     backend = _backend(args, target)
     jobs = _jobs(args, target)
     results = []
-    deadline = time.monotonic() + args.total_seconds if args.total_seconds is not None else None
     try:
         with progress("tune", len(jobs) * len(algorithms), enabled=not args.json) as advance:
             for i, (name, cubin, symbol, ref) in enumerate(jobs):
@@ -357,8 +357,9 @@ def run_two_level(args: argparse.Namespace, target: Any, settings: Any, request:
     from kbuild.tune.measure.backend import KernelRef
     from kbuild.tune.two_level import project_spec, tune_two_level
 
+    # the deadline starts now: a derived space is compiled and pruned inside the kernel's share of the total
+    deadline = time.monotonic() + args.total_seconds if args.total_seconds is not None else None
     jobs: list[tuple[str, Any, tuple[str, ...]]] = []
-    derived: dict[str, dict[str, Any]] = {}  # --derive-space: each kernel's derived, pruned space (no points)
     if args.suite:
         from kbuild.bench.kernels import SUITE
 
@@ -369,12 +370,6 @@ def run_two_level(args: argparse.Namespace, target: Any, settings: Any, request:
         for name in names:
             spec = load_spec(SUITE[name])
             if target.cc in spec.archs:
-                if args.derive_space:  # pruned on this CPU before the GPU measures anything
-                    from kbuild.commands.tune_space import derived_suite_space
-
-                    spec, pruned = derived_suite_space(spec, target, max_points=args.max_points, jobs=args.jobs,
-                                                       enabled=not args.json)
-                    derived[name] = {k: v for k, v in pruned.as_dict().items() if k != "points"}
                 jobs.append((name, spec, ()))
     else:
         from kbuild.build.resolve import resolve
@@ -389,13 +384,23 @@ def run_two_level(args: argparse.Namespace, target: Any, settings: Any, request:
         jobs.append((kspec.name, project_spec(load_spec(kspec.bench, python_path=python_path), b.space), python_path))
     sass_backend = _backend(args, target)
     results = []
-    deadline = time.monotonic() + args.total_seconds if args.total_seconds is not None else None
     try:
         with progress("tune", len(jobs), enabled=not args.json) as advance:
             for i, (name, spec, python_path) in enumerate(jobs):
+                started = time.monotonic()
+                share = None if deadline is None else max(1.0, (deadline - started) / (len(jobs) - i))
+                derived = None
+                if args.derive_space:  # pruned on this CPU before the GPU measures anything, inside the share
+                    from kbuild.commands.tune_space import derived_suite_space
+
+                    advance(0, status=f"{name}: deriving and pruning its space")
+                    spec, pruned = derived_suite_space(spec, target, max_points=args.max_points, jobs=args.jobs,
+                                                       enabled=False)
+                    derived = {k: v for k, v in pruned.as_dict().items() if k != "points"}
+                    derived["wall_seconds"] = round(time.monotonic() - started, 2)
                 kernel_secs = request.seconds
-                if deadline is not None:  # both levels' compiles and checks are inside tune_two_level's seconds
-                    kernel_secs = min(request.seconds, max(1.0, (deadline - time.monotonic()) / (len(jobs) - i)))
+                if share is not None:  # both levels' compiles and checks are inside tune_two_level's seconds
+                    kernel_secs = min(request.seconds, max(1.0, share - (time.monotonic() - started)))
                 measurer: Any = (ModelConfigMeasurer(spec, arch=target.cc, jobs=request.jobs, python_path=python_path,
                                                      compile_timeout=request.compile_timeout)
                                  if sass_backend is None else
@@ -415,11 +420,14 @@ def run_two_level(args: argparse.Namespace, target: Any, settings: Any, request:
                 rep.update({"name": name, "budget": {"evaluations": request.evaluations,
                                                      "seconds": round(kernel_secs, 2), "seed": request.seed,
                                                      "kinds": list(request.kinds)}})
-                if name in derived:
-                    rep["derived_space"] = derived[name]
+                if derived is not None:
+                    rep["derived_space"] = derived
+                results.append(rep)
                 if args.out:
                     _write_outputs(Path(args.out), name, rep, r, learning_curve_png)
-                results.append(rep)
+                    if args.suite:  # after each kernel: a run cut short keeps the suite's figure so far
+                        write_atomic(Path(args.out) / "suite.json",
+                                     json.dumps(suite_summary(results, len(jobs)), indent=2, allow_nan=False) + "\n")
                 advance(status=f"{name}: {r.config.label()} ×{(r.gains.get('final') or r.gains.get('total') or 1):.3f}")
     finally:
         if sass_backend is not None:
@@ -438,6 +446,40 @@ def run_two_level(args: argparse.Namespace, target: Any, settings: Any, request:
                 "autotune list's best)", ["kernel", "autotune best", "ships", "level 1", "level 2",
                                           "side by side", "evals", "time"], rows)
     return 0
+
+
+def suite_summary(reports: list[dict[str, Any]], planned: int) -> dict[str, Any]:
+    """The suite's figure from two-level reports: per kernel what ships against the best of its autotune list in the
+    final side-by-side check (``gains.final``; a kernel that ships its default without one counts as 1.0×; one that
+    ships another configuration with no side-by-side check, as on the cost model, counts as not measured), their
+    geometric mean and maximum, and how many of the ``planned`` kernels it covers (a run cut short still says what it
+    measured)."""
+    def measured(r: dict[str, Any]) -> float | None:
+        final = r["gains"].get("final")
+        if final is not None:
+            return float(final)
+        return 1.0 if r.get("config_label") == r.get("default_label") else None
+
+    shipped = {r["name"]: measured(r) for r in reports}
+    per_kernel = {}
+    for r in reports:
+        final = r.get("final") or {}
+        per_kernel[r["name"]] = {
+            "shipped_speedup": shipped[r["name"]], "autotune_best": final.get("reference"),
+            "ships": r.get("config_label"), "speedup_ci": final.get("speedup_ci"), "aa_ratio": final.get("aa_ratio"),
+            "gains": r["gains"], "seconds": r["seconds"], "budget_seconds": r["budget"]["seconds"],
+            "derived_space": {k: v for k, v in (r.get("derived_space") or {}).items()
+                              if k in ("size", "kept", "pruned", "seconds", "wall_seconds")} or None,
+            "kept_default_because": r.get("decision") if r.get("config_label") == r.get("default_label") else None,
+        }
+    values = [v for v in shipped.values() if v is not None]
+    return {
+        "kernels": len(reports), "planned": planned, "complete": len(reports) == planned,
+        "not_measured_side_by_side": sorted(n for n, v in shipped.items() if v is None),
+        "geomean_speedup": math.exp(sum(math.log(v) for v in values) / len(values)) if values else None,
+        "max_speedup": max(values, default=None),
+        "per_kernel": per_kernel,
+    }
 
 
 def _write_outputs(out: Path, name: str, rep: dict[str, Any], r: Any, learning_curve_png: Any) -> None:

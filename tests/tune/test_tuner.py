@@ -328,3 +328,51 @@ def test_ppo_verdict_calls_a_difference_inside_the_noise_a_tie():
     assert ppo_verdict(searches).startswith("PPO beat the baselines (re-measured best 0.9988")
     searches["random"] = search("random", 0.98)
     assert ppo_verdict(searches, noise=0.0009).startswith("PPO did not beat random")
+
+
+def test_cli_suite_derived_space_is_inside_the_total_and_the_summary_is_kept(capsys, tmp_path: Path, monkeypatch):
+    """``--total-seconds`` covers deriving and pruning each kernel's space (on the H100 the derivations of the
+    whole suite took about 3 minutes before the first search, and a run given 390 s ran past 420 s): a derivation
+    comes out of its kernel's share, and ``suite.json`` is rewritten after each kernel."""
+    import time
+
+    from kbuild.commands import tune_space
+
+    real = tune_space.derived_suite_space
+
+    def slow(*a: Any, **k: Any) -> Any:
+        time.sleep(4.0)  # a derivation that takes a visible part of the share
+        return real(*a, **k)
+
+    monkeypatch.setattr(tune_space, "derived_suite_space", slow)
+    out = tmp_path / "rep"
+    code = main(["tune", "--suite", "--only", "softmax", "--derive-space", "--max-points", "3", "--backend", "model",
+                 "--budget-evals", "4", "--total-seconds", "30", "--json", "--out", str(out)])
+    assert code == 0
+    (doc,) = json.loads(capsys.readouterr().out)
+    assert doc["derived_space"]["wall_seconds"] >= 4.0
+    assert doc["budget"]["seconds"] <= 30 - 4.0  # the derivation came out of the kernel's share
+    summary = json.loads((out / "suite.json").read_text())
+    assert summary["planned"] == 1 and summary["kernels"] == 1 and summary["complete"]
+    k = summary["per_kernel"]["softmax"]
+    assert k["derived_space"]["size"] == 3 and k["budget_seconds"] == doc["budget"]["seconds"]
+    # the cost model runs no side-by-side check: a configuration other than the default is not counted as measured
+    if doc["config_label"] != doc["default_label"]:
+        assert k["shipped_speedup"] is None and summary["not_measured_side_by_side"] == ["softmax"]
+        assert summary["geomean_speedup"] is None
+    else:
+        assert k["shipped_speedup"] == 1.0 and summary["geomean_speedup"] == 1.0
+
+
+def test_suite_summary_counts_measured_finals_and_kept_defaults():
+    from kbuild.commands.tune import suite_summary
+
+    def rep(name: str, final: float | None, label: str) -> dict[str, Any]:
+        return {"name": name, "gains": {"final": final}, "config_label": label, "default_label": "d",
+                "seconds": 1.0, "budget": {"seconds": 2.0}, "decision": "default kept: a race"}
+
+    s = suite_summary([rep("a", 1.21, "x"), rep("b", None, "d"), rep("c", None, "y")], planned=4)
+    assert s["kernels"] == 3 and not s["complete"] and s["not_measured_side_by_side"] == ["c"]
+    assert math.isclose(s["geomean_speedup"], 1.21 ** 0.5) and s["max_speedup"] == 1.21
+    assert s["per_kernel"]["b"]["kept_default_because"] == "default kept: a race"
+    assert s["per_kernel"]["a"]["kept_default_because"] is None
