@@ -137,6 +137,31 @@ def digest(outs):
             for k, v in outs.items()}
 '''
 
+_KERNEL_TIMER = r'''
+# each kernel's own first launch: the host time of the outermost `kernel[grid](...)` call (autotuner, heuristics or
+# JIT function; what kbuild's runtime or Triton's compile, autotuning and load do happens inside it), apart from the
+# torch work between launches that the op's figure includes in both modes
+from triton.runtime.jit import JITFunction, KernelInterface
+kernel_first = {}
+_depth = [0]
+def _base(k):
+    while not isinstance(k, JITFunction):
+        k = k.fn
+    return f"{k.fn.__module__}:{k.fn.__name__}"
+def _timed_getitem(self, grid):
+    def launch(*args, **kwargs):
+        _depth[0] += 1
+        t = time.perf_counter()
+        try:
+            return self.run(grid=grid, warmup=False, *args, **kwargs)
+        finally:
+            _depth[0] -= 1
+            if _depth[0] == 0:
+                kernel_first.setdefault(_base(self), time.perf_counter() - t)
+    return launch
+KernelInterface.__getitem__ = _timed_getitem
+'''
+
 _FIRST_CALL = r'''
 import hashlib, json, logging, sys, time
 import torch
@@ -162,7 +187,7 @@ class _H(logging.Handler):
         if "Triton compiles it" in msg or "Triton's own" in msg:
             fallbacks.append(msg)
 logging.getLogger("kbuild").addHandler(_H()); logging.getLogger("kbuild").setLevel(logging.INFO)
-{calls}
+{kernel_timer}{calls}
 import kbuild.runtime
 run = make({op!r}, {dtype!r}, "cuda")
 import os
@@ -189,7 +214,7 @@ if profile_dir:
     with open(os.path.join(profile_dir, name), "w") as f:
         f.write(text.getvalue())
 gluon = any(m.startswith("triton.experimental.gluon") for m in sys.modules)  # Triton's specialiser's first-use import
-print(json.dumps({{"seconds": seconds, "gluon_imported": gluon, "compiles": compiles, "host_builds": host_builds,
+print(json.dumps({{"seconds": seconds, "kernel_first_seconds": kernel_first, "gluon_imported": gluon, "compiles": compiles, "host_builds": host_builds,
                   "fallbacks": fallbacks,
                   "events": [e.as_dict() for e in kbuild.runtime.events()],
                   "enabled": kbuild.runtime.enabled_packages(), "out_sha256": digest(outs)}}))
@@ -355,7 +380,7 @@ def first_calls(site: Path, repeats: int, only: list[str] | None = None,
             rows[name] = {"not_measured": f"first-call budget of {budget_s:.0f} s used"}
             print(f"  {name}: not measured (budget)", flush=True)
             continue
-        code = _FIRST_CALL.format(calls=_CALLS, op=op, dtype=dtype)
+        code = _FIRST_CALL.format(calls=_CALLS, kernel_timer=_KERNEL_TIMER, op=op, dtype=dtype)
         samples: dict[str, list[dict[str, Any]]] = {m: [] for m in MODES}
         for _ in range(repeats):
             for on, cold, warm in ((True, "shipped_cold", "shipped_warm"), (False, "triton_cold", "triton_warm")):
@@ -390,8 +415,27 @@ def summarise(samples: dict[str, list[dict[str, Any]]], n_kernels: int) -> dict[
         "bit_identical": len(digests) == 1 and all(len(ok[m]) == len(samples[m]) for m in MODES),
         "x_vs_triton_cold": _ratio(med["triton_cold"], med["shipped_cold"]),
         "x_vs_triton_warm": _ratio(med["triton_warm"], med["shipped_warm"]),
+        **kernel_first_calls(ok, samples),
         "samples": samples,
     }
+
+
+def kernel_first_calls(ok: dict[str, list[dict[str, Any]]], samples: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
+    """Each kernel's own first launch (the host time of its outermost ``kernel[grid](...)`` call, what the issue's
+    "first call of every recorded kernel" measures), median per mode, and Triton cold against shipped cold per
+    kernel; the op's figure above also holds the torch work between the launches, the same in both modes."""
+    names = sorted({k for m in MODES for s in ok[m] for k in s.get("kernel_first_seconds", {})})
+    per: dict[str, Any] = {}
+    for k in names:
+        med = {}
+        for m in MODES:
+            xs = [s["kernel_first_seconds"][k] for s in ok[m] if k in s.get("kernel_first_seconds", {})]
+            med[m] = statistics.median(xs) if xs and len(xs) == len(samples[m]) else None
+        per[k] = {"median_seconds": med, "x_vs_triton_cold": _ratio(med["triton_cold"], med["shipped_cold"]),
+                  "x_vs_triton_warm": _ratio(med["triton_warm"], med["shipped_warm"])}
+    xs = [v["x_vs_triton_cold"] for v in per.values()]
+    return {"kernel_first_call": per,
+            "min_kernel_x_vs_triton_cold": min(xs) if xs and None not in xs else None}
 
 
 def _ratio(a: float | None, b: float | None) -> float | None:
@@ -401,8 +445,12 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 def short(r: dict[str, Any]) -> str:
     med = r["median_seconds"]
     cells = " ".join(f"{m}={med[m]:.4f}s" if med[m] is not None else f"{m}=error" for m in MODES)
+    per = "; ".join(f"{k.split(':')[-1]} {v['median_seconds']['shipped_cold'] or 0:.4f}s vs "
+                    f"{v['median_seconds']['triton_cold'] or 0:.3f}s ×{v['x_vs_triton_cold']}"
+                    for k, v in r.get("kernel_first_call", {}).items())
     return (f"{cells} zero-jit {r['served_zero_jit']}/{r['kernels']} compiles {r['shipped_compiles']} "
-            f"host builds {r['shipped_host_builds']} bit-identical {r['bit_identical']}")
+            f"host builds {r['shipped_host_builds']} bit-identical {r['bit_identical']}; each kernel's first launch, "
+            f"shipped cold vs Triton cold: {per or '-'}")
 
 
 def steady_state(site: Path, rounds: int, reps: int) -> dict[str, Any]:
@@ -551,7 +599,7 @@ print(json.dumps(report))
 
 def table(doc: dict[str, Any]) -> str:
     lines = [f"{'op/dtype':<20} " + " ".join(f"{m:>13}" for m in MODES)
-             + "  ×cold  ×warm  zero-JIT  bit-id  steady shipped/triton ms"]
+             + "  ×cold  ×warm  kernel×cold  zero-JIT  bit-id  steady shipped/triton ms"]
     first = doc.get("first_call", {})
     # Every op/dtype that either part measured: with --skip first-call the steady rows still print.
     steady_names = [f"{op}/{dtype}" for dtype, d in doc.get("steady", {}).items() for op in d.get("ops", {})]
@@ -570,6 +618,7 @@ def table(doc: dict[str, Any]) -> str:
         med = r["median_seconds"]
         cells = " ".join(f"{med[m]:>12.4f}s" if med[m] is not None else f"{'error':>13}" for m in MODES)
         lines.append(f"{name:<20} {cells}  {r['x_vs_triton_cold']!s:>5}  {r['x_vs_triton_warm']!s:>5}  "
+                     f"{r.get('min_kernel_x_vs_triton_cold')!s:>11}  "
                      f"{r['served_zero_jit']}/{r['kernels']:<6}  {r['bit_identical']!s:>6}  {steady}")
     tests = doc.get("liger_tests")
     if tests:
@@ -657,8 +706,11 @@ def main() -> int:
         write = lambda: args.out.write_text(json.dumps(doc, indent=2, sort_keys=True) + "\n")  # noqa: E731
         if "first-call" not in args.skip:
             print("== first calls (fresh processes)", flush=True)
-            doc["first_call"] = first_calls(site, args.repeats, args.only or None, args.first_call_s,
-                                            on_row=lambda rows: (doc.__setitem__("first_call", rows), write()))
+            def on_row(rows: dict[str, Any]) -> None:
+                doc["first_call"] = rows
+                write()
+
+            doc["first_call"] = first_calls(site, args.repeats, args.only or None, args.first_call_s, on_row=on_row)
             write()  # after each part: a call cut by its time limit keeps what was measured
         if "steady" not in args.skip:
             print("== steady state (interleaved)", flush=True)
