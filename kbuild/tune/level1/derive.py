@@ -11,8 +11,12 @@ The space starts from what cannot change a kernel's results, read from Triton 3.
   ``add_pipeline`` take it); loads are issued earlier, nothing is computed differently. Derived only for a kernel
   with a runtime loop (``range``/``tl.range``, not ``tl.static_range``): without one it changes no code;
 * ``maxnreg``: the ``ttg.maxnreg`` attribute, ptxas's ``.maxnreg``: how many registers ptxas may allocate. The
-  caps derived are those at which 16 and 32 warps fit on an SM (``registers_per_sm / (32 × warps)``: 128 and 64
-  registers on sm_80/sm_90; :mod:`kbuild.arch`);
+  caps derived are a point's occupancy steps: those at which 1 to 4 blocks of *its* warps fit on an SM
+  (``registers_per_sm / (32 × warps × blocks)``, rounded down to ptxas's allocation unit of 8; :mod:`kbuild.arch`),
+  from 64 registers up and below 255 (a cap of 255 or more caps nothing). For 4 warps on sm_90 that is 168 (3
+  blocks) and 128 (4 blocks); for 8 warps 128, 80 and 64. The declared spaces' best matmul on an H200 was such a
+  cap (``r168``, 1.246×: ``benchmarks/results/h200/issue15/``), which the earlier derivation (caps at which 16 and
+  32 warps fit, 128 and 64 for every point) could not reach;
 * ``ptx_options``: ``make_cubin`` appends them to ptxas's command line. One flag is derived,
   ``--register-usage-level=10`` (ptxas's default is 5): how freely ptxas trades registers for better code, which
   changes allocation and scheduling, never the arithmetic. Flags that do change results (``--fmad``, which is
@@ -69,8 +73,13 @@ from .subject import Subject
 WARPS = (1, 2, 4, 8, 16, 32)
 #: Pipelining depths tried for a kernel with a runtime loop.
 STAGES = (1, 2, 3, 4)
-#: Resident warps per SM whose register cap ``maxnreg`` is derived (``registers_per_sm / (32 × n)``).
-MAXNREG_WARPS = (16, 32)
+#: Blocks of a point's warps per SM whose register cap ``maxnreg`` is derived
+#: (``registers_per_sm / (32 × warps × blocks)``, rounded down to a multiple of :data:`MAXNREG_UNIT`).
+MAXNREG_BLOCKS = (1, 2, 3, 4)
+#: ptxas allocates registers per thread in units of 8; a cap between two units is the lower one.
+MAXNREG_UNIT = 8
+#: Caps below this are not derived (a kernel worth a cap spills under it); 255 and above cap nothing.
+MAXNREG_FLOOR = 64
 #: The ptxas flags a derived space tries besides none (each keeps the arithmetic; see the module docstring).
 PTX_FLAGS = ("--register-usage-level=10",)
 #: Cluster sizes tried for a kernel with a ``tl.dot`` in a loop, where the architecture has clusters.
@@ -78,13 +87,15 @@ CTAS = (1, 2)
 #: Points a derived space holds at most unless the caller says otherwise.
 DEFAULT_MAX_POINTS = 128
 #: How a space over ``max_points`` is thinned, in order: (dimension, what is kept).
+#: Register caps go after warps and clusters: on the H100 a derived matmul space thinned of its caps (the order
+#: before) kept 1 and 32 warps and 2-block clusters, and reached 1.126× where the declared space's cap gave 1.246×.
 THINNING = (
     ("ptx_options", "the default's"),
-    ("maxnreg", "none and the larger cap"),
-    ("maxnreg", "the default's"),
-    ("num_stages", "the default's and its neighbours"),
     ("num_warps", "the three nearest the default's"),
     ("num_ctas", "the default's"),
+    ("maxnreg", "none and each point's largest cap"),
+    ("num_stages", "the default's and its neighbours"),
+    ("maxnreg", "the default's"),
     ("constexprs", "the first combinations declared"),
 )
 #: Options of Triton 3.6's ``CUDAOptions`` not derived, and why (the report lists them).
@@ -267,6 +278,13 @@ def _with_default(values: Sequence[Any], default: Any) -> tuple[Any, ...]:
     return tuple(dict.fromkeys([default, *values]))
 
 
+def register_caps(registers_per_sm: int, num_warps: int) -> tuple[int, ...]:
+    """The ``maxnreg`` caps derived for a point of ``num_warps`` warps, largest first: where 1 to 4 of its blocks fit
+    on an SM (:data:`MAXNREG_BLOCKS`), in units of :data:`MAXNREG_UNIT`, from :data:`MAXNREG_FLOOR` up, below 255."""
+    caps = {registers_per_sm // (32 * num_warps * b) // MAXNREG_UNIT * MAXNREG_UNIT for b in MAXNREG_BLOCKS}
+    return tuple(sorted((c for c in caps if MAXNREG_FLOOR <= c < 255), reverse=True))
+
+
 def _nearest(values: Sequence[int], default: int, n: int) -> tuple[int, ...]:
     ranked = sorted(values, key=lambda v: (abs(math.log2(v) - math.log2(default)), v))
     return _with_default(sorted(ranked[:n]), default)
@@ -314,20 +332,26 @@ def derive_space(subject: Subject, *, max_points: int = DEFAULT_MAX_POINTS, chec
         combos = [{**{n: subject.constexprs[n] for n in extra_names}, **c} for c in combos]
         subject = _moved_to_tunable(subject, extra_names)
 
-    caps = sorted({min(row.registers_per_sm // (32 * n), 255) for n in MAXNREG_WARPS}, reverse=True)
     axes: dict[str, tuple[Any, ...]] = {
         "num_warps": _with_default(WARPS, d.num_warps),
         "num_stages": _with_default(STAGES, d.num_stages) if shape.loops else (d.num_stages,),
-        "maxnreg": _with_default([None, *caps], d.maxnreg),
         "num_ctas": _with_default(CTAS, d.num_ctas) if row.clusters and shape.dot_in_loop else (d.num_ctas,),
         "ptx_options": _with_default([None, *PTX_FLAGS], d.ptx_options),
     }
+    caps_kept = "all"  # each point's register caps (they depend on its warps): all, none and the largest, the default's
+
+    def regs(w: int) -> tuple[Any, ...]:
+        caps = register_caps(row.registers_per_sm, w)
+        values = (d.maxnreg,) if caps_kept == "default" else (None, *caps[:1]) if caps_kept == "largest" else \
+            (None, *caps)
+        return _with_default(values, d.maxnreg) if w == d.num_warps else values
     whys = {
         "num_warps": "the same program over more or fewer warps (results within rounding: reduction trees differ)",
         "num_stages": (f"pipelining depth of the kernel's {shape.loops} runtime loop(s)" if shape.loops else
                        "no runtime loop: pipelining changes no code, the default's kept"),
-        "maxnreg": (f"register caps at which {' and '.join(map(str, MAXNREG_WARPS))} warps fit on an SM "
-                    f"({row.registers_per_sm} registers / (32 x warps))"),
+        "maxnreg": (f"each point's occupancy steps: the register caps at which 1 to {max(MAXNREG_BLOCKS)} of its "
+                    f"blocks fit on an SM ({row.registers_per_sm} registers / (32 x warps x blocks), in units of "
+                    f"{MAXNREG_UNIT}, {MAXNREG_FLOOR} to 254)"),
         "num_ctas": ("thread block clusters (a tl.dot in a loop, and clusters on this architecture)"
                      if len(axes["num_ctas"]) > 1 else "no tl.dot in a loop, or no clusters here: the default's kept"),
         "ptx_options": "ptxas flags that keep the arithmetic (register-usage level 10 against ptxas's 5)",
@@ -335,7 +359,8 @@ def derive_space(subject: Subject, *, max_points: int = DEFAULT_MAX_POINTS, chec
     thinned: list[str] = []
 
     def size() -> int:
-        return len(combos) * math.prod(len(v) for v in axes.values())
+        others = math.prod(len(v) for k, v in axes.items() if k != "num_warps")
+        return len(combos) * others * sum(len(regs(w)) for w in axes["num_warps"])
 
     for dim, kept in THINNING:
         if size() <= max_points:
@@ -343,10 +368,8 @@ def derive_space(subject: Subject, *, max_points: int = DEFAULT_MAX_POINTS, chec
         before = size()
         if dim == "ptx_options":
             axes[dim] = (d.ptx_options,)
-        elif dim == "maxnreg" and kept.startswith("none"):
-            axes[dim] = _with_default([None, caps[0]], d.maxnreg)
         elif dim == "maxnreg":
-            axes[dim] = (d.maxnreg,)
+            caps_kept = "largest" if kept.startswith("none") else "default"
         elif dim == "num_stages":
             axes[dim] = tuple(s for s in axes[dim] if abs(s - d.num_stages) <= 1)
         elif dim == "num_warps":
@@ -358,9 +381,13 @@ def derive_space(subject: Subject, *, max_points: int = DEFAULT_MAX_POINTS, chec
             combos = combos[:max(1, max_points // per)]
         if size() < before:
             thinned.append(f"{dim}: {kept} ({before} -> {size()} points)")
-    configs = [Config(dict(c), w, s, r, n, x) for c, w, s, r, n, x in itertools.product(
-        combos, axes["num_warps"], axes["num_stages"], axes["maxnreg"], axes["num_ctas"], axes["ptx_options"])]
-    dims = [Dimension(name, values, whys[name]) for name, values in axes.items()]
+    configs = [Config(dict(c), w, s, r, n, x) for c, w, s, n, x in itertools.product(
+        combos, axes["num_warps"], axes["num_stages"], axes["num_ctas"], axes["ptx_options"]) for r in regs(w)]
+    all_regs = _with_default(sorted({r for w in axes["num_warps"] for r in regs(w) if r is not None}, reverse=True),
+                             None)
+    shown = {**axes, "maxnreg": _with_default(all_regs, d.maxnreg)}
+    dims = [Dimension(name, shown[name], whys[name])
+            for name in ("num_warps", "num_stages", "maxnreg", "num_ctas", "ptx_options")]
     if len(combos) > 1:
         why = f"declared tunable ({subject.tunable_from})" if not extra_names else \
             f"declared tunable or shown safe by an output check ({', '.join(extra_names)})"
@@ -379,6 +406,6 @@ def _moved_to_tunable(subject: Subject, names: Sequence[str]) -> Subject:
                                                                **subject.default.constexprs})
     return dataclasses.replace(subject, constexprs=cx, default=default)
 
-__all__ = ["CTAS", "DEFAULT_MAX_POINTS", "LEFT_OUT", "MAXNREG_WARPS", "PTX_FLAGS", "STAGES", "THINNING", "WARPS",
-           "DerivedSpace", "Dimension", "OutputCheck", "Shape", "constexpr_candidates", "derive_space",
-           "kernel_shape"]
+__all__ = ["CTAS", "DEFAULT_MAX_POINTS", "LEFT_OUT", "MAXNREG_BLOCKS", "MAXNREG_FLOOR", "MAXNREG_UNIT", "PTX_FLAGS",
+           "STAGES", "THINNING", "WARPS", "DerivedSpace", "Dimension", "OutputCheck", "Shape", "constexpr_candidates",
+           "derive_space", "kernel_shape", "register_caps"]
