@@ -7,7 +7,10 @@
 #   OUT=$OUT/strict REC=benchmarks/results/h100/issue36-s2/record/liger.recording.json DYT_S=110 \
 #     bash benchmarks/gpu_liger_strict.sh
 #
-# WHEEL=FILE skips steps 1 and 2 (the wheel is tested as it is).
+# WHEEL=FILE skips steps 1 and 2 (the wheel is tested as it is). DESELECT="nodeid-prefix ..." deselects tests in
+# step 3 (pytest --deselect), e.g. test_rms_norm.py::test_dtensor_rms_norm: 16 tests marked xfail below 8 GPUs, each
+# spawning 4 or 8 processes that re-import transformers and set up a process group on one GPU; no run on the H100
+# machine has finished them within a file's limit (the seventh session's: 66 passed in 34 s, then those).
 # 1. RERECORD="swiglu dyt" (RERECORD_S seconds per file, RERECORD_WORKERS): these test files are recorded again
 #    into a copy of REC, so that every call has an entry and every autotuned call a measured choice (a file cut
 #    short keeps only what it launched); the merged recording is kept. DYT_S=N is RERECORD=dyt with 4 workers.
@@ -62,11 +65,12 @@ root=$work/liger_kernel-0.8.5
 printf 'import kbuild.runtime\nimport kbx_liger  # noqa: F401  (its _kbuild enables the runtime)\nassert kbuild.runtime.enabled_packages() == ["kbx_liger"]\n' > "$root/conftest.py"
 printf '[pytest]\n' > "$root/pytest.ini"
 xdist=(); python3 -c "import xdist" 2>/dev/null && [ "$WORKERS" -gt 0 ] && xdist=(-n "$WORKERS")
+deselect=(); for d in ${DESELECT:-}; do deselect+=(--deselect "$d"); done
 echo "{\"build_rc\": $build_rc, \"build_s\": $build_s, \"files\": {" > "$out/strict_liger.json"; first=1
 for f in $FILES; do
   s0=$(date +%s)
   (cd "$root" && PYTHONPATH="$root:$work/kbx:$site:${PYTHONPATH:-}" KBUILD_RUNTIME=strict TRITON_CACHE_DIR=$work/tc-$f \
-     timeout -s INT -k 20 "$PER_FILE_S" python3 -m pytest -q -p no:cacheprovider "${xdist[@]}" -rfE \
+     timeout -s INT -k 20 "$PER_FILE_S" python3 -m pytest -q -p no:cacheprovider "${xdist[@]}" "${deselect[@]}" -rfE \
      "test/transformers/test_$f.py") > "$out/strict_$f.log" 2>&1
   rc=$?; secs=$(( $(date +%s) - s0 ))
   summary=$(grep -E "(passed|failed|error)" "$out/strict_$f.log" | tail -1 | tr -d '"=')

@@ -9,6 +9,7 @@
 # Each file runs under `timeout -s INT` (pytest stops and reports; the recorder writes as it goes, so a file cut
 # short keeps what it launched); pytest-xdist `-n $WORKERS` when it is importable. Writes $OUT/liger.recording.json,
 # $OUT/record_<file>.log and $OUT/record_liger.json (per file: exit status, pytest's summary line, seconds).
+# PYTEST_K="expr" records only the tests pytest's -k selects (a file's slow tail that a time limit cut before).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 OUT=${OUT:-/tmp/kbuild-record-liger}; mkdir -p "$OUT"
@@ -22,12 +23,13 @@ root=$work/liger_kernel-0.8.5
 printf '[pytest]\n' > "$root/pytest.ini"  # not the sdist's options (pythonpath src/: Liger must come from its wheel)
 export PYTHONPATH="$root:$site:${PYTHONPATH:-}" KBUILD_RUNTIME=off
 xdist=(); python3 -c "import xdist" 2>/dev/null && [ "$WORKERS" -gt 0 ] && xdist=(-n "$WORKERS")
+select=(); [ -n "${PYTEST_K:-}" ] && select=(-k "$PYTEST_K")
 recording=$(realpath "$OUT")/liger.recording.json
 echo "{" > "$OUT/record_liger.json"; first=1
 for f in $FILES; do
   start=$(date +%s.%N)
   (cd "$root" && python3 -m kbuild record --mode "$MODE" --out "$recording" -- \
-     timeout -s INT -k 20 "$PER_FILE_S" python3 -m pytest -q -p no:cacheprovider "${xdist[@]}" \
+     timeout -s INT -k 20 "$PER_FILE_S" python3 -m pytest -q -p no:cacheprovider "${xdist[@]}" "${select[@]}" \
      "test/transformers/test_$f.py") > "$OUT/record_$f.log" 2>&1
   rc=$?; secs=$(python3 -c "import time; print(round(time.time() - $start, 1))")
   summary=$(grep -E "(passed|failed|error)" "$OUT/record_$f.log" | tail -1 | tr -d '"=')
