@@ -257,6 +257,28 @@ def peers_for(spec: BenchSpec) -> list[Peer]:
 # -- running and judging -------------------------------------------------------------------------------
 
 
+def time_beside_peers(spec: Any, backend: Any, ref: Any, baseline: Callable[[], bytes], shipped: bytes
+                      ) -> dict[str, Any] | None:
+    """The peers of ``spec`` (:func:`kbuild.bench.peers.peers_for`: the torch calls a user would make instead)
+    beside what ships: ``shipped`` (the chosen configuration's schedule, ``baseline()`` its untouched compile) timed
+    interleaved with each peer on this machine's GPU (``backend``, the tuner's worker). None when the spec has no
+    peer; without a GPU (the cost model), the peers named and not timed."""
+    from kbuild.errors import KBuildError
+
+    found = peers_for(spec)
+    if not found:
+        return None
+    if backend is None:
+        return {"not_timed": "the CPU cost model times kbuild's kernels only; a GPU build times the peers",
+                "peers": [{"label": p.label, "name": p.name} for p in found]}
+    try:
+        backend.load(ref, baseline())
+    except KBuildError as exc:
+        return {"error": f"the chosen configuration could not be loaded to time its peers: {exc}"}
+    result: dict[str, Any] = backend.peers(shipped)
+    return result
+
+
 def rel_err(out: Any, ref: Any) -> float:
     """‖out − ref‖ / ‖ref‖ in float64 (NaN in ``out`` gives NaN)."""
     return float((out.double() - ref.double()).norm() / max(float(ref.double().norm()), 1e-30))

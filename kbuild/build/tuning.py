@@ -100,6 +100,7 @@ def _tune_two_level(settings: Settings, b: KernelBuild, request: TuneRequest, py
     or judged by the CPU cost model at both levels (``"model"``: :class:`kbuild.tune.level1.ModelConfigMeasurer`,
     then the SASS search without a GPU). ``pool``: where level 1 compiles (:func:`tune_build`), each configuration
     under the request's ``compile_timeout``."""
+    from kbuild.bench.peers import time_beside_peers
     from kbuild.bench.spec import Config, load_spec
     from kbuild.tune.level1 import GpuConfigMeasurer, ModelConfigMeasurer
     from kbuild.tune.measure.backend import KernelRef
@@ -133,9 +134,9 @@ def _tune_two_level(settings: Settings, b: KernelBuild, request: TuneRequest, py
                                 kernel_ref=lambda c: KernelRef(spec=bench_ref, config=c.as_dict(),
                                                                python_path=python_path),
                                 baseline=baseline)
-        peers = _time_peers(spec, backend, KernelRef(spec=bench_ref, config=result.config.as_dict(),
-                                                     python_path=python_path),
-                            lambda: baseline(result.config)[0], result.cubin)
+        peers = time_beside_peers(spec, backend, KernelRef(spec=bench_ref, config=result.config.as_dict(),
+                                                           python_path=python_path),
+                                  lambda: baseline(result.config)[0], result.cubin)
     finally:
         if backend is not None:
             backend.close()
@@ -155,28 +156,6 @@ def _tune_two_level(settings: Settings, b: KernelBuild, request: TuneRequest, py
                           compile_config(settings, b, result.config.as_dict()),
                           gains={"level1": float(result.gains.get("level1") or 1.0),
                                  "level2": float(result.gains.get("level2") or 1.0)})
-
-
-def _time_peers(spec: Any, backend: Any, ref: Any, baseline: Callable[[], bytes], shipped: bytes
-                ) -> dict[str, Any] | None:
-    """The peers of ``spec`` (:func:`kbuild.bench.peers.peers_for`: the torch calls a user would make instead)
-    beside what ships: ``shipped`` (the chosen configuration's schedule, ``baseline()`` its untouched compile) timed
-    interleaved with each peer on this machine's GPU (``backend``, the tuner's worker). None when the spec has no
-    peer; without a GPU (the cost model), the peers named and not timed."""
-    from kbuild.bench.peers import peers_for
-
-    found = peers_for(spec)
-    if not found:
-        return None
-    if backend is None:
-        return {"not_timed": "the CPU cost model times kbuild's kernels only; a GPU build times the peers",
-                "peers": [{"label": p.label, "name": p.name} for p in found]}
-    try:
-        backend.load(ref, baseline())
-    except KBuildError as exc:
-        return {"error": f"the chosen configuration could not be loaded to time its peers: {exc}"}
-    result: dict[str, Any] = backend.peers(shipped)
-    return result
 
 
 def _pruned_space(b: KernelBuild, request: TuneRequest, python_path: tuple[str, ...] = ()

@@ -351,6 +351,7 @@ def _targets_of(settings: Any) -> list[Any]:
 def run_two_level(args: argparse.Namespace, target: Any, settings: Any, request: TuneRequest) -> int:
     """Both levels (:func:`kbuild.tune.two_level.tune_two_level`) within ``request`` for each suite kernel, or the
     project kernel."""
+    from kbuild.bench.peers import time_beside_peers
     from kbuild.bench.spec import Config, load_spec
     from kbuild.tune.api import learning_curve_png
     from kbuild.tune.level1 import GpuConfigMeasurer, ModelConfigMeasurer
@@ -416,7 +417,14 @@ def run_two_level(args: argparse.Namespace, target: Any, settings: Any, request:
                                        on_progress=lambda msg: advance(0, status=msg))
                 finally:
                     measurer.close()
+                advance(0, status=f"{name}: timing what ships beside its peers")
+                def untouched(cubin: bytes = r.baseline) -> bytes:
+                    return cubin
+
+                peers = time_beside_peers(spec, sass_backend, ref(r.config), untouched, r.cubin)
                 rep = r.report()
+                if peers is not None:  # the torch calls a user would make instead, timed beside what ships
+                    rep["peers"] = peers
                 rep.update({"name": name, "budget": {"evaluations": request.evaluations,
                                                      "seconds": round(kernel_secs, 2), "seed": request.seed,
                                                      "kinds": list(request.kinds)}})
@@ -471,6 +479,7 @@ def suite_summary(reports: list[dict[str, Any]], planned: int) -> dict[str, Any]
             "derived_space": {k: v for k, v in (r.get("derived_space") or {}).items()
                               if k in ("size", "kept", "pruned", "seconds", "wall_seconds")} or None,
             "kept_default_because": r.get("decision") if r.get("config_label") == r.get("default_label") else None,
+            "peers": _peer_ratios(r.get("peers")),
         }
     values = [v for v in shipped.values() if v is not None]
     return {
@@ -480,6 +489,16 @@ def suite_summary(reports: list[dict[str, Any]], planned: int) -> dict[str, Any]
         "max_speedup": max(values, default=None),
         "per_kernel": per_kernel,
     }
+
+
+def _peer_ratios(peers: Any) -> dict[str, Any] | None:
+    """``{peer label: peer ms / what ships ms}`` from a report's ``peers`` (above 1: what ships is faster; None for a
+    peer unavailable here), or the reason none was timed."""
+    if not isinstance(peers, dict):
+        return None
+    if "peers" not in peers or peers.get("not_timed") or peers.get("error"):
+        return {"not_timed": peers.get("not_timed") or peers.get("error")}
+    return {str(p.get("label")): p.get("ratio") for p in peers["peers"] if isinstance(p, dict)}
 
 
 def _write_outputs(out: Path, name: str, rep: dict[str, Any], r: Any, learning_curve_png: Any) -> None:

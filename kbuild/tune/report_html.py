@@ -42,7 +42,7 @@ key                             meaning
 ``space``                       a space derived for a recorded kernel and pruned on the CPU
                                 (:func:`kbuild.build.tuning._pruned_space`): dimensions, counts, pruned points
 ``peers``                       the torch calls a user would make instead, timed interleaved with what
-                                ships (:func:`kbuild.build.tuning._time_peers`): ``{kernel_ms, rounds, reps,
+                                ships (:func:`kbuild.bench.peers.time_beside_peers`): ``{kernel_ms, rounds, reps,
                                 peers: [{label, name, available, agrees, rel_err, median_ms, ratio,
                                 ratio_ci}]}``; ``{not_timed, peers}`` on the cost model; ``{error}``
 =============================== =====================================================================
@@ -583,7 +583,7 @@ def _space_html(space: Mapping[str, Any]) -> str:
 
 
 def _peers_html(peers: Mapping[str, Any]) -> str:
-    """The ``peers`` of a report (:func:`kbuild.build.tuning._time_peers`): each peer timed interleaved with what
+    """The ``peers`` of a report (:func:`kbuild.bench.peers.time_beside_peers`): each peer timed interleaved with what
     ships, on the same inputs, or why not."""
     if peers.get("error"):
         return f'<p id=peers class=bad>Peers not timed: {_e(peers["error"])}</p>'

@@ -90,7 +90,7 @@ def test_sass_candidates_are_judged_bit_for_bit_against_the_recorded_baseline(sh
 @pytest.mark.parametrize("short", ["rms_norm:_rms_norm_forward_kernel", "swiglu:_swiglu_forward_kernel",
                                    "layer_norm:_layer_norm_forward_kernel"])
 def test_the_peers_beside_a_recorded_kernel_agree_and_are_timed(short: str) -> None:
-    """What the tune report's peers section shows (kbuild.build.tuning._time_peers): the torch call a model makes
+    """What the tune report's peers section shows (kbuild.bench.peers.time_beside_peers): the torch call a model makes
     instead, run on the recorded call's inputs, checked against the recorded configuration's output and timed
     interleaved with it."""
     from kbuild.tune.measure.session import Session

@@ -356,6 +356,9 @@ def test_cli_suite_derived_space_is_inside_the_total_and_the_summary_is_kept(cap
     assert summary["planned"] == 1 and summary["kernels"] == 1 and summary["complete"]
     k = summary["per_kernel"]["softmax"]
     assert k["derived_space"]["size"] == 3 and k["budget_seconds"] == doc["budget"]["seconds"]
+    # the peers a user would pick instead are in the report: named here, timed beside what ships on a GPU
+    assert doc["peers"]["not_timed"] and {p["label"] for p in doc["peers"]["peers"]} == {"torch_softmax"}
+    assert k["peers"] == {"not_timed": doc["peers"]["not_timed"]}
     # the cost model runs no side-by-side check: a configuration other than the default is not counted as measured
     if doc["config_label"] != doc["default_label"]:
         assert k["shipped_speedup"] is None and summary["not_measured_side_by_side"] == ["softmax"]
@@ -371,7 +374,9 @@ def test_suite_summary_counts_measured_finals_and_kept_defaults():
         return {"name": name, "gains": {"final": final}, "config_label": label, "default_label": "d",
                 "seconds": 1.0, "budget": {"seconds": 2.0}, "decision": "default kept: a race"}
 
-    s = suite_summary([rep("a", 1.21, "x"), rep("b", None, "d"), rep("c", None, "y")], planned=4)
+    timed = {"kernel_ms": 0.1, "peers": [{"label": "cuBLAS", "ratio": 0.93}, {"label": "cuDNN", "ratio": None}]}
+    s = suite_summary([{**rep("a", 1.21, "x"), "peers": timed}, rep("b", None, "d"), rep("c", None, "y")], planned=4)
+    assert s["per_kernel"]["a"]["peers"] == {"cuBLAS": 0.93, "cuDNN": None} and s["per_kernel"]["b"]["peers"] is None
     assert s["kernels"] == 3 and not s["complete"] and s["not_measured_side_by_side"] == ["c"]
     assert math.isclose(s["geomean_speedup"], 1.21 ** 0.5) and s["max_speedup"] == 1.21
     assert s["per_kernel"]["b"]["kept_default_because"] == "default kept: a race"
