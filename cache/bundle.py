@@ -202,7 +202,7 @@ def _check_member(where: str, m: tarfile.TarInfo, seen: set[str]) -> None:
         raise BundleError(f"{where}: member {name!r} is a link (to {m.linkname!r}); refusing the bundle")
     if not m.isreg():
         raise BundleError(f"{where}: member {name!r} is not a regular file; refusing the bundle")
-    match = _MEMBER.match(name)
+    match = _MEMBER.fullmatch(name)
     if name != MANIFEST and not match:
         raise BundleError(f"{where}: unexpected member {name!r} (a bundle holds {MANIFEST}, ac/<key> "
                           "and cas/<sha256> only)")
@@ -250,7 +250,7 @@ def _verify(path: Path, secret: str | None) -> _Verified:
     with _members(path) as members:
         for m, tar in members:
             f = _data(tar, m)
-            match = _MEMBER.match(m.name)
+            match = _MEMBER.fullmatch(m.name)
             if match is None:
                 manifest_raw = f.read()
             elif match.group(1) == "ac":
@@ -310,7 +310,7 @@ def iter_bundle(path: str | os.PathLike[str], *, secret: str | None = None,
     def entries() -> Iterator[tuple[Artefact, bytes]]:  # pass 3
         with _members(path) as members:
             for m, tar in members:
-                match = _MEMBER.match(m.name)
+                match = _MEMBER.fullmatch(m.name)
                 if match is None or match.group(1) != "cas" or match.group(2) not in by_digest:
                     continue
                 blob = _data(tar, m).read()

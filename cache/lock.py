@@ -84,7 +84,7 @@ def _toml_str(value: str) -> str:
 
 
 def _toml_key(name: str) -> str:
-    return name if _BARE_KEY.match(name) else _toml_str(name)
+    return name if _BARE_KEY.fullmatch(name) else _toml_str(name)  # not match: "$" also matches before a final "\n"
 
 
 def format_lock(entries: Iterable[LockEntry]) -> str:

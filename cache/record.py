@@ -59,7 +59,7 @@ META_FIELDS = (
 
 def is_digest(value: Any) -> bool:
     """Whether ``value`` is a lowercase hex sha256 (the form of keys and blob digests)."""
-    return isinstance(value, str) and bool(_HEX64.match(value))
+    return isinstance(value, str) and bool(_HEX64.fullmatch(value))
 
 
 def sha256_hex(data: bytes) -> str:

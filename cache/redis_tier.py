@@ -88,7 +88,7 @@ class RedisBackend:
                 prefix = value
             else:
                 rest.append((name, value))
-        if not _PREFIX.match(prefix):
+        if not _PREFIX.fullmatch(prefix):
             raise StoreUsageError(f"store URL {redact_url(url)!r}: prefix {prefix!r} must be letters, digits, _ . -")
         self.prefix = prefix
         clean = urlunsplit((parts.scheme, parts.netloc, parts.path, urlencode(rest), parts.fragment))

@@ -47,7 +47,7 @@ def check_host(url: str, host: str | None) -> None:
     if len(name) > 253:
         raise bad("is longer than 253 characters")
     for label in name.split("."):
-        if not _LABEL.match(label):
+        if not _LABEL.fullmatch(label):
             raise bad(f"has the label {label!r}: a label is 1 to 63 letters, digits, '-' or '_'")
         if label.lower().startswith("xn--"):
             try:
