@@ -2,7 +2,8 @@
 # gpu_session.md "Owed now", as calls that fit the 64 MiB a call carries and its 600 s. One part per call:
 #
 #   bash benchmarks/gpu_owed.sh derived         # carry .whl-c: the suite with derived spaces, to its end (~9.5 min)
-#   bash benchmarks/gpu_owed.sh first           # carry .whl-c: first calls per kernel, then steady state (~9.5 min)
+#   bash benchmarks/gpu_owed.sh first           # carry .whl-c: first calls, each kernel's and each op's (~8 min)
+#   bash benchmarks/gpu_owed.sh steady          # carry .whl-c: steady state on against off, then the GPU tests (~6 min)
 #   bash benchmarks/gpu_owed.sh strict          # carry .whl-h: Liger's tests under strict (~9 min)
 #   bash benchmarks/gpu_owed.sh tests           # carry .whl-c: the GPU tests of issue 35 (~2 min)
 #   bash benchmarks/gpu_owed.sh first-derived   # carry .whl-c: what the seventh session ran first (results/h100/s7)
@@ -15,8 +16,8 @@
 # measured under $OUT, many files tarred (a call returns a limited number of files).
 set -u
 part=${1:-}; LIMIT_S=${LIMIT_S:-570}; t0=$(date +%s)
-case "$part" in first-derived|tests|derived|first) wheels=${WHEELS:-.whl-c} ;; strict) wheels=${WHEELS:-.whl-h} ;;
-  *) echo "usage: gpu_owed.sh derived|first|strict|tests|first-derived" >&2; exit 2 ;; esac
+case "$part" in first-derived|tests|derived|first|steady) wheels=${WHEELS:-.whl-c} ;; strict) wheels=${WHEELS:-.whl-h} ;;
+  *) echo "usage: gpu_owed.sh derived|first|steady|strict|tests|first-derived" >&2; exit 2 ;; esac
 [ -n "${OUT:-}" ] && [ -d "$wheels" ] || { echo "for the GPU machine's run (OUT set, $wheels carried)" >&2; exit 2; }
 left() { echo $(( LIMIT_S - ($(date +%s) - t0) )); }
 rm -rf .whl; ln -s "$wheels" .whl   # the device's copy of the tree: the scripts read .whl/
@@ -39,15 +40,24 @@ derived)
   # item 1: every suite kernel, its space derived (register caps at its occupancy steps) inside its share
   suite $(( $(left) - 40 )) ;;
 first)
-  # item 2: each kernel's own first launch and each op's first call, shipped against Triton (fresh processes) ...
-  timeout -k 5 360 python3 benchmarks/gpu_liger.py --wheel $W --out $OUT/first.json --skip tests --skip steady \
-    --repeats 2 --first-call-s 290 --only rms_norm/fp16 --only dyt/bf16 --only swiglu/bf16 \
-    --only cross_entropy/bf16 --only layer_norm/bf16 --only geglu/fp16 > $OUT/first.log 2>&1
-  echo "first rc=$? $(( $(date +%s)-t0 ))s"; tail -12 $OUT/first.log
-  # ... then the steady state, runtime on against off, side by side on small launches
-  timeout -k 5 $(( $(left) - 5 )) python3 benchmarks/gpu_runtime_steady.py --rounds 3 --out $OUT/steady.json \
-    > $OUT/steady.log 2>&1
-  echo "steady rc=$? $(( $(date +%s)-t0 ))s"; tail -12 $OUT/steady.log ;;
+  # item 2: each kernel's own first launch and each op's first call, shipped against Triton (fresh processes;
+  # REPEATS per mode, the ops in this order until the share is spent: first.json is written after each op)
+  timeout -k 5 $(( $(left) - 10 )) python3 benchmarks/gpu_liger.py --wheel $W --out $OUT/first.json --skip tests \
+    --skip steady --repeats ${REPEATS:-2} --first-call-s $(( $(left) - 60 )) --only rms_norm/fp16 --only dyt/bf16 \
+    --only swiglu/bf16 --only cross_entropy/bf16 --only layer_norm/bf16 --only geglu/fp16 > $OUT/first.log 2>&1
+  echo "first rc=$? $(( $(date +%s)-t0 ))s"; tail -12 $OUT/first.log ;;
+steady)
+  # item 3: steady state, runtime on against off, side by side: small launches, then Liger's kernels ...
+  timeout -k 5 240 python3 benchmarks/gpu_runtime_steady.py --rounds 3 --out $OUT/steady.json > $OUT/steady.log 2>&1
+  echo "steady rc=$? $(( $(date +%s)-t0 ))s"; tail -12 $OUT/steady.log
+  timeout -k 5 150 python3 benchmarks/gpu_liger.py --wheel $W --out $OUT/liger_steady.json --skip tests \
+    --skip first-call > $OUT/liger_steady.log 2>&1
+  echo "liger steady rc=$? $(( $(date +%s)-t0 ))s"; tail -16 $OUT/liger_steady.log
+  # ... then the GPU tests (issue 35's, all passing in the seventh session; again after the changes since)
+  timeout -k 10 $(( $(left) - 5 )) python3 -m pytest -m gpu -q -n 0 -p no:cacheprovider --durations=0 \
+    tests/tune/test_output_check.py tests/bench/test_recorded_gpu.py tests/tune/test_derived_space_gpu.py \
+    > $OUT/gpu_tests.log 2>&1
+  echo "gpu tests rc=$? $(( $(date +%s)-t0 ))s"; tail -8 $OUT/gpu_tests.log ;;
 first-derived)
   # the seventh session's first call: where a shipped first call's time goes (cProfile, one process per mode) ...
   mkdir -p $OUT/prof
