@@ -287,7 +287,7 @@ def spec_from_recording(kernel: Kernel, specialization: Specialization, sample: 
         name=f"{kernel.name}@{spec.id[:8]}", fn=fn, signature=dict(spec.signature), constexprs=fixed,
         configs=configs, make_inputs=tensors.make, grid=lambda _c: grid,  # type: ignore[arg-type]
         outputs={n: None for n in pointers}, flops=0.0,
-        bytes_moved=float(max(ri.tensor_bytes(call), 1)), archs=(cc,), reference=launch.reference,
+        bytes_moved=float(max(ri.tensor_bytes(call), 1)), archs=(cc,), reference=launch.reference, reference_is_a_configuration=True,
         reference_tols=tols, inplace=frozenset(pointers), provenance=provenance, description=description,
         settle=lambda s, device: probe_outputs(s, device, launch), ref=ref)
     from kbuild.bench.spec import validate_spec

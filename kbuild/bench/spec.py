@@ -149,6 +149,10 @@ class BenchSpec:
     """Optional torch reference: inputs -> {output: expected tensor}, in any precision."""
     reference_tol: float = 2e-2
     """Largest accepted ‖out − ref‖ / ‖ref‖ of the baseline against ``reference``."""
+    reference_is_a_configuration: bool = False
+    """Whether ``reference`` runs this kernel itself under one of its configurations (a recorded spec: the recorded
+    configuration's output), not an independent implementation: when that configuration's cubin is racy, no
+    reference is defined (:func:`kbuild.tune.level1.search.search_configs` then searches nothing)."""
     needs_allocator: bool = False
     """Whether the kernel needs ``triton.set_allocator`` (device-side TMA descriptors)."""
     description: str = ""

@@ -16,9 +16,10 @@ run for one kernel × target:
    interleaved run (``final``), the figure the manifest and reports claim.
 
 A configuration whose cubin has a wgmma register race (triton-lang/triton#9433) is never chosen by level 1
-(status ``"racy"``). When the default itself is racy, level 1 searches nothing and the default ships (level 2
-keeps its untouched cubin for the same reason): no gain over a baseline whose outputs depend on timing can be
-verified, and ``reason`` (the report's ``decision``) says so.
+(status ``"racy"``). When the default itself is racy, level 1 measures the gain against the best race-free entry
+of the autotune list, so a race-free configuration ships; when no entry is race-free, it searches nothing and the
+default ships (level 2 keeps its untouched cubin for the same reason): no gain over a baseline whose outputs depend
+on timing can be verified, and ``reason`` (the report's ``decision``) says so.
 
 The budget (evaluations and seconds) is shared: level 1 gets ``LEVEL1_SHARE`` of the evaluations,
 level 2 the rest, split between the configurations it searches.
