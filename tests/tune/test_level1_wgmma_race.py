@@ -98,13 +98,23 @@ def test_racy_configurations_are_reported_and_never_ranked_on_the_cost_model() -
     assert racing.best.label() in ranked and {c.label() for c in racing.top} <= ranked
 
 
+def two_levels_on_the_model(spec: BenchSpec) -> Any:
+    """Both levels on ``spec`` with the cost model (no GPU)."""
+    from kbuild.tune.two_level import tune_two_level
+
+    measurer = ModelConfigMeasurer(spec, jobs=0, small=True)
+    try:
+        return tune_two_level(spec, 90, request(evaluations=40, seconds=60), measurer=measurer, backend=None,
+                              kernel_ref=None)
+    finally:
+        measurer.close()
+
+
 def test_a_racy_default_is_searched_past_against_the_race_free_autotune_entries() -> None:
     """The suite's rmsnorm_swiglu has a torch reference, and its default (128x128x64, w8) races: the race-free
     configurations are searched and checked against that reference, the gain is against the best race-free entry of
     the autotune list, and what ships is race-free (on the H100 the default was kept and 26 race-free points of its
     derived space went unsearched)."""
-    from kbuild.tune.two_level import tune_two_level
-
     spec = dataclasses.replace(base_spec(), configs=[racy_a(), clean(), racy_b()],
                                space=[racy_a(), clean(), racy_b(), clean_small()])
     assert spec.reference is not None and not spec.reference_is_a_configuration
@@ -117,12 +127,7 @@ def test_a_racy_default_is_searched_past_against_the_race_free_autotune_entries(
     assert doc["default_racy"] is True and doc["default_races"] and doc["gain"] is not None
     json.dumps(doc, allow_nan=False)
 
-    measurer = ModelConfigMeasurer(spec, jobs=0, small=True)
-    try:
-        two = tune_two_level(spec, 90, request(evaluations=40, seconds=60),
-                             measurer=measurer, backend=None, kernel_ref=None)
-    finally:
-        measurer.close()
+    two = two_levels_on_the_model(spec)
     assert two.default == racy_a() and two.config.label() in race_free and two.reason is None
     assert two.gains["level1"] is not None and two.report()["decision"] is None
 
@@ -131,8 +136,6 @@ def test_a_racy_default_is_searched_past_against_the_race_free_autotune_entries(
 def test_a_racy_default_is_kept_without_a_search_and_claims_no_gain(why: str) -> None:
     """No gain can be measured when every autotune entry races, nor anything checked when the reference is the racy
     configuration's own output (a recorded spec): the default is kept, nothing is searched, no gain is claimed."""
-    from kbuild.tune.two_level import tune_two_level
-
     if why == "no race-free autotune entry":
         spec = dataclasses.replace(base_spec(), configs=[racy_a(), racy_b()], space=[racy_a(), racy_b(), clean()])
     else:
@@ -147,12 +150,7 @@ def test_a_racy_default_is_kept_without_a_search_and_claims_no_gain(why: str) ->
     assert doc["gain"] is None and doc["best_ms"] is None and doc["default_racy"] is True
     json.dumps(doc, allow_nan=False)
 
-    measurer = ModelConfigMeasurer(spec, jobs=0, small=True)
-    try:
-        two = tune_two_level(spec, 90, request(evaluations=40, seconds=60),
-                             measurer=measurer, backend=None, kernel_ref=None)
-    finally:
-        measurer.close()
+    two = two_levels_on_the_model(spec)
     assert two.config == two.default == racy_a() and not two.accepted and two.cubin == two.baseline
     assert two.gains["level1"] is None and two.gains["total"] is None and two.final is None
     assert two.reason == r.decision
