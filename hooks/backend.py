@@ -308,37 +308,29 @@ def _planned(config_settings: ConfigSettings) -> Iterator[tuple[ModuleType, dict
 # ---------------------------------------------------------------------------------------------
 # The PEP 517 / PEP 660 hooks.
 
-def get_requires_for_build_wheel(config_settings: ConfigSettings = None) -> list[str]:
+def _their_requires(hook_name: str, config_settings: ConfigSettings) -> list[str]:
+    """The wrapped backend's ``hook_name`` answer, or the backend itself while it is not installed yet (the
+    frontend installs it and asks again)."""
     with _reported():
         name, requirement = _backend_spec()
     try:
         backend = importlib.import_module(name)
     except ImportError:
         return [requirement]
-    hook = getattr(backend, "get_requires_for_build_wheel", None)
+    hook = getattr(backend, hook_name, None)
     return list(hook(_theirs(config_settings)) if hook else [])
+
+
+def get_requires_for_build_wheel(config_settings: ConfigSettings = None) -> list[str]:
+    return _their_requires("get_requires_for_build_wheel", config_settings)
 
 
 def get_requires_for_build_editable(config_settings: ConfigSettings = None) -> list[str]:
-    with _reported():
-        name, requirement = _backend_spec()
-    try:
-        backend = importlib.import_module(name)
-    except ImportError:
-        return [requirement]
-    hook = getattr(backend, "get_requires_for_build_editable", None)
-    return list(hook(_theirs(config_settings)) if hook else [])
+    return _their_requires("get_requires_for_build_editable", config_settings)
 
 
 def get_requires_for_build_sdist(config_settings: ConfigSettings = None) -> list[str]:
-    with _reported():
-        name, requirement = _backend_spec()
-    try:
-        backend = importlib.import_module(name)
-    except ImportError:
-        return [requirement]
-    hook = getattr(backend, "get_requires_for_build_sdist", None)
-    return list(hook(_theirs(config_settings)) if hook else [])
+    return _their_requires("get_requires_for_build_sdist", config_settings)
 
 
 def prepare_metadata_for_build_wheel(metadata_directory: str, config_settings: ConfigSettings = None) -> str:
