@@ -498,9 +498,14 @@ def plan_cost(arch: int, warpgroups: int, block_t: int, stages: int, packed: Wei
                    "acc_regs": acc_regs}
 
 
+#: Split-K factors the synthesiser ranks: decode sizes have fewer output tiles than SMs (N = 4,096 is 64 tiles of 64
+#: rows on 132 SMs), and a split's programs each run a shorter chain of K steps.
+SPLITS = (1, 2, 4, 8, 16)
+
+
 def plans(arch: int, problem: tuple[int, int, int], group: int = 128, keep: int = 3) -> list[QuantPlan]:
     """Ranked configurations (cheapest first) of the int4 kernel for ``problem`` = (M, N, K) on ``sm_<arch>``:
-    warpgroups per CTA, the tokens tile (wgmma's N: 8 to 256), split-K (1, 2, 4: more programs when the tiles
+    warpgroups per CTA, the tokens tile (wgmma's N: 8 to 256), split-K (:data:`SPLITS`: more programs when the tiles
     alone leave SMs idle) and the ring's depth; the packed tile is fixed."""
     packed = packing(arch, group)
     m, n, k = problem
@@ -516,12 +521,13 @@ def plans(arch: int, problem: tuple[int, int, int], group: int = 128, keep: int 
     for wg in (1, 2) if hopper else (1,):
         if n % (WARPGROUP_ROWS * wg):
             continue
-        for bt, split in itertools.product(tokens, (1, 2, 4)):
+        for bt, split in itertools.product(tokens, SPLITS):
             if bt > max(tokens[0], 2 * m):  # a tokens tile past twice the tokens only multiplies zeros
                 continue
             if (k // bk) % split:
                 continue
-            for stages in range(2, 33):
+            # a ring deeper than the K steps of one program never fills: it only takes shared memory
+            for stages in range(2, max(2, min(32, k // bk // split)) + 1):
                 scored = plan_cost(arch, wg, bt, stages, packed, problem, split)
                 if scored is None:
                     break  # deeper rings only use more shared memory

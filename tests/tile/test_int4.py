@@ -170,6 +170,16 @@ def test_plans_fit_and_follow_the_token_count() -> None:
     assert big.block_t == 256 and big.warpgroups == 2  # prefill: a 128 x 256 tile, as the fp16 GEMM's
 
 
+def test_rings_no_deeper_than_a_programs_k_steps_and_decode_splits_up_to_16() -> None:
+    for problem in ((1, 4096, 4096), (16, 4096, 14336), (64, 14336, 4096), (4096, 4096, 4096)):
+        ranked = plans(90, problem, keep=64)
+        for p in ranked:  # a deeper ring never fills: the loads of one program's K steps are all in flight
+            assert 2 <= p.stages <= max(2, problem[2] // p.block_k // p.split), p.describe()
+    splits = {p.split for p in plans(90, (1, 4096, 4096), keep=64)}
+    assert splits == {1, 2, 4, 8, 16}  # 32 K steps: 2 a program at split-K 16
+    assert {p.split for p in plans(90, (1, 4096, 384), keep=64)} == {1}  # 3 K steps divide by no split
+
+
 def test_synthesis_under_5_s_and_tile_source_at_most_half_its_gluon() -> None:
     t0 = time.perf_counter()
     for m in (1, 4096):
@@ -242,6 +252,12 @@ def test_compiles_for_sm90_to_hgmma_fed_by_the_dequantisation(tmp_path: Path) ->
     ops = collections.Counter(i.opcode for i in _sass(compiled, tmp_path))
     assert ops["HGMMA.64x8x16.F32"] == 3 * 8 and ops["SHFL.IDX"] <= 1 and not {"STL", "LDL"} & set(ops)
     assert ops["PRMT"] <= 64  # as above: one step copy's pairs at most
+    # split-K 16: two K steps a program, a ring of two
+    many = kernels.int4_gemm(m=1, n=4096, k=4096, variants=64)
+    cfg = next(c for c in many.configs if int(c.constexprs["SPLIT_K"]) == 16)
+    assert int(cfg.constexprs["STAGES"]) == 2
+    ops = collections.Counter(i.opcode for i in _sass(compile_spec(many, cfg, 90), tmp_path))
+    assert ops["HGMMA.64x8x16.F32"] > 0 and not {"STL", "LDL"} & set(ops), cfg.label()
     assert load_spec("kbuild.tile.kernels:int4_gemm").configs  # the default spec (M = 16) loads
 
 
