@@ -211,13 +211,29 @@ def run_int4(args: argparse.Namespace, arch: int) -> dict[str, Any]:
                 entry["variants"][label]["error"] = f"wrong result: relative error {entry['variants'][label]['rel_err']:.3g}"
                 continue
             launchers[label] = fn
-        samples = timing.time_interleaved(list(launchers.values()), rounds=args.rounds, reps=args.reps,
-                                          flush=timing.L2Flush())
+        # each launch's host time (Python to the driver's queue) beside the flush's GPU time: a host slower than the
+        # flush leaves the GPU idle at the start event, and then the events time the host too
+        host: dict[str, list[float]] = {label: [] for label in launchers}
+
+        def on_host(fn: Any, into: list[float]) -> Any:
+            def launch() -> None:
+                t = time.perf_counter()
+                fn()
+                into.append((time.perf_counter() - t) * 1e3)
+            return launch
+
+        flush = timing.L2Flush()
+        samples = timing.time_interleaved([on_host(fn, host[label]) for label, fn in launchers.items()], rounds=args.rounds,
+                                          reps=args.reps, flush=flush)
+        entry["flush_ms"] = stats.median(timing.time_interleaved([flush], rounds=1, reps=10, flush=None)[0])
         for label, runs in zip(launchers, samples):
             med = stats.median(runs)
             entry["variants"][label].update({"median_ms": med, "tflops": 2.0 * m * n * k / med / 1e9,
                                              "weight_gbps": (n * k / 2 + (k // plain.GROUP) * n * 2) / med / 1e6,
-                                             "samples_ms": runs})
+                                             "host_launch_ms": stats.median([host[label]]), "samples_ms": runs})
+        slowest = max((v["host_launch_ms"], lab) for lab, v in entry["variants"].items() if "host_launch_ms" in v)
+        print(f"int4 {key}: flush {entry['flush_ms']:.4f} ms on the GPU; slowest host launch {slowest[0]:.4f} ms "
+              f"({slowest[1]})")
         timed = {lab: v["median_ms"] for lab, v in entry["variants"].items() if "median_ms" in v}
         best = {kind: min(((ms, lab) for lab, ms in timed.items() if lab.startswith(kind)), default=(float("nan"), "-"))
                 for kind in ("tile", "triton", "torch_dequant_cublas", "cublas_fp16_weights", "marlin")}
