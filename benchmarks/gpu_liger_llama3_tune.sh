@@ -18,6 +18,7 @@ OUT=${OUT:-/tmp/kbuild-l3}; mkdir -p "$OUT"; out=$(realpath "$OUT")
 what=${1:-build}
 if [ "$what" = build ]; then
   work=$(mktemp -d); cp -r examples/liger "$work/proj"
+  reports=${REPORTS_DIR:-$work/reports}  # REPORTS_DIR under $OUT: a build cut by its limit keeps what finished
   rec=recordings/llama3-8b.cpu.json
   if [ "${GPU_RECORD:-0}" = 1 ]; then  # the same workload recorded on this GPU: rms_norm's backward, whose
     # rows_per_program and dW rows follow the SM count, is then reproducible here (a CPU recording has 1 SM)
@@ -28,7 +29,7 @@ if [ "$what" = build ]; then
   start=$(date +%s)
   (cd "$work/proj" && KBUILD_TUNE=auto KBUILD_RECORDINGS=$rec \
      KBUILD_BUDGET_SECONDS=${BUDGET_S:-75} KBUILD_BUDGET_EVALUATIONS=${BUDGET_EVALS:-400} \
-     KBUILD_REPORTS="$work/reports" KBUILD_STORE="$work/store" \
+     KBUILD_REPORTS="$reports" KBUILD_STORE="$work/store" \
      python3 -m pip wheel -v --no-deps --no-build-isolation --no-index -C kbuild.targets=sm_90 -w "$out/dist" . \
      > "$out/l3_build.log" 2>&1)
   rc=$?; echo "build rc=$rc $(( $(date +%s) - start ))s"
@@ -46,7 +47,7 @@ print(json.dumps({"entries": len(entries), "tuned_or_serving": keep}, indent=1, 
 PY
     python3 -c "import json; d=json.load(open('$out/l3_index.json')); print(d['entries'], 'entries;', len(d['tuned_or_serving']), 'tuned or serving a call')"
   fi
-  [ -d "$work/reports" ] && tar czf "$out/l3reports.tgz" -C "$work" reports && ls "$work/reports"
+  [ -d "$reports" ] && tar czf "$out/l3reports.tgz" -C "$(dirname "$reports")" "$(basename "$reports")" && ls "$reports"
   rm -rf "$work"
   exit $rc
 fi

@@ -6,6 +6,8 @@
 #   bash benchmarks/gpu_owed.sh steady          # carry .whl-c: steady state on against off, then the GPU tests (~6 min)
 #   bash benchmarks/gpu_owed.sh strict          # carry .whl-h: Liger's tests under strict (~9 min)
 #   bash benchmarks/gpu_owed.sh tests           # carry .whl-c: the GPU tests of issue 35 (~2 min)
+#   bash benchmarks/gpu_owed.sh l3              # carry .whl-c: Liger at Llama-3-8B shapes, tuned into a wheel (~9.5 min)
+#   bash benchmarks/gpu_owed.sh l3-steady       # carry .whl-c with l3/ (the wheel l3 built): shipped vs Liger's own
 #   bash benchmarks/gpu_owed.sh first-derived   # carry .whl-c: what the seventh session ran first (results/h100/s7)
 #
 # .whl-c (14 MB) is .whl-t (optuna & co., liger-kernel 0.8.5, diskcache) plus liger-prebuilt/ (the kbx_liger wheel
@@ -16,8 +18,8 @@
 # measured under $OUT, many files tarred (a call returns a limited number of files).
 set -u
 part=${1:-}; LIMIT_S=${LIMIT_S:-570}; t0=$(date +%s)
-case "$part" in first-derived|tests|derived|first|steady) wheels=${WHEELS:-.whl-c} ;; strict) wheels=${WHEELS:-.whl-h} ;;
-  *) echo "usage: gpu_owed.sh derived|first|steady|strict|tests|first-derived" >&2; exit 2 ;; esac
+case "$part" in first-derived|tests|derived|first|steady|l3|l3-steady) wheels=${WHEELS:-.whl-c} ;; strict) wheels=${WHEELS:-.whl-h} ;;
+  *) echo "usage: gpu_owed.sh derived|first|steady|strict|tests|first-derived|l3|l3-steady" >&2; exit 2 ;; esac
 [ -n "${OUT:-}" ] && [ -d "$wheels" ] || { echo "for the GPU machine's run (OUT set, $wheels carried)" >&2; exit 2; }
 left() { echo $(( LIMIT_S - ($(date +%s) - t0) )); }
 rm -rf .whl; ln -s "$wheels" .whl   # the device's copy of the tree: the scripts read .whl/
@@ -83,6 +85,23 @@ strict)
     bash benchmarks/gpu_liger_strict.sh > $OUT/strict/strict_run.log 2>&1
   echo "strict rc=$? $(( $(date +%s)-t0 ))s"; tail -24 $OUT/strict/strict_run.log
   (cd $OUT && tar czf strict.tgz strict && rm -rf strict) ;;
+l3)
+  # issue 35's Liger target: the Llama-3-8B workload recorded on this GPU (~1 min), then examples/liger built from that
+  # recording with tune = "auto" (7 entries: 6 kernels, rms_norm forward twice; BUDGET_S each, derivations and pruning on
+  # this machine's CPUs), each kernel's report under $OUT as it finishes (tarred, also when the limit cuts the build)
+  mkdir -p $OUT/l3reports
+  OUT=$OUT BUDGET_S=${BUDGET_S:-40} GPU_RECORD=${GPU_RECORD:-1} REPORTS_DIR=$OUT/l3reports \
+    timeout -k 10 $(( $(left) - 15 )) bash benchmarks/gpu_liger_llama3_tune.sh build > $OUT/l3.log 2>&1
+  echo "l3 build rc=$? $(( $(date +%s)-t0 ))s"; tail -40 $OUT/l3.log
+  [ -f $OUT/l3reports.tgz ] || (cd $OUT && tar czf l3reports.tgz l3reports)
+  rm -rf $OUT/l3reports ;;
+l3-steady)
+  # the wheel l3 built (carried as .whl-c/l3/): Liger's own Functions at those shapes, shipped against Triton
+  # compiling Liger's configuration, interleaved; then kbuild bench --recording with the torch peers
+  OUT=$OUT WHEEL=${L3_WHEEL:-$(ls .whl/l3/kbx_liger-*.whl | head -1)} STEADY_S=$(( $(left) - 220 )) \
+    timeout -k 10 $(( $(left) - 10 )) bash benchmarks/gpu_liger_llama3_tune.sh steady > $OUT/l3_steady.log 2>&1
+  echo "l3 steady rc=$? $(( $(date +%s)-t0 ))s"; tail -40 $OUT/l3_steady.log
+  [ -d $OUT/l3bench ] && (cd $OUT && tar czf l3bench.tgz l3bench && rm -rf l3bench) ;;
 tests)
   # the GPU tests the sixth session's cut left, element_mul's level 1 last with its own limit
   timeout -k 10 $(( $(left) - 160 )) python3 -m pytest -m gpu -q -n 0 -p no:cacheprovider --durations=0 -s \
