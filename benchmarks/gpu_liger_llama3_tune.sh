@@ -53,7 +53,7 @@ PY
 fi
 if [ "$what" = steady ]; then
   KBX_LIGER_SHAPES=llama3 timeout ${STEADY_S:-300} python3 benchmarks/gpu_liger.py --wheel "$WHEEL" --skip tests \
-    --skip first-call --rounds ${ROUNDS:-3} --reps ${REPS:-10} --out "$out/l3_steady.json" 2>&1 | tail -20
+    --skip first-call --tuned --rounds ${ROUNDS:-3} --reps ${REPS:-10} --out "$out/l3_steady.json" 2>&1 | tail -20
   timeout ${BENCH_S:-200} python3 -m kbuild bench --recording examples/liger/recordings/llama3-8b.cpu.json \
     --out "$out/l3bench" > "$out/l3bench.log" 2>&1; echo "bench rc=$?"; tail -25 "$out/l3bench.log"
   exit 0
