@@ -209,6 +209,12 @@ class BenchSpec:
     def intensity(self) -> float:
         return self.flops / self.bytes_moved if self.bytes_moved else float("inf")
 
+    @property
+    def independent_reference(self) -> bool:
+        """Whether ``reference`` is an implementation of its own (torch), so that any configuration's output can be
+        judged against it, not only those the reference's configuration agrees with."""
+        return self.reference is not None and not self.reference_is_a_configuration
+
     def label(self) -> str:
         return self.ref or self.name
 

@@ -224,19 +224,46 @@ def test_a_large_space_is_thinned_in_the_stated_order() -> None:
     assert len(moe) <= 128 and moe.thinned and moe.default == liger("_fused_down_proj_kernel").default
 
 
-def test_thinning_keeps_the_register_cap_the_declared_matmul_space_won_with() -> None:
-    """On an H200 the declared space's best for the suite's 512x512x2048 matmul was 4 warps under a 168-register cap
-    (1.246x); the derived space, thinned of its caps before its warps, reached 1.126x on an H100. Warps and clusters
-    now go first, and a point's caps are its occupancy steps, so 4 warps keep 168 (3 blocks an SM)."""
+def test_the_derived_matmul_space_holds_the_point_the_declared_space_won_with() -> None:
+    """On an H200 the declared space's best for the suite's 512x512x2048 matmul was BLOCK_K 128 with BLOCK_M 64, 4
+    warps under a 168-register cap (1.246x); the derived space reached 1.126x on an H100 without it: its autotune
+    list pairs BLOCK_K 128 only with BLOCK_M 32, and its caps were thinned before its warps. The list's values are
+    now crossed (the spec has a torch reference), warps and clusters are thinned first, and a point's caps are its
+    occupancy steps, so 4 warps keep 168 (3 blocks an SM)."""
     from kbuild.bench.kernels import SUITE
     from kbuild.bench.spec import load_spec
     from kbuild.tune.level1.subject import from_bench
 
     spec = load_spec(SUITE["matmul_leakyrelu_512x512x2048"])
-    d = derive_space(from_bench(spec, parse_target("sm_90")))
-    assert len(d) <= 128 and [s.split(":")[0] for s in d.thinned] == ["ptx_options", "num_warps", "num_ctas"]
-    assert {c.maxnreg for c in d.space.configs if c.num_warps == 4} == {None, 168, 128}
+    subject = from_bench(spec, parse_target("sm_90"))
+    assert len(subject.tunable) == 12 and subject.tunable[:4] == tuple(dict(c.constexprs) for c in spec.configs)
+    d = derive_space(subject)
+    assert len(d) <= 128 and [s.split(":")[0] for s in d.thinned] == [
+        "ptx_options", "num_warps", "num_ctas", "maxnreg", "num_stages"]
+    winner = {"BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 128, "GROUP_M": 8}
+    assert any(dict(c.constexprs) == winner and c.num_warps == 4 and c.num_stages == 4 and c.maxnreg == 168
+               for c in d.space.configs)
+    assert {c.maxnreg for c in d.space.configs if c.num_warps == 4} == {None, 168}
     assert d.default == d.space.configs[0] and d.default.label() == "BLOCK_M=64,BLOCK_N=64,BLOCK_K=64,GROUP_M=8,w4,s4"
+
+
+def test_crossing_a_lists_values_needs_an_independent_reference_and_stays_small() -> None:
+    import dataclasses
+
+    from kbuild.bench.kernels import SUITE
+    from kbuild.bench.spec import load_spec
+    from kbuild.tune.level1.subject import MAX_CROSSED, crossed_values, from_bench
+
+    spec = load_spec(SUITE["matmul_leakyrelu_512x512x2048"])
+    listed = [dict(c.constexprs) for c in spec.configs]
+    # a recorded spec's reference is one configuration's own output: only the listed combinations
+    recorded = dataclasses.replace(spec, reference_is_a_configuration=True)
+    assert from_bench(recorded, parse_target("sm_90")).tunable == tuple(listed)
+    assert from_bench(spec, parse_target("sm_90")).tunable_from.startswith("bench spec configs (4), then 8 more")
+    assert crossed_values([{"A": 1, "B": 1}, {"A": 2, "B": 2}]) == [{"A": 1, "B": 2}, {"A": 2, "B": 1}]
+    assert crossed_values([{"A": 1}, {"B": 2}]) == []  # different constexprs: nothing to pair
+    wide = [{"A": i, "B": i} for i in range(5)]  # 25 pairings > MAX_CROSSED
+    assert MAX_CROSSED < 25 and crossed_values(wide) == []
 
 
 def test_constexprs_shown_safe_by_an_output_check_join_the_space() -> None:

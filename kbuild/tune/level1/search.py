@@ -526,8 +526,7 @@ def search_configs(spec: BenchSpec, measurer: ConfigMeasurer | Literal["gpu", "m
         first = run.prepare(base)
         if first.status == "racy":  # the gain is measured against the race-free autotune entries, if any
             log.warning("%s: %s", spec.label(), first.error)
-            independent = spec.reference is not None and not spec.reference_is_a_configuration
-            if not independent or not any(run.prepare(c).status == "ok" for c in spec.configs):
+            if not spec.independent_reference or not any(run.prepare(c).status == "ok" for c in spec.configs):
                 return run.racy_default(first)  # no reference or baseline whose outputs are defined: no search
             run.default_races = tuple(first.details.get("wgmma_register_hazards") or [first.error or "?"])
         if method == "exhaustive":

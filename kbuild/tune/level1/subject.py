@@ -13,12 +13,16 @@ as recorded: they can change results).
   is left out, with a note). :func:`pick_specialization` chooses the one to derive for: the most called on the
   target.
 * :func:`from_bench`: a bench spec (:mod:`kbuild.bench.spec`); its autotune list (``configs``) declares the
-  tunable constexpr combinations. Its ``space``, a declared space, is not read: this is the path for a kernel
-  with none.
+  tunable constexpr combinations, followed, where the spec has a reference of its own (torch: any configuration's
+  output can be judged), by the other pairings of the values the list holds (:func:`crossed_values`, at most
+  :data:`MAX_CROSSED` combinations in all). Its ``space``, a declared space, is not read: this is the path for a
+  kernel with none.
 """
 
 from __future__ import annotations
 
+import itertools
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -183,12 +187,39 @@ def from_bench(spec: Any, target: Target, *, python_path: Sequence[str] = ()) ->
     for c in spec.configs:
         if dict(c.constexprs) not in combos:
             combos.append(dict(c.constexprs))
+    listed = len(combos)
+    tunable_from = "bench spec configs"
+    crossed = crossed_values(combos) if spec.independent_reference else []
+    if crossed:
+        combos.extend(crossed)
+        tunable_from = (f"bench spec configs ({listed}), then {len(crossed)} more crossing their values (every "
+                        "candidate's output is checked against the spec's own reference)")
     default = spec.configs[0]
     return Subject(name=spec.name, source=Source(bench=spec.ref, python_path=tuple(python_path)), target=target,
                    signature=dict(spec.signature), constexprs=dict(spec.constexprs), default=default,
                    tunable=tuple(combos) if len(combos) > 1 else (),
-                   tunable_from="bench spec configs" if len(combos) > 1 else None,
+                   tunable_from=tunable_from if len(combos) > 1 else None,
                    origin={"bench": spec.ref})
+
+
+#: At most this many combinations a bench spec's listed constexpr values are crossed into (more: none are added).
+MAX_CROSSED = 16
+
+
+def crossed_values(combos: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The combinations of the values each constexpr takes somewhere in ``combos`` (an autotune list) that the list
+    does not hold, in the order of first appearance; none when the cross product exceeds :data:`MAX_CROSSED` or the
+    combinations name different constexprs. A list states the values its author found worth trying, rarely every
+    pairing of them: the H200's best 512×512×2048 matmul paired the list's BLOCK_K of 128 with another entry's
+    BLOCK_M of 64."""
+    if len(combos) < 2 or any(set(c) != set(combos[0]) for c in combos):
+        return []
+    names = list(combos[0])
+    values = [list(dict.fromkeys(c[n] for c in combos)) for n in names]
+    if math.prod(len(v) for v in values) > MAX_CROSSED:
+        return []
+    return [dict(zip(names, vs, strict=True)) for vs in itertools.product(*values)
+            if dict(zip(names, vs, strict=True)) not in combos]
 
 
 def find_kernels(recording: Recording, names: Sequence[str] | None, *, where: str) -> list[Kernel]:
@@ -207,4 +238,5 @@ def find_kernels(recording: Recording, names: Sequence[str] | None, *, where: st
     return out
 
 
-__all__ = ["Source", "Subject", "find_kernels", "from_bench", "from_recording", "pick_specialization"]
+__all__ = ["MAX_CROSSED", "Source", "Subject", "crossed_values", "find_kernels", "from_bench", "from_recording",
+           "pick_specialization"]
