@@ -385,7 +385,7 @@ def _read_kernel(r: _Reader, rec: Recording, kd: Any, at: str) -> None:
             r.text(ty, f"{sat}.signature.{name}")
         for name in ("constexprs", "options", "heuristics"):
             r.obj(sd[name], f"{sat}.{name}")
-        if sd["compiler_options"] not in rec.compiler_options:
+        if not isinstance(sd["compiler_options"], str) or sd["compiler_options"] not in rec.compiler_options:
             r.fail(f"{sat}.compiler_options", f"{sd['compiler_options']!r} is not in the compiler_options table")
         config = sd["autotune_config"]
         if config is not None and (type(config) is not int or not 0 <= config < n_configs):

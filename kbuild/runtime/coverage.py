@@ -260,6 +260,9 @@ def check_report(doc: Any, where: str) -> Mapping[str, Any]:
     for key, kind in (("mode", str), ("packages", Mapping), ("kernels", Mapping)):
         if not isinstance(doc.get(key), kind):
             raise UsageError(f"{where}: {key}: expected {'a string' if kind is str else 'an object'}")
+    for package, info in doc["packages"].items():
+        if not isinstance(info, Mapping):
+            raise UsageError(f"{where}: packages.{package}: expected an object")
     for function, k in doc["kernels"].items():
         at = f"{where}: kernels.{function}"
         if not isinstance(k, Mapping):

@@ -1,0 +1,128 @@
+"""Property tests of the readers of files that other machines write and users pass in: ``kbuild record``'s
+recordings (committed, merged across machines) and ``KBUILD_RUNTIME_REPORT`` coverage reports (``kbuild coverage``).
+As in ``test_json_readers_properties.py``: arbitrary bytes, arbitrary JSON, a valid document with random edits.
+Only the documented outcome may come out (``KBX_PROPERTY_EXAMPLES`` sets the examples a test draws, 60 by
+default):
+
+=====================================  =====================================================================
+reader                                 documented outcome on bad input
+=====================================  =====================================================================
+``kbuild.record.format.load``          :class:`UsageError` naming the file (and the key, when it is one)
+``kbuild coverage FILE...``            exit 2, one ``error:`` line naming the file; 0 or 1 (misses) otherwise
+=====================================  =====================================================================
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from property_helpers import json_values, mutated
+
+from kbuild.cli import main
+from kbuild.errors import UsageError
+from kbuild.record import format as rf
+from kbuild.runtime.coverage import Coverage
+
+ROOT = Path(__file__).resolve().parent.parent
+RECORDING = ROOT / "examples" / "liger" / "recordings" / "llama3-8b.cpu.json"
+VALID_RECORDING = json.loads(RECORDING.read_text())
+
+
+def _valid_report() -> dict[str, Any]:
+    cov = Coverage()
+    spec = {"target": "sm_90", "signature": {"x": "*fp16:16", "n": "i32"}, "constexprs": {"BLOCK": 1024},
+            "options": {"num_warps": 4, "num_stages": 3, "num_ctas": 1}}
+    cov.specialization("pkg.kernels:softmax", spec, hit=True, package="pkg", shipped=2, stage="zero-jit", entry="e1")
+    cov.specialization("pkg.kernels:softmax", {**spec, "constexprs": {"BLOCK": 2048}}, hit=False, package="pkg",
+                       shipped=2, reason="constexprs.BLOCK: 2048, shipped 1024", nearest={"entry": "e1"})
+    cov.autotune("pkg.kernels:matmul", [512, 512, "torch.float16"], answered=True, target="sm_90", package="pkg",
+                 shipped=1, entry="e2")
+    return cov.report(mode="on", packages={"pkg": {"data_dir": "/x", "entries": 3}})
+
+
+VALID_REPORT = _valid_report()
+SETTINGS = settings(max_examples=int(os.environ.get("KBX_PROPERTY_EXAMPLES", "60")), deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+def test_the_valid_documents_read(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    assert rf.load(str(RECORDING)).kernels
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps(VALID_REPORT))
+    assert main(["coverage", str(path)]) == 1  # one miss
+    assert "1 report(s)" in capsys.readouterr().out
+
+
+def _load_recording(tmp_path: Path, data: bytes) -> None:
+    path = tmp_path / "rec.json"
+    path.write_bytes(data)
+    try:
+        rf.load(str(path))
+    except UsageError as exc:
+        assert str(path) in str(exc), exc
+
+
+@SETTINGS
+@given(data=st.binary(max_size=200))
+def test_recording_from_arbitrary_bytes(tmp_path: Path, data: bytes) -> None:
+    _load_recording(tmp_path, data)
+
+
+@SETTINGS
+@given(doc=json_values())
+def test_recording_from_arbitrary_json(tmp_path: Path, doc: Any) -> None:
+    _load_recording(tmp_path, json.dumps(doc).encode())
+
+
+@SETTINGS
+@given(doc=mutated(VALID_RECORDING))
+def test_recording_with_random_edits(tmp_path: Path, doc: Any) -> None:
+    _load_recording(tmp_path, json.dumps(doc).encode())
+
+
+def _coverage(tmp_path: Path, capsys: pytest.CaptureFixture[str], data: bytes) -> None:
+    path = tmp_path / "report.json"
+    path.write_bytes(data)
+    rc = main(["coverage", str(path), "--json"])
+    err = capsys.readouterr().err
+    assert rc in (0, 1, 2), rc
+    if rc == 2:
+        assert err.startswith("error: ") and str(path) in err and "Traceback" not in err, err
+    else:
+        assert not err.strip(), err
+
+
+@SETTINGS
+@given(data=st.binary(max_size=200))
+def test_coverage_from_arbitrary_bytes(tmp_path: Path, capsys: pytest.CaptureFixture[str], data: bytes) -> None:
+    _coverage(tmp_path, capsys, data)
+
+
+@SETTINGS
+@given(doc=mutated(VALID_REPORT))
+def test_coverage_with_random_edits(tmp_path: Path, capsys: pytest.CaptureFixture[str], doc: Any) -> None:
+    _coverage(tmp_path, capsys, json.dumps(doc).encode())
+
+
+def test_the_defects_these_properties_found(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Found by the properties above (3,000 examples each) and fixed: an unhashable ``compiler_options`` reference
+    raised TypeError from the recording reader, and a package that is not an object raised TypeError or
+    ValueError from ``kbuild coverage``."""
+    import copy
+
+    doc = copy.deepcopy(VALID_RECORDING)
+    doc["kernels"][0]["specializations"][0]["compiler_options"] = ["not", "a", "reference"]
+    path = tmp_path / "rec.json"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(UsageError, match=r"specializations\[0\]\.compiler_options: .* is not in the compiler_options"):
+        rf.load(str(path))
+    for bad in (None, "ab", [1]):
+        report = {**VALID_REPORT, "packages": {"pkg": bad}}
+        path.write_text(json.dumps(report))
+        assert main(["coverage", str(path)]) == 2
+        assert "packages.pkg: expected an object" in capsys.readouterr().err
