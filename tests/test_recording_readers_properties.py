@@ -9,6 +9,8 @@ reader                                 documented outcome on bad input
 =====================================  =====================================================================
 ``kbuild.record.format.load``          :class:`UsageError` naming the file (and the key, when it is one)
 ``kbuild coverage FILE...``            exit 2, one ``error:`` line naming the file; 0 or 1 (misses) otherwise
+``kbuild.record.capture.load``         :class:`UsageError` naming the captures' ``index.json``
+``Captures.tensor``                    :class:`UsageError` naming the ``.npy`` file
 =====================================  =====================================================================
 """
 
@@ -109,10 +111,52 @@ def test_coverage_with_random_edits(tmp_path: Path, capsys: pytest.CaptureFixtur
     _coverage(tmp_path, capsys, json.dumps(doc).encode())
 
 
+VALID_CAPTURES = {"format": "kbuild-captures", "version": 1, "calls_per_specialization": 2, "max_mib": 64,
+                  "captures": {"abc123": [{"sample": {"args": {"n": 4}, "grid": [1], "sm_count": 132},
+                                           "tensors": {"Y_ptr": "0" * 64 + ".npy"}},
+                                          {"sample": {"args": {}}, "skipped": "too large"}]}}
+
+
+def _load_captures(tmp_path: Path, doc: Any) -> None:
+    from kbuild.record import capture
+
+    folder = tmp_path / "rec.captures"
+    folder.mkdir(exist_ok=True)
+    (folder / capture.INDEX).write_text(json.dumps(doc))
+    try:
+        capture.load(folder)
+    except UsageError as exc:
+        assert str(folder / capture.INDEX) in str(exc), exc
+
+
+@SETTINGS
+@given(doc=mutated(VALID_CAPTURES))
+def test_captures_index_with_random_edits(tmp_path: Path, doc: Any) -> None:
+    _load_captures(tmp_path, doc)
+
+
+@SETTINGS
+@given(data=st.binary(max_size=300), header=st.booleans())
+def test_a_captured_tensor_from_arbitrary_bytes(tmp_path: Path, data: bytes, header: bool) -> None:
+    """Bytes named by their sha256 (so that only the .npy reader judges them), raw or behind a valid .npy magic."""
+    import hashlib
+
+    from kbuild.record import capture
+
+    blob = (b"\x93NUMPY\x01\x00" + data) if header else data
+    name = hashlib.sha256(blob).hexdigest() + ".npy"
+    (tmp_path / name).write_bytes(blob)
+    caps = capture.Captures(tmp_path)
+    try:
+        caps.tensor(name, dtype="torch.int64", shape=[4], where="the call's Y_ptr")
+    except UsageError as exc:
+        assert name in str(exc), exc
+
+
 def test_the_defects_these_properties_found(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """Found by the properties above (3,000 examples each) and fixed: an unhashable ``compiler_options`` reference
-    raised TypeError from the recording reader, and a package that is not an object raised TypeError or
-    ValueError from ``kbuild coverage``."""
+    """Found by the properties here (2,000-3,000 examples each) and fixed: an unhashable ``compiler_options``
+    reference raised TypeError from the recording reader, a package that is not an object raised TypeError or
+    ValueError from ``kbuild coverage``, and a captures index's counts that are not integers did the same."""
     import copy
 
     doc = copy.deepcopy(VALID_RECORDING)
@@ -126,3 +170,12 @@ def test_the_defects_these_properties_found(tmp_path: Path, capsys: pytest.Captu
         path.write_text(json.dumps(report))
         assert main(["coverage", str(path)]) == 2
         assert "packages.pkg: expected an object" in capsys.readouterr().err
+    from kbuild.record import capture
+
+    for bad in (":", [1], -1, 2.5):
+        folder = tmp_path / f"c{bad!s}.captures"
+        folder.mkdir()
+        (folder / capture.INDEX).write_text(json.dumps({**VALID_CAPTURES, "max_mib": bad}))
+        with pytest.raises(UsageError, match="max_mib: expected a non-negative integer"):
+            capture.load(folder)
+

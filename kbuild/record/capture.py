@@ -185,6 +185,10 @@ def load(folder: str | os.PathLike[str]) -> Captures | None:
     caps = doc.get("captures")
     if not isinstance(caps, dict):
         raise UsageError(f"{where}: captures: expected a JSON object")
+    for key in ("calls_per_specialization", "max_mib"):
+        value = doc.get(key)
+        if value is not None and (type(value) is not int or value < 0):
+            raise UsageError(f"{where}: {key}: expected a non-negative integer, got {value!r}")
     out = Captures(root, int(doc.get("calls_per_specialization") or 0), int(doc.get("max_mib") or DEFAULT_MAX_MIB))
     for spec_id, entries in caps.items():
         if not isinstance(entries, list):
