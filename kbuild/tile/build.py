@@ -46,6 +46,10 @@ class TileKernel:
         return [line.strip() for line in self.source.splitlines() if "gl.BlockedLayout(" in line]
 
 
+#: The operations of a row-wise program (:func:`kbuild.tile.gluon.emit` writes each).
+ROW_WISE = frozenset({"load", "store", "binary", "unary", "reduce", "expand"})
+
+
 def build(fn: Callable[..., Any], blocks: dict[str, int], *, warps: Sequence[int] = (4, 8),
           variants: int = 3) -> TileKernel:
     """Trace ``fn``, synthesise its layouts for each warp count in ``warps``, keep the ``variants`` cheapest
@@ -57,6 +61,10 @@ def build(fn: Callable[..., Any], blocks: dict[str, int], *, warps: Sequence[int
     if any(op.kind in ("mma", "loop") for op in program.ops):
         raise TileError(f"{program.name}: a K-loop (mma) program: build it with kbuild.tile.gluon_mma.build_mma "
                         "(kbuild tile --problem M,N,K)")
+    stray = next((op.kind for op in program.ops if op.kind not in ROW_WISE), None)
+    if stray is not None:  # zeros, shared, dequant: the parts of a K-loop, which this program does not have
+        raise TileError(f"{program.name}: {stray}(...) belongs to a K-loop (an mma accumulator or its operands), and "
+                        "this program has no mma(...): a row-wise program loads, computes and stores")
     pool: list[tuple[float, Variant]] = []
     for w in warps:
         syn = synthesize(program, blocks, num_warps=w, keep=variants)
@@ -72,4 +80,4 @@ def build(fn: Callable[..., Any], blocks: dict[str, int], *, warps: Sequence[int
                       time.perf_counter() - started)
 
 
-__all__ = ["TileKernel", "build"]
+__all__ = ["ROW_WISE", "TileKernel", "build"]

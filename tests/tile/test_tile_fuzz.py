@@ -107,3 +107,13 @@ def program(draw: st.DrawFn) -> str:
 def test_any_generated_program_builds_or_is_one_clean_error(source: str, module_dir: Path) -> None:
     r = fuzz.run_program(source, "kern", fuzz._args(source), module_dir)
     assert r["outcome"] in ("clean", "accepted"), (r, source)
+
+
+@pytest.mark.hostile(fault="malformed tile program", outcome="clean error")
+def test_zeros_without_an_mma_is_one_clean_error(module_dir: Path) -> None:
+    """Found by the property above in CI (2026-12-06): ``zeros`` in a program with no ``mma`` reached the row-wise
+    emitter, which has no statement for it, and raised AssertionError."""
+    source = (f"{fuzz.HEADER}\ndef kern(x: Tensor(\"fp16\", \"MN\"), y: Tensor(\"fp16\", \"MN\")):\n"
+              "    v0 = load(x)\n    v1 = zeros('MN', \"fp16\")\n    store(y, v1)\n")
+    r = fuzz.run_program(source, "kern", fuzz._args(source), module_dir)
+    assert r["outcome"] == "clean" and "zeros(...) belongs to a K-loop" in r["error"], r
