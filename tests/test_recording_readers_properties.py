@@ -8,6 +8,7 @@ default):
 reader                                 documented outcome on bad input
 =====================================  =====================================================================
 ``kbuild.record.format.load``          :class:`UsageError` naming the file (and the key, when it is one)
+``kbuild bench --recording F --list``  exit 0 or 2 (the recording refused, naming the file), never a traceback
 ``kbuild coverage FILE...``            exit 2, one ``error:`` line naming the file; 0 or 1 (misses) otherwise
 ``kbuild.record.capture.load``         :class:`UsageError` naming the captures' ``index.json``
 ``Captures.tensor``                    :class:`UsageError` naming the ``.npy`` file
@@ -87,6 +88,20 @@ def test_recording_with_random_edits(tmp_path: Path, doc: Any) -> None:
     _load_recording(tmp_path, json.dumps(doc).encode())
 
 
+@settings(max_examples=max(10, SETTINGS.max_examples // 3), deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(doc=mutated(VALID_RECORDING))
+def test_bench_list_of_an_edited_recording(tmp_path: Path, capsys: pytest.CaptureFixture[str], doc: Any) -> None:
+    """Past the reader: the specs made from each recorded call (inputs planned from the samples' tensors)."""
+    path = tmp_path / "rec.json"
+    path.write_text(json.dumps(doc))
+    rc = main(["bench", "--recording", str(path), "--list", "--json"])
+    err = capsys.readouterr().err
+    assert rc in (0, 2) and "Traceback" not in err, (rc, err)
+    if rc == 2:
+        assert err.startswith("error: ") and str(path) in err, err
+
+
 def _coverage(tmp_path: Path, capsys: pytest.CaptureFixture[str], data: bytes) -> None:
     path = tmp_path / "report.json"
     path.write_bytes(data)
@@ -156,7 +171,8 @@ def test_a_captured_tensor_from_arbitrary_bytes(tmp_path: Path, data: bytes, hea
 def test_the_defects_these_properties_found(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """Found by the properties here (2,000-3,000 examples each) and fixed: an unhashable ``compiler_options``
     reference raised TypeError from the recording reader, a package that is not an object raised TypeError or
-    ValueError from ``kbuild coverage``, and a captures index's counts that are not integers did the same."""
+    ValueError from ``kbuild coverage``, a captures index's counts that are not integers did the same, and a
+    sample's tensor with a malformed shape passed the reader and raised TypeError in ``kbuild bench --recording``."""
     import copy
 
     doc = copy.deepcopy(VALID_RECORDING)
@@ -164,6 +180,13 @@ def test_the_defects_these_properties_found(tmp_path: Path, capsys: pytest.Captu
     path = tmp_path / "rec.json"
     path.write_text(json.dumps(doc))
     with pytest.raises(UsageError, match=r"specializations\[0\]\.compiler_options: .* is not in the compiler_options"):
+        rf.load(str(path))
+    sample = doc["kernels"][0]["specializations"][0]["samples"][0]
+    tensor = next(n for n, v in sample["args"].items() if isinstance(v, dict) and "shape" in v)
+    doc = copy.deepcopy(VALID_RECORDING)  # a tensor's shape holding an object reached the input planner
+    doc["kernels"][0]["specializations"][0]["samples"][0]["args"][tensor]["shape"] = [{"a": 1}]
+    path.write_text(json.dumps(doc))
+    with pytest.raises(UsageError, match=rf"samples\[0\]\.args\.{tensor}\.shape: expected an array of non-negative"):
         rf.load(str(path))
     for bad in (None, "ab", [1]):
         report = {**VALID_REPORT, "packages": {"pkg": bad}}

@@ -400,8 +400,13 @@ def _read_kernel(r: _Reader, rec: Recording, kd: Any, at: str) -> None:
         for k, sample in enumerate(sd["samples"]):
             r.obj(sample, f"{sat}.samples[{k}]", required={"args", "grid", "sm_count"}, exact=True)
             r.obj(sample["args"], f"{sat}.samples[{k}].args")
+            for name, value in sample["args"].items():
+                r.argument(value, f"{sat}.samples[{k}].args.{name}")
             if sample["grid"] is not None:
                 r.list(sample["grid"], f"{sat}.samples[{k}].grid")
+                for g, dim in enumerate(sample["grid"]):
+                    if not isinstance(dim, (int, str)) or isinstance(dim, bool) or (isinstance(dim, int) and dim < 0):
+                        r.fail(f"{sat}.samples[{k}].grid[{g}]", f"expected a non-negative integer, got {dim!r}")
             if type(sample["sm_count"]) is not int or sample["sm_count"] < 1:
                 r.fail(f"{sat}.samples[{k}].sm_count", f"expected a positive integer, got {sample['sm_count']!r}")
         spec = Specialization(sd["target"], sd["triton"], dict(sd["signature"]), dict(sd["constexprs"]),
@@ -438,6 +443,32 @@ class _Reader:
     def text(self, value: Any, at: str) -> None:
         if not isinstance(value, str) or not value:
             self.fail(at, f"expected a non-empty string, got {value!r}")
+
+    def argument(self, value: Any, at: str, depth: int = 0) -> None:
+        """An argument as a sample describes it (:func:`kbuild.record.recorder.describe`): null, a boolean, a string,
+        a number, ``{"float": "nan" | "inf" | "-inf"}``, ``{"type": name}``, a tensor ``{"dtype", "shape",
+        "strides"}`` or a tuple's items as an array."""
+        if value is None or isinstance(value, (bool, int, float, str)):
+            return
+        if isinstance(value, list) and depth < 4:
+            for i, item in enumerate(value):
+                self.argument(item, f"{at}[{i}]", depth + 1)
+            return
+        if isinstance(value, dict) and set(value) == {"float"} and value["float"] in ("nan", "inf", "-inf"):
+            return
+        if isinstance(value, dict) and set(value) == {"type"} and isinstance(value["type"], str):
+            return
+        if isinstance(value, dict) and set(value) == {"dtype", "shape", "strides"}:
+            self.text(value["dtype"], f"{at}.dtype")
+            shape, strides = value["shape"], value["strides"]
+            if not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in shape):
+                self.fail(f"{at}.shape", f"expected an array of non-negative integers, got {shape!r}")
+            if strides is not None and (not isinstance(strides, list) or len(strides) != len(shape)
+                                        or not all(type(d) is int for d in strides)):
+                self.fail(f"{at}.strides", f"expected null or {len(shape)} integers, got {strides!r}")
+            return
+        self.fail(at, "expected a scalar, a tensor {dtype, shape, strides}, {\"float\": ...}, {\"type\": ...} or an "
+                      f"array of those, got {json.dumps(value)[:80]}")
 
     def target(self, value: Any, at: str) -> None:
         from kbuild.targets import parse_target
