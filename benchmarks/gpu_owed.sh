@@ -22,7 +22,9 @@ case "$part" in first-derived|tests|derived|first|steady|l3|l3-steady) wheels=${
   *) echo "usage: gpu_owed.sh derived|first|steady|strict|tests|first-derived|l3|l3-steady" >&2; exit 2 ;; esac
 [ -n "${OUT:-}" ] && [ -d "$wheels" ] || { echo "for the GPU machine's run (OUT set, $wheels carried)" >&2; exit 2; }
 left() { echo $(( LIMIT_S - ($(date +%s) - t0) )); }
-rm -rf .whl; ln -s "$wheels" .whl   # the device's copy of the tree: the scripts read .whl/
+# .whl is not carried, so on the device it is absent or this script's own link; a directory is someone's wheels
+[ -d .whl ] && [ ! -L .whl ] && { echo ".whl is a directory here: run this on the GPU machine's copy of the tree" >&2; exit 2; }
+rm -f .whl; ln -s "$wheels" .whl   # the device's copy of the tree: the scripts read .whl/
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 3
 for d in hooks cache templates; do [ -e kbuild/$d ] || ln -s ../$d kbuild/$d; done
 export PYTHONPATH=$PWD:/tmp/site PYTHONUNBUFFERED=1

@@ -6,7 +6,9 @@
 # adopt.tgz, strict.tgz.
 set -u
 [ -n "${OUT:-}" ] && [ -d .whl-g ] || { echo "for the GPU machine's run (OUT set, .whl-g carried)" >&2; exit 2; }
-rm -rf .whl; ln -s .whl-g .whl   # the device's copy of the tree: the scripts below read .whl/
+# .whl is not carried, so on the device it is absent or this script's own link; a directory is someone's wheels
+[ -d .whl ] && [ ! -L .whl ] && { echo ".whl is a directory here: run this on the GPU machine's copy of the tree" >&2; exit 2; }
+rm -f .whl; ln -s .whl-g .whl   # the device's copy of the tree: the scripts below read .whl/
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 3
 for d in hooks cache templates; do [ -e kbuild/$d ] || ln -s ../$d kbuild/$d; done
 export PYTHONPATH=$PWD:/tmp/site PYTHONUNBUFFERED=1
