@@ -552,8 +552,8 @@ def plans(arch: int, problem: tuple[int, int, int], group: int = 128, keep: int 
                                      y_sh, total, parts))
     if not out:
         raise MmaError(f"int4 mma kernel: no configuration fits sm_{arch} for problem {problem}")
-    # ties: no split (no workspace round trip), then one warpgroup before two (more programs: on an H100, at equal
-    # modelled cost and split, 1 warpgroup ran 7-15% faster than 2 on all 8 problems with M <= 64 that timed both,
+    # ties: no split (no workspace round trip), then one warpgroup before two (more programs: on an H100, at the same
+    # tokens tile and split, 1 warpgroup ran 7-15% faster than 2 on all 8 problems with M <= 64 that timed both,
     # results/h100/issue36/int4/), deeper rings (more bytes in flight than the model's latency asks for), then the
     # larger tokens tile
     out.sort(key=lambda p: (round(p.cost), p.split, p.warpgroups, -p.stages, -p.block_t))

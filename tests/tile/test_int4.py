@@ -181,8 +181,9 @@ def test_rings_no_deeper_than_a_programs_k_steps_and_decode_splits_up_to_16() ->
 
 
 def test_at_equal_modelled_cost_one_warpgroup_ranks_first() -> None:
-    """The H100 (results/h100/issue36/int4/) ran 1 warpgroup 7-15% faster than 2 at equal modelled cost and split on
-    every problem with M <= 64 that timed both; the tie used to go to the larger tile (and the deeper ring)."""
+    """The H100 (results/h100/issue36/int4/) ran 1 warpgroup 7-15% faster than 2 at the same tokens tile and split on
+    every problem with M <= 64 that timed both; a tie in modelled cost used to go to the larger tile (and the
+    deeper ring)."""
     for problem in ((1, 4096, 4096), (1, 14336, 4096), (16, 14336, 4096)):
         first, second = plans(90, problem)[:2]
         assert round(first.cost) == round(second.cost) and first.split == second.split
