@@ -102,6 +102,55 @@ def test_bench_list_of_an_edited_recording(tmp_path: Path, capsys: pytest.Captur
         assert err.startswith("error: ") and str(path) in err, err
 
 
+#: Identity fields of a recorded specialisation (its ``id`` is their content id).
+_IDENTITY = ("target", "triton", "signature", "constexprs", "options", "compiler_options", "heuristics",
+             "autotune_config", "unsupported")
+_LEAVES = st.sampled_from([0, -1, 1, 16, 2**31, 2**63, "", "i32", "*fp16:16", "*i8", "fp32", "i1", "nan", "sm_80",
+                           True, None, 1.5, [1], {"a": 1}])
+
+
+@st.composite
+def edited_values(draw: st.DrawFn) -> Any:
+    """The example recording with 1 to 3 values of its specialisations replaced (a signature type, a constexpr, a
+    launch option, a sample's argument or shape, the target), the ids recomputed: documents the reader's structure
+    checks let through, so that what reads them next is tested too."""
+    import copy
+
+    from kbuild.record.format import content_id
+
+    doc = copy.deepcopy(VALID_RECORDING)
+    for _ in range(draw(st.integers(1, 3))):
+        sd = draw(st.sampled_from(draw(st.sampled_from(doc["kernels"]))["specializations"]))
+        where = draw(st.sampled_from(["signature", "constexprs", "options", "sample", "target"]))
+        if where == "sample" and sd["samples"]:
+            args = draw(st.sampled_from(sd["samples"]))["args"]
+            name = draw(st.sampled_from(sorted(args)))
+            value = args[name]
+            if isinstance(value, dict) and value.get("shape") and draw(st.booleans()):
+                value["shape"][draw(st.integers(0, len(value["shape"]) - 1))] = draw(st.sampled_from([0, 1, 7, 2**31]))
+            else:
+                args[name] = draw(_LEAVES)
+        elif where == "target":
+            sd["target"] = draw(_LEAVES)
+        elif sd.get(where):
+            name = draw(st.sampled_from([*sorted(sd[where]), "num_ctas", "maxnreg", "extra"]))
+            sd[where][name] = draw(_LEAVES)
+        sd["id"] = content_id({f: sd[f] for f in _IDENTITY})
+    return doc
+
+
+@settings(max_examples=max(10, SETTINGS.max_examples // 3), deadline=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(doc=edited_values())
+def test_bench_list_of_a_recording_with_edited_values(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                      doc: Any) -> None:
+    path = tmp_path / "rec.json"
+    path.write_text(json.dumps(doc))
+    rc = main(["bench", "--recording", str(path), "--list", "--json"])
+    err = capsys.readouterr().err
+    assert rc in (0, 2) and "Traceback" not in err, (rc, err)
+
+
 def _coverage(tmp_path: Path, capsys: pytest.CaptureFixture[str], data: bytes) -> None:
     path = tmp_path / "report.json"
     path.write_bytes(data)
@@ -188,6 +237,19 @@ def test_the_defects_these_properties_found(tmp_path: Path, capsys: pytest.Captu
     path.write_text(json.dumps(doc))
     with pytest.raises(UsageError, match=rf"samples\[0\]\.args\.{tensor}\.shape: expected an array of non-negative"):
         rf.load(str(path))
+    from kbuild.record.format import content_id
+
+    for where, name, value, message in (("options", "num_ctas", "sm_90", "expected a positive integer or null"),
+                                        ("constexprs", "BLOCK_SIZE", {"a": 1}, "has the one key 'dtype'"),
+                                        ("signature", next(iter(doc["kernels"][0]["specializations"][0]["signature"])),
+                                         "nan", "is not a Triton type")):
+        doc = copy.deepcopy(VALID_RECORDING)  # passed the reader, then raised ValueError / SignatureError
+        sd = doc["kernels"][0]["specializations"][0]
+        sd[where][name] = value
+        sd["id"] = content_id({f: sd[f] for f in _IDENTITY})
+        path.write_text(json.dumps(doc))
+        with pytest.raises(UsageError, match=rf"specializations\[0\]\.{where}\.{name}: .*{message}"):
+            rf.load(str(path))
     for bad in (None, "ab", [1]):
         report = {**VALID_REPORT, "packages": {"pkg": bad}}
         path.write_text(json.dumps(report))

@@ -345,6 +345,8 @@ def _read_kernel(r: _Reader, rec: Recording, kd: Any, at: str) -> None:
         for j, c in enumerate(autotune["configs"]):
             r.obj(c, f"{at}.autotune.configs[{j}]", required={"kwargs", "num_warps", "num_stages", "num_ctas",
                                                               "maxnreg"})
+            r.obj(c["kwargs"], f"{at}.autotune.configs[{j}].kwargs")
+            r.launch_options(c, f"{at}.autotune.configs[{j}]")
         if type(autotune["prunes"]) is not bool:
             r.fail(f"{at}.autotune.prunes", "expected true or false")
     r.obj(kd["heuristics"], f"{at}.heuristics")
@@ -382,9 +384,12 @@ def _read_kernel(r: _Reader, rec: Recording, kd: Any, at: str) -> None:
         r.text(sd["triton"], f"{sat}.triton")
         r.obj(sd["signature"], f"{sat}.signature")
         for name, ty in sd["signature"].items():
-            r.text(ty, f"{sat}.signature.{name}")
+            r.signature_type(ty, f"{sat}.signature.{name}")
         for name in ("constexprs", "options", "heuristics"):
             r.obj(sd[name], f"{sat}.{name}")
+        r.launch_options(sd["options"], f"{sat}.options")
+        for name, value in sd["constexprs"].items():
+            r.constexpr(value, f"{sat}.constexprs.{name}")
         if not isinstance(sd["compiler_options"], str) or sd["compiler_options"] not in rec.compiler_options:
             r.fail(f"{sat}.compiler_options", f"{sd['compiler_options']!r} is not in the compiler_options table")
         config = sd["autotune_config"]
@@ -443,6 +448,37 @@ class _Reader:
     def text(self, value: Any, at: str) -> None:
         if not isinstance(value, str) or not value:
             self.fail(at, f"expected a non-empty string, got {value!r}")
+
+    def signature_type(self, value: Any, at: str) -> None:
+        """A parameter's type in declaration notation (:func:`kbuild.declarations.signature.parse_type`)."""
+        from kbuild.declarations.signature import SignatureError, parse_type
+
+        try:
+            parse_type(value)
+        except SignatureError as exc:
+            self.fail(at, str(exc))
+
+    def constexpr(self, value: Any, at: str) -> None:
+        """A recorded constexpr value (:func:`kbuild.declarations.signature.check_constexpr_value`)."""
+        from kbuild.declarations.signature import SignatureError, check_constexpr_value
+
+        try:
+            check_constexpr_value(value, recorded=True)
+        except SignatureError as exc:
+            self.fail(at, str(exc))
+
+    def launch_options(self, options: Mapping[str, Any], at: str) -> None:
+        """The launch options (:data:`LAUNCH_OPTIONS`) among ``options``, where set: positive integers (``num_stages``
+        from 0), ``ptx_options`` a string."""
+        for name in LAUNCH_OPTIONS:
+            value = options.get(name)
+            if value is None:
+                continue
+            if name == "ptx_options":
+                self.text(value, f"{at}.{name}")
+            elif type(value) is not int or value < (0 if name == "num_stages" else 1):
+                self.fail(f"{at}.{name}", f"expected a {'non-negative' if name == 'num_stages' else 'positive'} "
+                                          f"integer or null, got {value!r}")
 
     def argument(self, value: Any, at: str, depth: int = 0) -> None:
         """An argument as a sample describes it (:func:`kbuild.record.recorder.describe`): null, a boolean, a string,
