@@ -241,6 +241,7 @@ def test_the_defects_these_properties_found(tmp_path: Path, capsys: pytest.Captu
 
     for where, name, value, message in (("options", "num_ctas", "sm_90", "expected a positive integer or null"),
                                         ("constexprs", "BLOCK_SIZE", {"a": 1}, "has the one key 'dtype'"),
+                                        ("options", "num_warps", 3, "expected a power of two"),
                                         ("signature", next(iter(doc["kernels"][0]["specializations"][0]["signature"])),
                                          "nan", "is not a Triton type")):
         doc = copy.deepcopy(VALID_RECORDING)  # passed the reader, then raised ValueError / SignatureError
@@ -264,3 +265,14 @@ def test_the_defects_these_properties_found(tmp_path: Path, capsys: pytest.Captu
         with pytest.raises(UsageError, match="max_mib: expected a non-negative integer"):
             capture.load(folder)
 
+
+
+def test_triton_refusing_launch_options_is_a_usage_error() -> None:
+    import types
+
+    from kbuild.compile.triton_aot import compiler_options
+    from kbuild.targets import parse_target
+
+    spec = types.SimpleNamespace(name="k", num_warps=3, num_stages=3, maxnreg=None, num_ctas=1, ptx_options="")
+    with pytest.raises(UsageError, match=r"k for sm_90: Triton refuses the launch options .*power of 2"):
+        compiler_options(parse_target("sm_90"), spec)  # type: ignore[arg-type]

@@ -43,7 +43,7 @@ from kbuild import usercode
 from kbuild.compile.workers import CompileProcess, Deadline, WorkerDied
 from kbuild.declarations import signature
 from kbuild.declarations.kernel import KernelSettings
-from kbuild.errors import CompileError, KBuildError, KernelSourceError, MissingDependencyError
+from kbuild.errors import CompileError, KBuildError, KernelSourceError, MissingDependencyError, UsageError
 from kbuild.settings.environ import env_value
 from kbuild.settings.model import Settings
 from kbuild.targets import Target
@@ -496,7 +496,11 @@ def compiler_options(target: Target, spec: KernelSettings) -> dict[str, Any]:
         given["num_ctas"] = spec.num_ctas
     if getattr(spec, "ptx_options", ""):  # likewise: unset keeps Triton's default (PTXAS_OPTIONS) and the key
         given["ptx_options"] = spec.ptx_options
-    options = backend.parse_options(given)
+    try:
+        options = backend.parse_options(given)
+    except (AssertionError, ValueError, TypeError) as exc:  # Triton checks its options with asserts
+        raise UsageError(f"{spec.name} for {target.name}: Triton refuses the launch options {given}: "
+                         f"{exc or type(exc).__name__}") from None
     return dataclasses.asdict(options)
 
 

@@ -479,6 +479,8 @@ class _Reader:
             elif type(value) is not int or value < (0 if name == "num_stages" else 1):
                 self.fail(f"{at}.{name}", f"expected a {'non-negative' if name == 'num_stages' else 'positive'} "
                                           f"integer or null, got {value!r}")
+            elif name == "num_warps" and value & (value - 1):
+                self.fail(f"{at}.{name}", f"expected a power of two (Triton's rule), got {value}")
 
     def argument(self, value: Any, at: str, depth: int = 0) -> None:
         """An argument as a sample describes it (:func:`kbuild.record.recorder.describe`): null, a boolean, a string,
