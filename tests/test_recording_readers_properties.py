@@ -239,9 +239,9 @@ def test_the_defects_these_properties_found(tmp_path: Path, capsys: pytest.Captu
         rf.load(str(path))
     from kbuild.record.format import content_id
 
-    for where, name, value, message in (("options", "num_ctas", "sm_90", "expected a positive integer or null"),
+    for where, name, value, message in (("options", "num_ctas", "sm_90", "expected an integer, got 'sm_90'"),
                                         ("constexprs", "BLOCK_SIZE", {"a": 1}, "has the one key 'dtype'"),
-                                        ("options", "num_warps", 3, "expected a power of two"),
+                                        ("options", "num_warps", 3, "expected a power of two from 1 to 32, got 3"),
                                         ("signature", next(iter(doc["kernels"][0]["specializations"][0]["signature"])),
                                          "nan", "is not a Triton type")):
         doc = copy.deepcopy(VALID_RECORDING)  # passed the reader, then raised ValueError / SignatureError
@@ -276,3 +276,23 @@ def test_triton_refusing_launch_options_is_a_usage_error() -> None:
     spec = types.SimpleNamespace(name="k", num_warps=3, num_stages=3, maxnreg=None, num_ctas=1, ptx_options="")
     with pytest.raises(UsageError, match=r"k for sm_90: Triton refuses the launch options .*power of 2"):
         compiler_options(parse_target("sm_90"), spec)  # type: ignore[arg-type]
+
+
+def test_recorded_launch_options_are_checked_by_the_declarations_owner(tmp_path: Path) -> None:
+    """One owner (``kbuild.declarations.space.check_option``): a recording may hold what Triton ran (0 stages), a
+    searched space only 1 to 8."""
+    import copy
+
+    from kbuild.declarations.space import SpaceError, check_option
+    from kbuild.record.format import content_id
+
+    assert check_option("num_stages", 0, "k", recorded=True) == 0
+    with pytest.raises(SpaceError, match="expected 1 to 8"):
+        check_option("num_stages", 0, "k")
+    doc = copy.deepcopy(VALID_RECORDING)
+    sd = doc["kernels"][0]["specializations"][0]
+    sd["options"]["num_stages"] = 0
+    sd["id"] = content_id({f: sd[f] for f in _IDENTITY})
+    path = tmp_path / "rec.json"
+    path.write_text(json.dumps(doc))
+    assert rf.load(str(path)).kernels

@@ -160,14 +160,18 @@ def _check_ptx_value(name: str, kind: Any, value: str, key: str) -> None:
         raise SpaceError(key, f"ptxas flag {name!r} takes {want}, got {value!r}")
 
 
-def check_option(name: str, value: Any, key: str) -> int | None:
+def check_option(name: str, value: Any, key: str, *, recorded: bool = False) -> int | None:
     """The checked value of one integer option (``maxnreg`` 0 becomes None); :class:`SpaceError` naming ``key``.
-    ``ptx_options`` (a string) is :func:`check_ptx_options`."""
+    ``ptx_options`` (a string) is :func:`check_ptx_options`. A ``recorded`` value is what a workload ran
+    (:mod:`kbuild.record.format`): its ``num_stages`` may be any depth Triton takes (0 and up), not only the 1 to 8 a
+    space searches."""
     if isinstance(value, bool) or not isinstance(value, int):
         raise SpaceError(key, f"expected an integer, got {value!r}")
     if name == "num_warps" and (not 1 <= value <= 32 or value & (value - 1)):
         raise SpaceError(key, f"expected a power of two from 1 to 32, got {value}")
-    if name == "num_stages" and not 1 <= value <= 8:
+    if name == "num_stages" and recorded and value < 0:
+        raise SpaceError(key, f"expected 0 or more, got {value}")
+    if name == "num_stages" and not recorded and not 1 <= value <= 8:
         raise SpaceError(key, f"expected 1 to 8, got {value}")
     if name == "maxnreg":
         if value == 0:

@@ -468,19 +468,22 @@ class _Reader:
             self.fail(at, str(exc))
 
     def launch_options(self, options: Mapping[str, Any], at: str) -> None:
-        """The launch options (:data:`LAUNCH_OPTIONS`) among ``options``, where set: positive integers (``num_stages``
-        from 0), ``ptx_options`` a string."""
+        """The launch options (:data:`LAUNCH_OPTIONS`) among ``options``, where set, as the declarations check them
+        (:func:`kbuild.declarations.space.check_option`, a recorded value); ``ptx_options`` a string, kept as
+        recorded."""
+        from kbuild.declarations.space import SpaceError, check_option
+
         for name in LAUNCH_OPTIONS:
             value = options.get(name)
             if value is None:
                 continue
             if name == "ptx_options":
                 self.text(value, f"{at}.{name}")
-            elif type(value) is not int or value < (0 if name == "num_stages" else 1):
-                self.fail(f"{at}.{name}", f"expected a {'non-negative' if name == 'num_stages' else 'positive'} "
-                                          f"integer or null, got {value!r}")
-            elif name == "num_warps" and value & (value - 1):
-                self.fail(f"{at}.{name}", f"expected a power of two (Triton's rule), got {value}")
+                continue
+            try:
+                check_option(name, value, f"{at}.{name}", recorded=True)
+            except SpaceError as exc:
+                self.fail(exc.key, exc.detail)
 
     def argument(self, value: Any, at: str, depth: int = 0) -> None:
         """An argument as a sample describes it (:func:`kbuild.record.recorder.describe`): null, a boolean, a string,
