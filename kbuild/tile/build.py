@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from kbuild.tile.gluon import Variant, emit, kernel_params, layouts_of, load_kernel, signature
+from kbuild.tile.gluon import ROW_WISE, Variant, emit, kernel_params, layouts_of, load_kernel, signature
 from kbuild.tile.lang import Program, TileError, trace
 from kbuild.tile.synth import synthesize
 
@@ -46,10 +46,6 @@ class TileKernel:
         return [line.strip() for line in self.source.splitlines() if "gl.BlockedLayout(" in line]
 
 
-#: The operations of a row-wise program (:func:`kbuild.tile.gluon.emit` writes each).
-ROW_WISE = frozenset({"load", "store", "binary", "unary", "reduce", "expand"})
-
-
 def build(fn: Callable[..., Any], blocks: dict[str, int], *, warps: Sequence[int] = (4, 8),
           variants: int = 3) -> TileKernel:
     """Trace ``fn``, synthesise its layouts for each warp count in ``warps``, keep the ``variants`` cheapest
@@ -80,4 +76,4 @@ def build(fn: Callable[..., Any], blocks: dict[str, int], *, warps: Sequence[int
                       time.perf_counter() - started)
 
 
-__all__ = ["ROW_WISE", "TileKernel", "build"]
+__all__ = ["TileKernel", "build"]

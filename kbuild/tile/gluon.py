@@ -128,6 +128,11 @@ def operand(x: Any) -> str:
     return repr(float(x))
 
 
+#: The operations of a row-wise program, each written by :func:`_statement`; the rest (``zeros``, ``shared``,
+#: ``dequant``, ``loop``, ``mma``) belong to K-loop programs (:mod:`kbuild.tile.gluon_mma`).
+ROW_WISE = frozenset({"load", "store", "binary", "unary", "reduce", "expand"})
+
+
 def _statement(w: _Writer, op: Op) -> str | None:
     out = f"v{op.result.id}" if op.result is not None else ""
     if op.kind == "load":
@@ -268,5 +273,5 @@ def check_names(source: str, program: Program) -> None:
             raise TileError(f"{program.name}: parameter {owner!r} becomes {arg!r}, {what}; rename the parameter")
 
 
-__all__ = ["BINARY", "GL_DTYPE", "UNARY", "Variant", "blocked_text", "check_names", "emit", "kernel_params", "layouts_of",
+__all__ = ["BINARY", "GL_DTYPE", "ROW_WISE", "UNARY", "Variant", "blocked_text", "check_names", "emit", "kernel_params", "layouts_of",
            "load_kernel", "operand", "signature"]

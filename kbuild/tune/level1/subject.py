@@ -218,8 +218,8 @@ def crossed_values(combos: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     values = [list(dict.fromkeys(c[n] for c in combos)) for n in names]
     if math.prod(len(v) for v in values) > MAX_CROSSED:
         return []
-    return [dict(zip(names, vs, strict=True)) for vs in itertools.product(*values)
-            if dict(zip(names, vs, strict=True)) not in combos]
+    pairings = (dict(zip(names, vs, strict=True)) for vs in itertools.product(*values))
+    return [c for c in pairings if c not in combos]
 
 
 def find_kernels(recording: Recording, names: Sequence[str] | None, *, where: str) -> list[Kernel]:
