@@ -28,6 +28,7 @@ from __future__ import annotations
 import functools
 import itertools
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from kbuild.arch import Part, architecture, find, modelled
@@ -398,16 +399,25 @@ def analyse(program: Program) -> MmaProgram:
     if pa.dims != "MK" or pb.dims != "KN":
         raise bad(mma_op, f"operands {pa.name} ({pa.dims}) and {pb.name} ({pb.dims}): expected an 'MK' and a 'KN' "
                           "tensor")
+    store = epilogue_store(program, after)
+    return MmaProgram(program, pa, pb, store.args[0], acc, store.args[1], after[:-1], pa.dtype)
+
+
+def epilogue_store(program: Program, after: Sequence[Op]) -> Op:
+    """The one store of an mma kernel's epilogue (the operations after its K loop), which may hold only
+    elementwise operations on the M×N accumulator before it; a clear :class:`MmaError` otherwise."""
     stores = [op for op in after if op.kind == "store"]
     if len(stores) != 1 or stores[0].args[0].dims != "MN":
         raise MmaError(f"{program.name}: an mma kernel stores one 'MN' tile after the loop")
     for op in after:
         if op.kind not in ("binary", "unary", "store") or op.attrs.get("op") == "rearrange":
-            raise bad(op, "after the K loop only elementwise operations and one store are supported")
+            raise MmaError(f"{program.name}: {op.label}: after the K loop only elementwise operations and one store "
+                           "are supported")
         for x in op.args:
             if isinstance(x, Value) and x.shape != ("M", "N"):
-                raise bad(op, f"the epilogue works on the M×N accumulator, not a {x.shape} tile")
-    return MmaProgram(program, pa, pb, stores[0].args[0], acc, stores[0].args[1], after[:-1], pa.dtype)
+                raise MmaError(f"{program.name}: {op.label}: the epilogue works on the M×N accumulator, not a "
+                               f"{x.shape} tile")
+    return stores[0]
 
 
 __all__ = ["DotOperand", "MmaAccumulator", "MmaError", "MmaProgram", "NVMMAShared", "Plan", "SwizzledShared",

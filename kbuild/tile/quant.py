@@ -58,6 +58,7 @@ from kbuild.tile.mma import (
     SwizzledShared,
     choose_nvmma_swizzle,
     choose_swizzled,
+    epilogue_store,
     machine,
     wgmma_path,
 )
@@ -387,17 +388,8 @@ def analyse(program: Program) -> QuantProgram:
     if x.dtype != "fp16" or scales.dtype != "fp16":
         raise bad(deq, f"dequantisation to {scales.dtype} with {x.dtype} activations: only fp16 is built "
                        "(the exponent trick 0x6400 is fp16's)")
-    stores = [op for op in after if op.kind == "store"]
-    if len(stores) != 1 or stores[0].args[0].dims != "MN":
-        raise MmaError(f"{program.name}: an mma kernel stores one 'MN' tile after the loop")
-    for op in after:
-        if op.kind not in ("binary", "unary", "store") or op.attrs.get("op") == "rearrange":
-            raise bad(op, "after the K loop only elementwise operations and one store are supported")
-        for v in op.args:
-            if isinstance(v, Value) and v.shape != ("M", "N"):
-                raise bad(op, f"the epilogue works on the M×N accumulator, not a {v.shape} tile")
-    return QuantProgram(program, x, w, scales, stores[0].args[0], deq.attrs["group"], acc, stores[0].args[1],
-                        after[:-1])
+    store = epilogue_store(program, after)
+    return QuantProgram(program, x, w, scales, store.args[0], deq.attrs["group"], acc, store.args[1], after[:-1])
 
 
 @dataclass(frozen=True)
