@@ -205,6 +205,7 @@ def test_a_new_row_reaches_the_cli_choices_and_the_cost_models(new_row: Architec
     assert modelled() == (80, 90, 100)
     args = build_parser().parse_args(["tile", "m:f", "--problem", "256,256,256", "--arch", "100"])
     assert args.arch == 100  # `kbuild tile --arch`'s choices
+    assert new_row.part is not None
     assert model_shared_per_sm(100) == new_row.part.shared_per_sm  # the tuner's level-1 cost model
     assert mma.machine(100, "mma").sms == 148 and mma.wgmma_path(100)  # kbuild.tile's cost model
     ranked = {a: mma.plans(a, (8192, 8192, 4096), keep=1)[0] for a in (90, 100)}
@@ -218,10 +219,10 @@ def test_a_new_row_reaches_the_bench_suite(new_row: Architecture) -> None:
     from kbuild.bench.spec import BenchSpec, suite_archs
 
     assert suite_archs() == (100, 90, 80)
-    fields = {f.name: f for f in dataclasses.fields(BenchSpec)}
-    assert fields["archs"].default_factory() == (80, 90, 100)  # type: ignore[misc]
-    fields = {f.name: f for f in dataclasses.fields(CudaBenchSpec)}
-    assert fields["archs"].default_factory() == (80, 90, 100)  # type: ignore[misc]
+    for spec in (BenchSpec, CudaBenchSpec):
+        (factory,) = [f.default_factory for f in dataclasses.fields(spec) if f.name == "archs"]
+        assert factory is not dataclasses.MISSING, spec
+        assert factory() == (80, 90, 100), spec
 
 
 def test_every_row_is_consistent() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import math
+from typing import Any
 
 import pytest
 from hypothesis import given, settings
@@ -15,7 +16,7 @@ from kbuild.declarations.space import expand, make_point, normalize_point
 from kbuild.errors import ConfigError
 from kbuild.settings.sources import settings_from_table
 
-BASE = {"targets": ["sm_90"], "kernels": [{"name": "mm", "source": "p.m:mm", "signature": {"a": "*fp16", "M": "i32"},
+BASE: dict[str, Any] = {"targets": ["sm_90"], "kernels": [{"name": "mm", "source": "p.m:mm", "signature": {"a": "*fp16", "M": "i32"},
                                            "constexprs": {"BLOCK_M": 64, "BLOCK_N": 64}, "num_warps": 4}]}
 
 

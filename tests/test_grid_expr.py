@@ -7,6 +7,7 @@ from __future__ import annotations
 import ctypes
 import shutil
 import subprocess
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -38,7 +39,7 @@ def test_expressions_outside_the_grammar_are_refused(text: str, fragment: str):
         g.parse_expr(text)
 
 
-BASE = {"targets": ["sm_80"], "kernels": [{
+BASE: dict[str, Any] = {"targets": ["sm_80"], "kernels": [{
     "name": "mm", "source": "pkg.m:mm", "signature": {"a": "*fp16", "M": "i32", "N": "i64", "x": "fp32", "f": "i1"},
     "constexprs": {"BLOCK_M": 64, "SLOPE": 0.5, "ACT": "relu"}, "space": {"BLOCK_M": [64, 128]},
     "grid": ["cdiv(M, BLOCK_M)", "N"]}]}

@@ -97,12 +97,14 @@ def imports_in(module: str, path: Path, source: str | None = None) -> Iterator[I
     """The arrows of ``module`` to other kbuild modules, each with its line (lazy and ``TYPE_CHECKING`` ones too)."""
     tree = ast.parse(path.read_text() if source is None else source, str(path))
     for node in ast.walk(tree):
-        names: list[str] = []
+        names: list[str]
         if isinstance(node, ast.Import):
             names = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom):
             base = _source(module, path, node)
             names = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules() else base for a in node.names]
+        else:
+            continue
         for name in names:
             target = _kbuild_module(name)
             if target is not None and target != module:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import random
 from pathlib import Path
+from typing import Any
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -48,7 +49,7 @@ def paths(value, prefix=()):
 
 def make_key(tbl, project_dir="/a/checkout", **over):
     s = settings_from_table(tbl, project_dir=Path(project_dir), environ={})
-    args = {"spec": s.kernels[0], "target": parse_target("sm_90"), "source_hash": "abc123", "function": "add",
+    args: dict[str, Any] = {"spec": s.kernels[0], "target": parse_target("sm_90"), "source_hash": "abc123", "function": "add",
             "compiler": compiler_component(triton_version="3.6.0", ptxas_version="12.8.93",
                                            options={"num_warps": 4, "arch": "sm90"}),
             "tuner": tuner_component(s, version=TUNER_VERSION)}

@@ -66,7 +66,7 @@ def imports_of(module: str, path: Path, *, top_level_only: bool = False) -> froz
     tree = ast.parse(path.read_text(), str(path))
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     nodes: Iterator[ast.AST] = iter(tree.body) if top_level_only else ast.walk(tree)
-    out = set()
+    out: set[str] = set()
     for node in nodes:
         if isinstance(node, ast.Import):
             out.update(a.name for a in node.names)

@@ -208,16 +208,17 @@ def test_auto_build_without_the_extra_ships_the_baseline_saying_why(without_tune
     from kbuild.build.tuning import tune_build, tune_missing
 
     monkeypatch.setattr(tunable, "has_gpu", lambda cc: True)  # stands in for a GPU: only the tuner's import runs
+    # stand-ins (SimpleNamespace) for the settings and the KernelBuild: only the fields the tuner reads
     b = SimpleNamespace(tuned=False, tuned_key=object(), spec=SimpleNamespace(name="k", bench="m:f"),
                         target=SimpleNamespace(cc=90, name="sm_90"), status="", space=[])
-    tune_missing(SimpleNamespace(tune="auto"), [b], None, tune_build, None)
+    tune_missing(SimpleNamespace(tune="auto"), [b], None, tune_build, None)  # type: ignore[arg-type, list-item]
     assert not b.tuned
     assert b.status.startswith("untuned: ") and "pip install 'kbuild[tune]'" in b.status, b.status
     with pytest.raises(MissingDependencyError, match=r"kbuild\[tune\]"):
-        tune_missing(SimpleNamespace(tune="require"), [b], None, tune_build, None)
+        tune_missing(SimpleNamespace(tune="require"), [b], None, tune_build, None)  # type: ignore[arg-type, list-item]
     b.space = [{}, {}]  # a configuration space: the two-level tuner, whose level-1 import is guarded the same way
     with pytest.raises(MissingDependencyError, match=r"kbuild\[tune\]"):
-        tune_build(SimpleNamespace(project_dir=Path(), python_path=[]), b)
+        tune_build(SimpleNamespace(project_dir=Path(), python_path=[]), b)  # type: ignore[arg-type]
 
 
 # --- the fresh venv ---------------------------------------------------------------------------------------------

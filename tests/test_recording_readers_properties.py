@@ -258,10 +258,10 @@ def test_the_defects_these_properties_found(tmp_path: Path, capsys: pytest.Captu
         assert "packages.pkg: expected an object" in capsys.readouterr().err
     from kbuild.record import capture
 
-    for bad in (":", [1], -1, 2.5):
-        folder = tmp_path / f"c{bad!s}.captures"
+    for bad_mib in (":", [1], -1, 2.5):
+        folder = tmp_path / f"c{bad_mib!s}.captures"
         folder.mkdir()
-        (folder / capture.INDEX).write_text(json.dumps({**VALID_CAPTURES, "max_mib": bad}))
+        (folder / capture.INDEX).write_text(json.dumps({**VALID_CAPTURES, "max_mib": bad_mib}))
         with pytest.raises(UsageError, match="max_mib: expected a non-negative integer"):
             capture.load(folder)
 

@@ -72,6 +72,7 @@ def main(argv: list[str]) -> int:
         spec = load_spec(recorded_ref(recording, function, spec_id, sample=index))
         before = {"outputs": sorted(spec.outputs), "inplace": sorted(spec.inplace)}
         spec = settled(spec, "cpu")
+        assert spec.reference is not None, function  # a recorded spec's reference runs the recorded configuration
         inputs = spec.make_inputs(3, "cpu")
         first, second = spec.reference(inputs), spec.reference(inputs)
         same = all(bool((first[n] == second[n]).all()) or bool(first[n].isnan().all()) for n in spec.outputs)

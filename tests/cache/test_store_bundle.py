@@ -63,6 +63,17 @@ def test_export_filters_by_target(tmp_path):
     assert report.entries == len(got) > 0
 
 
+def _contents(path) -> list[tuple[tarfile.TarInfo, bytes]]:
+    """Every member of the archive at ``path`` with its bytes (an export holds regular files only)."""
+    with tarfile.open(path) as tar:
+        out = []
+        for m in tar.getmembers():
+            f = tar.extractfile(m)
+            assert f is not None, m.name
+            out.append((m, f.read()))
+        return out
+
+
 def _tar(path, members):
     with tarfile.open(path, "w") as tar:
         for info, data in members:
@@ -93,8 +104,7 @@ def _link(name, target, kind=tarfile.SYMTYPE):
 def test_crafted_archives_are_rejected_and_store_unchanged(tmp_path, member, match):
     src, _ = filled(tmp_path / "src", n=2)
     export_bundle(src, tmp_path / "good.tar")
-    with tarfile.open(tmp_path / "good.tar") as tar:
-        good = [(m, tar.extractfile(m).read()) for m in tar.getmembers()]
+    good = _contents(tmp_path / "good.tar")
     _tar(tmp_path / "evil.tar", [*good, member])
     dst, _ = filled(tmp_path / "dst", n=1)
     before = snapshot(dst)
@@ -108,8 +118,7 @@ def test_crafted_archives_are_rejected_and_store_unchanged(tmp_path, member, mat
 def test_tampered_cubin_rejected(tmp_path):
     src, _ = filled(tmp_path / "src", n=2)
     export_bundle(src, tmp_path / "good.tar")
-    with tarfile.open(tmp_path / "good.tar") as tar:
-        members = [(m, tar.extractfile(m).read()) for m in tar.getmembers()]
+    members = _contents(tmp_path / "good.tar")
     info, data = members[-1]
     members[-1] = (info, data[:-1] + bytes([data[-1] ^ 1]))
     _tar(tmp_path / "bad.tar", members)

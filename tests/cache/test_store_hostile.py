@@ -11,7 +11,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 import pytest
@@ -25,7 +25,7 @@ from kbuild.settings.sources import settings_from_table
 hostile = pytest.mark.hostile
 
 
-def settings(store: Path, remotes: list[tuple[str, bool]] = (), secret: str | None = None, **table: object):
+def settings(store: Path, remotes: Sequence[tuple[str, bool]] = (), secret: str | None = None, **table: object):
     s = settings_from_table({"store": str(store), **table}, environ={})
     return dataclasses.replace(s, remotes=[RemoteSettings(url=u, writable=w) for u, w in remotes],
                                store_secret=secret)
@@ -630,11 +630,11 @@ def test_gc_removes_half_written_cubins_of_killed_puts(tmp_path):
     ctx = multiprocessing.get_context("fork")
     for _ in range(3):
         ready = ctx.Event()
-        proc = ctx.Process(target=_killed_mid_blob, args=(str(store), ready))
-        proc.start()
-        assert ready.wait(30)
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.join(10)
+        child = ctx.Process(target=_killed_mid_blob, args=(str(store), ready))
+        child.start()
+        assert ready.wait(30) and child.pid is not None
+        os.kill(child.pid, signal.SIGKILL)
+        child.join(10)
     assert stored_files(store) == (1, 4)  # three half-written 10 MB files that no entry names
     proc = kbuild("cache", "verify", "--store", str(store), "--json", cwd=tmp_path)
     assert json.loads(proc.stdout)["file_warnings"] == 3 and "half-written" in proc.stderr, proc.stderr

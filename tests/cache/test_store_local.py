@@ -86,7 +86,7 @@ def test_sigkill_between_blob_and_record_leaves_no_visible_entry(tmp_path):
     ready = ctx.Event()
     proc = ctx.Process(target=_writer_blocked_before_record, args=(str(tmp_path / "s"), ready))
     proc.start()
-    assert ready.wait(20)
+    assert ready.wait(20) and proc.pid is not None
     os.kill(proc.pid, signal.SIGKILL)
     proc.join(10)
     assert proc.exitcode == -signal.SIGKILL
@@ -120,6 +120,7 @@ def test_sigkill_at_random_points_never_exposes_a_partial_entry(tmp_path):
         proc = ctx.Process(target=_writer_loop, args=(path, round_))
         proc.start()
         time.sleep(rng.uniform(0.15, 0.4))
+        assert proc.pid is not None
         os.kill(proc.pid, signal.SIGKILL)
         proc.join(10)
         tier = Tier(LocalBackend(path))

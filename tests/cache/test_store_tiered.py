@@ -9,6 +9,7 @@ import logging
 import os
 import shutil
 import subprocess
+from collections.abc import Sequence
 from pathlib import Path
 
 import pytest
@@ -21,7 +22,7 @@ from kbuild.settings.model import RemoteSettings
 from kbuild.settings.sources import settings_from_table
 
 
-def settings(store: Path, remotes: list[tuple[str, bool]] = (), secret: str | None = None, max_bytes: int = 1 << 30):
+def settings(store: Path, remotes: Sequence[tuple[str, bool]] = (), secret: str | None = None, max_bytes: int = 1 << 30):
     import dataclasses
 
     s = settings_from_table({"store": str(store), "store_max_bytes": max_bytes}, environ={})

@@ -202,13 +202,14 @@ def test_a_tuning_build_tunes_the_hand_written_rms_norm_from_the_recorded_call()
 
     from kbuild.build.pipeline import resolve_builds
     from kbuild.build.resolve import select_targets
+    from kbuild.settings.model import TuneMode
     from kbuild.settings.sources import load_settings
 
     base = dataclasses.replace(load_settings(EXAMPLE / "pyproject.toml"), recordings=["recordings/llama3-8b.cpu.json"])
     targets = [t for t in select_targets(base, None) if t.name == "sm_90"]
     rms = "liger_kernel.ops.rms_norm:_rms_norm_forward_kernel"
 
-    def forward(tune: str) -> tuple[list[Any], Any]:
+    def forward(tune: TuneMode) -> tuple[list[Any], Any]:
         builds, _, _, report = resolve_builds(dataclasses.replace(base, tune=tune), base.kernels, targets)
         return [b for b in builds if b.spec.source == rms or b.spec.name.startswith("rms_norm_fwd")], report
 

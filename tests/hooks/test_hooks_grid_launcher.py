@@ -13,6 +13,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -78,7 +79,7 @@ def table(grid: list[str] | None = None, **extra: Any) -> dict[str, Any]:
 
 
 @pytest.fixture
-def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def project(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     pkg = tmp_path / "gridpkg"
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
@@ -120,13 +121,13 @@ def test_the_shipped_config_drives_launcher_and_manifest(project: Path, tmp_path
     by_target = {b.target.name: b for b in plan.builds}
     b80, b90 = by_target["sm_80"], by_target["sm_90"]
     assert b80.space[0]["constexprs"] == {"BLOCK": 64} and len(b80.space) == 4
-    assert b90.artefact.meta["config"] == point and b90.artefact.meta["constexprs"]["BLOCK"] == 256
-    assert b90.artefact.meta["num_warps"] == 8 and b80.artefact.meta["num_warps"] == 4
-    assert b90.artefact.key == b90.tuned_key.hex and b90.improved
+    assert b90.shipped.meta["config"] == point and b90.shipped.meta["constexprs"]["BLOCK"] == 256
+    assert b90.shipped.meta["num_warps"] == 8 and b80.shipped.meta["num_warps"] == 4
+    assert b90.tuned_key is not None and b90.shipped.key == b90.tuned_key.hex and b90.improved
 
     # compile_config of the default point is the baseline, byte for byte and key for key (deterministic)
     again = compile_config(plan.settings, b80, b80.space[0])
-    assert again.key == b80.baseline_key.hex and again.cubin == b80.artefact.cubin
+    assert again.key == b80.baseline_key.hex and again.cubin == b80.shipped.cubin
 
     manifest = check_manifest(json.loads(manifest_bytes(plan.manifest)), "kbuild.json")
     entries = {e["target"]: e for e in manifest["kernels"]}
@@ -181,7 +182,7 @@ def test_an_autotuned_source_gives_its_configs(project: Path):
     # BLOCK is set by the configs only: the autotuner's first config is the default
     assert [p["constexprs"]["BLOCK"] for p in b.space] == [32, 128]
     assert b.space[0]["num_warps"] == 1 and b.spec.constexprs == {"BLOCK": 32}
-    assert plan.builds[0].artefact.meta["constexprs"]["BLOCK"] == 32
+    assert plan.builds[0].shipped.meta["constexprs"]["BLOCK"] == 32
 
 
 def test_the_space_is_in_the_tuned_key_only(project: Path, monkeypatch: pytest.MonkeyPatch):
@@ -192,10 +193,12 @@ def test_the_space_is_in_the_tuned_key_only(project: Path, monkeypatch: pytest.M
     targets = [parse_target("sm_90")]
     (a,), (b,), (c,) = (resolve(s, s.kernels, targets) for s in (s1, s2, s3))
     assert a.baseline_key.hex == b.baseline_key.hex == c.baseline_key.hex
+    assert a.tuned_key is not None and b.tuned_key is not None and c.tuned_key is not None
     assert len({a.tuned_key.hex, b.tuned_key.hex, c.tuned_key.hex}) == 3
     assert "space" not in c.tuned_key.components["tuner"]  # no space: the tuned key of before
     reordered = table(space={"num_warps": [8, 4], "BLOCK": [256, 64]})
     (d,) = resolve(settings_from_table(reordered, project_dir=project, environ={}), s1.kernels, targets)
+    assert d.tuned_key is not None
     assert d.tuned_key.hex == a.tuned_key.hex  # the order a grid is written in does not move the key
 
 

@@ -9,6 +9,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hooks_helpers import CMAKE_EXAMPLE, build_env, copy_project
@@ -212,8 +213,9 @@ def test_a_changed_triton_environment_knob_invalidates_the_memo(tmp_path: Path, 
     before = probe(project, store)
     assert not probe(project, store)["triton_imported"]
     name, _, value = knob.partition("=")
-    after = probe(project, store, **{name: value})
-    assert_memo_missed_and_correct(project, store, before, after, **{name: value})
+    knob_env: dict[str, Any] = {name: value}  # an environment variable, never probe's memo= or patch=
+    after = probe(project, store, **knob_env)
+    assert_memo_missed_and_correct(project, store, before, after, **knob_env)
     assert after["cubins"] != before["cubins"]
 
 

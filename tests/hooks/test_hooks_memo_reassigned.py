@@ -198,6 +198,7 @@ def test_the_code_that_computes_keys_is_derived_from_its_imports():
     code = _kbuild_code()
     assert code is not None
     for mod in (kbuild.declarations.space, kbuild.declarations.signature, kbuild.key, kbuild.build.resolve):
+        assert mod.__file__ is not None, mod.__name__
         assert str(Path(mod.__file__).resolve()) in {str(Path(f).resolve()) for f in code}, mod.__name__
     assert not [f for f in code if "/tests/" in f]
 

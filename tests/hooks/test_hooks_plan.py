@@ -9,6 +9,7 @@ import json
 import subprocess
 import sys
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,7 @@ pytestmark = pytest.mark.slow
 
 
 @pytest.fixture
-def project(tmp_path: Path, store: Path, monkeypatch: pytest.MonkeyPatch, kbuild_env: Override) -> Path:
+def project(tmp_path: Path, store: Path, monkeypatch: pytest.MonkeyPatch, kbuild_env: Override) -> Iterator[Path]:
     """A copy of the setuptools example as the current directory, its store in KBUILD_STORE, no other KBUILD_*
     (``kbuild_env`` unset every other one)."""
     kbuild_env.set(store=store)
@@ -214,7 +215,8 @@ class VanishingStore:
     two, by another build sharing the store)."""
 
     def __init__(self, store: Any, key: str) -> None:
-        self.store, self.key, self.gets, self.puts = store, key, 0, []
+        self.store, self.key, self.gets = store, key, 0
+        self.puts: list[str] = []
 
     def contains(self, key: str) -> bool:
         return key == self.key or self.store.contains(key)

@@ -4,6 +4,7 @@ does nothing. The GPU and the tuner are faked at the edge; the real ones run on 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,7 @@ from kbuild.settings.variables import Override
 
 
 @pytest.fixture
-def project(tmp_path: Path, store: Path, kbuild_env: Override) -> Path:
+def project(tmp_path: Path, store: Path, kbuild_env: Override) -> Iterator[Path]:
     project = copy_project(CMAKE_EXAMPLE, tmp_path / "p")
     kbuild_env.set(store=store)
     forget_example_modules()

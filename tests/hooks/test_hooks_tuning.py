@@ -4,6 +4,7 @@ found by the next build without tuning again, what the manifest says, and tune =
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,7 @@ from kbuild.settings.variables import Override
 
 
 @pytest.fixture
-def project(tmp_path: Path, store: Path, monkeypatch: pytest.MonkeyPatch, kbuild_env: Override) -> Path:
+def project(tmp_path: Path, store: Path, monkeypatch: pytest.MonkeyPatch, kbuild_env: Override) -> Iterator[Path]:
     project = copy_project(CMAKE_EXAMPLE, tmp_path / "p")
     kbuild_env.set(store=store)
     p = project / "pyproject.toml"
@@ -56,7 +57,7 @@ def test_tunes_on_a_miss_stores_at_once_and_reuses(project: Path):
     builds = {(b.spec.name, b.target.name): b for b in run_pipeline(settings, tune_on_miss=True, tuner=tuner)}
     assert sorted(tuner.calls) == [("layernorm", "sm_90"), ("softmax", "sm_90")]
     assert builds[("softmax", "sm_90")].status == "tuned ×1.250"
-    assert builds[("softmax", "sm_90")].artefact.cubin.endswith(b"\0tuned")
+    assert builds[("softmax", "sm_90")].shipped.cubin.endswith(b"\0tuned")
     assert builds[("layernorm", "sm_90")].status == "tuned: baseline kept: nothing beat the A/A spread"
     assert builds[("matmul_leaky_relu", "sm_90")].status.startswith("untuned: the kernel has no bench spec")
     assert builds[("softmax", "sm_80")].status == "untuned: no sm_80 GPU on this machine"
@@ -67,10 +68,10 @@ def test_tunes_on_a_miss_stores_at_once_and_reuses(project: Path):
     assert states[("layernorm", "sm_90")] == ("baseline-kept", None)
     assert states[("softmax", "sm_80")] == ("baseline", None)
     kept = builds[("layernorm", "sm_90")]
-    assert kept.artefact.cubin_sha256 == kept.artefact.meta["baseline_cubin_sha256"]  # the baseline ships
+    assert kept.shipped.cubin_sha256 == kept.shipped.meta["baseline_cubin_sha256"]  # the baseline ships
 
     source = render_sources(kernels_from_builds(builds.values()))["kbuild_kernels.c"].decode()
-    assert f"key {builds[('softmax', 'sm_90')].artefact.key}, cubin sha256 " in source
+    assert f"key {builds[('softmax', 'sm_90')].shipped.key}, cubin sha256 " in source
     assert ", tuned */" in source
 
     # The next build finds the results: no tuning again.
@@ -107,7 +108,7 @@ def test_the_example_bench_specs_compile_to_the_shipped_cubins(session_store: Pa
     monkeypatch.syspath_prepend(str(CMAKE_EXAMPLE))
     forget_example_modules()
     settings = load_settings(CMAKE_EXAMPLE / "pyproject.toml")
-    shipped = {(b.spec.name, b.target.cc): b.artefact.cubin for b in run_pipeline(settings)}
+    shipped = {(b.spec.name, b.target.cc): b.shipped.cubin for b in run_pipeline(settings)}
     for spec_decl in settings.kernels:
         assert spec_decl.bench == f"kbx_demo.bench:{spec_decl.name}"
         spec = load_spec(spec_decl.bench, small=True)
@@ -133,7 +134,7 @@ def test_a_failing_tuner_ships_the_baseline_under_auto_and_fails_under_require(p
     builds = {(b.spec.name, b.target.name): b for b in run_pipeline(settings, tune_on_miss=True, tuner=broken)}
     b = builds[("softmax", "sm_90")]
     assert not b.tuned and b.status.startswith("untuned: tuning failed: bench spec kbx_demo.bench:softmax")
-    assert b.artefact.key == b.baseline_key.hex  # the baseline ships; nothing stored under the tuned key
+    assert b.shipped.key == b.baseline_key.hex  # the baseline ships; nothing stored under the tuned key
     forget_example_modules()
     kbuild_env.set(tune="require")
     p = project / "pyproject.toml"

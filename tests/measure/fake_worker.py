@@ -60,11 +60,11 @@ def main() -> int:
                 reply = {"ok": True, "valid": not bad, "k": msg["k"],
                          "reason": "output 'y': 3 elements differ bitwise" if bad else None}
             else:
-                f = 1.1 if cubin.endswith(b"#SLOW") else 1.0
+                scale = 1.1 if cubin.endswith(b"#SLOW") else 1.0
                 r, n = msg["rounds"], msg["reps"]
                 base = [[1.0 + 0.001 * ((i * 7 + j) % 5) for i in range(n)] for j in range(r)]
                 reply = {"ok": True, "samples": {"baseline": base,
-                                                 "candidate": [[x * f for x in row] for row in base],
+                                                 "candidate": [[x * scale for x in row] for row in base],
                                                  "baseline_aa": [list(reversed(row)) for row in base]}}
         protocol.send(a.write_fd, reply)
 

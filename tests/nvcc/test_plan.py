@@ -54,7 +54,8 @@ def test_the_dependency_pseudo_step_is_kept_with_its_file():
 
 
 def test_flags_the_launcher_cannot_honour():
-    assert conflicting_flag(["-c", "a.cu", "--keep-dir", "d"]).startswith("--keep-dir")
+    flag = conflicting_flag(["-c", "a.cu", "--keep-dir", "d"])
+    assert flag is not None and flag.startswith("--keep-dir")
     assert conflicting_flag(["-t4"]) is None and conflicting_flag(["--threads=2"]) is None  # run by the launcher
     assert conflicting_flag(["-c", "a.cu", "-o", "a.o", "-O3"]) is None
 

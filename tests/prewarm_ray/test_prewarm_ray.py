@@ -46,7 +46,7 @@ def test_a_node_killed_mid_tune_and_a_gpu_fault_still_store_every_entry_once(set
     remote = f"{dav_server.url}/{prefix}"
     log = str(tmp_path / "tune-events.jsonl")
     tuner = stand_in.RecordingModelTuner(log, faults=(FAULT,))
-    killed: dict[str, float] = {}
+    killed: dict[str, Any] = {}  # when (time.time()) and which entry's key
 
     def kill_a_worker_mid_tune(entries: Any) -> None:
         if killed:

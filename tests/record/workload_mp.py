@@ -6,8 +6,12 @@ its ``with`` block, as pools usually are), then one ``Process`` runs a fourth. T
 
 import multiprocessing as mp
 import sys
+from typing import TYPE_CHECKING, cast
 
 from workload_jit import main as jit_main
+
+if TYPE_CHECKING:
+    from multiprocessing.context import ForkContext, ForkServerContext, SpawnContext
 
 
 def work(rows):
@@ -16,7 +20,8 @@ def work(rows):
 
 
 if __name__ == "__main__":
-    ctx = mp.get_context(sys.argv[1])
+    # typeshed types get_context(str) as BaseContext, which lacks Process; every start method's context has it
+    ctx = cast("ForkContext | SpawnContext | ForkServerContext", mp.get_context(sys.argv[1]))
     with ctx.Pool(2) as pool:
         print(pool.map(work, [16, 32, 48]))
     p = ctx.Process(target=work, args=(64,))

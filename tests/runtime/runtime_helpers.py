@@ -116,7 +116,7 @@ class _NoDriver:
     def get_current_stream(self, device: int | None = None) -> int:
         import torch
 
-        return int(torch._C._cuda_getCurrentRawStream(device))
+        return int(torch._C._cuda_getCurrentRawStream(self.get_current_device() if device is None else device))
 
     def get_current_target(self) -> Any:
         import torch

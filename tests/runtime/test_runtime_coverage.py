@@ -145,7 +145,12 @@ def test_strict_fails_an_autotuning_the_wheel_does_not_answer(shipped: Any, kern
     assert kbuild.runtime.enable("kbx_jit", data_dir=shipped.data_dir)
     tuner = _autotuned(kernels)
     benched: list[Any] = []
-    monkeypatch.setattr(tuner, "_bench", lambda *a, config, **k: benched.append(config) or [1.0] * 3)
+
+    def bench(*a: Any, config: Any, **k: Any) -> list[float]:
+        benched.append(config)
+        return [1.0] * 3
+
+    monkeypatch.setattr(tuner, "_bench", bench)
     x = torch.empty(64 * 512, dtype=torch.float16).view(64, 512)
     out = torch.empty_like(x)
     with pytest.raises(CoverageError, match=r"would autotune key \(512, 'torch.float16', 'torch.float16'\) on sm_90"):

@@ -160,7 +160,7 @@ def test_the_jit_example_bench_specs_compile_to_the_shipped_cubins(jit_settings:
     from kbuild.build.pipeline import run_pipeline
 
     monkeypatch.syspath_prepend(str(JIT_EXAMPLE))
-    shipped = {b.spec.name: b.artefact.cubin for b in run_pipeline(jit_settings, targets=["sm_90"])}
+    shipped = {b.spec.name: b.shipped.cubin for b in run_pipeline(jit_settings, targets=["sm_90"])}
     for decl in jit_settings.kernels:
         assert decl.bench == f"kbx_jit.bench:{decl.name}"
         spec = load_spec(decl.bench, small=True)

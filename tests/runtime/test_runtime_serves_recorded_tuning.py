@@ -85,15 +85,17 @@ def test_record_tune_on_the_cost_model_ship_and_serve(recorded_project: Any, fak
     (b,) = run_pipeline(settings)
     # the recorded call as the declaration: a bench spec from the recording, a derived space (the recorded
     # configuration first), and no hand-written field
-    assert b.recorded is not None and b.spec.bench.startswith("kbuild.bench.recorded:recorded_spec?")
+    assert b.recorded is not None and b.spec.bench is not None
+    assert b.spec.bench.startswith("kbuild.bench.recorded:recorded_spec?")
     assert "specialization=" in b.spec.bench and "target=sm_90" in b.spec.bench
     assert len(b.space) > 1 and b.space[0] == b.spec.default_config()
     assert b.space[0]["num_warps"] == 1 and {p["num_warps"] for p in b.space} > {1}
     # half and twice the block size are proposed to the output check, which the tune phase runs (where the space is
     # searched); the tuned key names them whatever its verdicts
     assert {p["constexprs"]["BLOCK"] for p in b.space} == {1024} and b.recorded.output_check is not None
+    assert b.tuned_key is not None
     assert b.tuned_key.components["tuner"]["constexpr_candidates"] == [{"BLOCK": 512}, {"BLOCK": 2048}]
-    assert b.tuned_key is not None and b.tuned_key.components["tuner"]["space"]
+    assert b.tuned_key.components["tuner"]["space"]
 
     import kbuild.build.tuning as tuning
     from kbuild.cache import open_store
@@ -111,7 +113,7 @@ def test_record_tune_on_the_cost_model_ship_and_serve(recorded_project: Any, fak
     baseline = b.artefact
     tuning.tune_missing(settings, [b], open_store(settings), lambda s, build: tune_build(s, build, measure="model"),
                         None)
-    art, b.artefact = b.artefact, baseline
+    art, b.artefact = b.shipped, baseline
     assert b.tuned and art.key == b.tuned_key.hex
     pages = sorted(p.name for p in (tmp_path / "reports").iterdir())
     assert pages == [f"{b.spec.name}.sm_90.tune.html", f"{b.spec.name}.sm_90.tune.json"]
@@ -133,7 +135,7 @@ def test_record_tune_on_the_cost_model_ship_and_serve(recorded_project: Any, fak
     assert all(p["reason"] for p in space["points"] if not p["kept"])
     from kbuild.tune.report_html import render_report_html
 
-    page = render_report_html(report, b.artefact.cubin, art.cubin, kernel_symbol="softmax")
+    page = render_report_html(report, b.shipped.cubin, art.cubin, kernel_symbol="softmax")
     assert "Space: derived and pruned" in page and f"{space['size']} points derived" in page
     assert "id=outputchecks" in page and "<code>BLOCK=2048</code></td><td><span class=ok>shown safe" in page
     assert "<code>BLOCK=512</code></td><td><span class=bad>left out" in page
@@ -239,7 +241,7 @@ def test_a_kernel_with_a_dtype_constexpr_is_tuned_and_served(fake_gpu: Any, tmp_
     baseline = b.artefact
     tuning.tune_missing(settings, [b], open_store(settings), lambda s, build: tune_build(s, build, measure="model"),
                         None)
-    art, b.artefact = b.artefact, baseline
+    art, b.artefact = b.shipped, baseline
     assert b.tuned and art.meta["config"]["num_warps"] != 1  # the cost model's choice (a labelled stand-in)
     assert art.meta["config"]["constexprs"] == {"BLOCK": 4096, "OUT_DTYPE": {"dtype": "fp16"}}
     tuned = dataclasses.replace(b)
@@ -295,13 +297,14 @@ def test_a_block_size_shown_safe_by_checking_outputs_is_tuned_and_served(fake_gp
     # the build resolves the launch-option points and names the candidates in the tuned key (the question, the same
     # wherever the check later runs: a CPU build finds what a GPU prewarm tuned)
     assert {p["constexprs"]["BLOCK_SIZE"] for p in b.space} == {64}
+    assert b.tuned_key is not None
     tuner = b.tuned_key.components["tuner"]
     assert tuner["constexpr_candidates"] == [{"BLOCK_SIZE": 32}, {"BLOCK_SIZE": 128}]
     monkeypatch.setattr(tuning, "can_tune", lambda s, build: True)
     baseline = b.artefact
     tuning.tune_missing(settings, [b], open_store(settings), lambda s, build: tune_build(s, build, measure="model"),
                         None)
-    art, b.artefact = b.artefact, baseline
+    art, b.artefact = b.shipped, baseline
     chosen = art.meta["config"]
     assert b.tuned and chosen["constexprs"]["BLOCK_SIZE"] != 64  # the cost model's choice (a labelled stand-in)
     checks = art.meta["tune_report"]["space"]["space"]["output_checks"]
@@ -364,7 +367,12 @@ def test_a_recorded_call_no_spec_can_be_made_of_ships_its_baseline_before_any_co
     (b,) = run_pipeline(settings)
     assert len(b.space) > 1
     pruned: list[Any] = []
-    monkeypatch.setattr(tuning, "_pruned_space", lambda *a, **k: pruned.append(a) or (list(b.space), None))
+
+    def pruned_space(*a: Any, **k: Any) -> tuple[list[dict[str, Any]], None]:
+        pruned.append(a)
+        return list(b.space), None
+
+    monkeypatch.setattr(tuning, "_pruned_space", pruned_space)
     monkeypatch.setattr(tuning, "can_tune", lambda s, build: True)
     with caplog.at_level(logging.WARNING, logger="kbuild.build.tuning"):
         tuning.tune_missing(settings, [b], open_store(settings),

@@ -241,7 +241,12 @@ def test_binders_made_after_install_specialise_their_first_call_only(backend: An
     original = triton_jit.create_function_from_signature
     seen: list[Any] = []
     real = spec.specialize
-    monkeypatch.setattr(spec, "specialize", lambda *a: seen.append(a[1]) or real(*a))
+
+    def recording_specialize(*a: Any) -> Any:
+        seen.append(a[1])
+        return real(*a)
+
+    monkeypatch.setattr(spec, "specialize", recording_specialize)
     assert spec.install_first_call_binders() and not spec.install_first_call_binders()  # idempotent
     try:
         bind = triton_jit.create_function_from_signature(kernel.signature, kernel.params, backend)

@@ -216,7 +216,7 @@ def test_the_build_files_a_shared_cubin_under_each_key_declared(jit_settings: An
 
 #: An edit of the sm_90 BLOCK=1024 entry → what :func:`kbuild.runtime.verify.cubin_mismatch` says (the cubin is the
 #: real one the entry names; only what the entry claims about it changed).
-ENTRY_EDITS: dict[str, tuple[Callable[[dict[str, Any]], None], str]] = {
+ENTRY_EDITS: dict[str, tuple[Callable[[dict[str, Any]], object], str]] = {
     "target sm_80": (lambda e: e["target"].update(arch="sm_80", cc=80), "the cubin is for sm_90a"),
     "symbol": (lambda e: (e["checks"].update(name="other"), e["triton_metadata"].update(name="other")),
                "the entry's symbol is 'other'"),

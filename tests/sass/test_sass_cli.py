@@ -55,6 +55,7 @@ def test_show_and_diff_and_verify(capsys, tmp_path):
     assert rc == 0 and json.loads(out)["moved"]
     bad = tmp_path / "bad.cubin"
     data = bytearray(SOFTMAX.read_bytes())
+    assert s.cubin is not None
     t = s.cubin.text(s.kernel)
     i = next(k for k in range(s.n - 1) if s.analysis.sems[k].writes & s.analysis.sems[k + 1].reads
              and s.analysis.block_of[k] == s.analysis.block_of[k + 1])

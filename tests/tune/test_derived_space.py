@@ -259,7 +259,8 @@ def test_crossing_a_lists_values_needs_an_independent_reference_and_stays_small(
     # a recorded spec's reference is one configuration's own output: only the listed combinations
     recorded = dataclasses.replace(spec, reference_is_a_configuration=True)
     assert from_bench(recorded, parse_target("sm_90")).tunable == tuple(listed)
-    assert from_bench(spec, parse_target("sm_90")).tunable_from.startswith("bench spec configs (4), then 8 more")
+    tunable_from = from_bench(spec, parse_target("sm_90")).tunable_from
+    assert tunable_from is not None and tunable_from.startswith("bench spec configs (4), then 8 more")
     assert crossed_values([{"A": 1, "B": 1}, {"A": 2, "B": 2}]) == [{"A": 1, "B": 2}, {"A": 2, "B": 1}]
     assert crossed_values([{"A": 1}, {"B": 2}]) == []  # different constexprs: nothing to pair
     wide = [{"A": i, "B": i} for i in range(5)]  # 25 pairings > MAX_CROSSED
@@ -271,7 +272,7 @@ def test_constexprs_shown_safe_by_an_output_check_join_the_space() -> None:
     block = subject.constexprs["BLOCK_SIZE"]
     asked: list[Mapping[str, Any]] = []
 
-    def check(s: Subject, candidates: Sequence[Mapping[str, Any]]) -> list[tuple[bool, str]]:
+    def check(subject: Subject, candidates: Sequence[Mapping[str, Any]]) -> list[tuple[bool, str]]:
         asked.extend(candidates)
         return [(c["BLOCK_SIZE"] > block, "a masked block may grow, not shrink") for c in candidates]
 

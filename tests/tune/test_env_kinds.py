@@ -10,6 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from gymnasium.spaces import Discrete
 
 from kbuild.sass.schedule import Schedule
 from kbuild.tune.env import ACTIONS, FEATURES, KINDS, SassScheduleEnv
@@ -31,9 +32,11 @@ def make_env(schedule: Schedule, kinds=KINDS, evaluations: int = 200) -> SassSch
 
 def test_default_kinds_keep_the_one_slot_action_space(schedule):
     env = make_env(schedule, kinds=("moves",))
+    assert isinstance(env.action_space, Discrete)
     assert env.actions == ("up", "down") and env.action_space.n == 2 * len(env.movable)
     assert env.observation_space.shape == (len(env.movable) * FEATURES,)
     full = make_env(schedule)
+    assert isinstance(full.action_space, Discrete)
     assert full.action_space.n == sum(len(a) for a in ACTIONS.values()) * len(full.movable)
     assert full.observation_space.shape == (len(full.movable) * (FEATURES + 2),)
     with pytest.raises(ValueError, match="unknown action kinds"):
@@ -44,7 +47,7 @@ def test_every_unmasked_action_is_accepted_by_the_engine_and_masked_ones_are_not
     env = make_env(schedule)
     env.reset()
     mask = env.action_masks().reshape(len(env.movable), len(env.actions))
-    assert mask.any(axis=0)[[env.actions.index(a) for a in ("up", "far_up", "yield", "reuse_clear", "stall_up")]].all()
+    assert all(mask[:, env.actions.index(a)].any() for a in ("up", "far_up", "yield", "reuse_clear", "stall_up"))
     for j, name in enumerate(env.actions):
         for m in np.flatnonzero(mask[:, j])[:5].tolist():
             env._apply(int(env.movable[m]), name)  # raises IllegalMove if the mask lied

@@ -186,11 +186,13 @@ class Pool:
 
 def test_the_gpu_measurer_sends_no_racy_configuration_to_the_worker() -> None:
     m = object.__new__(GpuConfigMeasurer)  # no worker process: its client is a fake that passes everything
-    m.spec, m.client, m.pool, m.arch = base_spec(), FakeClient(), Pool(base_spec()), 90
+    client = FakeClient()
+    m.spec, m.pool, m.arch = base_spec(), Pool(base_spec()), 90
+    m.client = client  # type: ignore[assignment]  # a stand-in for the worker's client, not a ConfigWorkerClient
     bad = m.prepare(racy_a())
     assert bad.status == "racy" and bad.error is not None and WGMMA_RACE_ISSUE in bad.error
-    assert m.client.added == []
-    assert m.prepare(clean()).status == "ok" and m.client.added == [clean().label()]
+    assert client.added == []
+    assert m.prepare(clean()).status == "ok" and client.added == [clean().label()]
 
 
 # ----------------------------------------------------------------------------------------------

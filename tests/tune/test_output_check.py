@@ -46,7 +46,7 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Any]:
                           capture_output=True, text=True, timeout=600, cwd=tmp, check=False)
     assert done.returncode == 0, done.stderr[-3000:]
     sys.path.insert(0, str(tmp))
-    return rec, load(rec)
+    return rec, load(str(rec))
 
 
 def _check(recorded: tuple[Path, Any], name: str) -> tuple[Any, list[tuple[bool, str]], Any]:

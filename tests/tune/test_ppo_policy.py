@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch as th
+from gymnasium.spaces import Discrete
 from script_helpers import load_benchmark
 
 from kbuild.errors import UsageError
@@ -69,6 +70,7 @@ def test_weights_trained_on_one_kernel_drive_another_of_a_different_size(envs, t
     action, _ = pb.predict(obs, deterministic=True, action_masks=mask)
     assert mask[int(action)]
     dist = pb.get_distribution(th.as_tensor(obs[None]), action_masks=mask[None])
+    assert isinstance(dist.distribution, th.distributions.Categorical) and isinstance(b.action_space, Discrete)
     assert dist.distribution.logits.shape == (1, b.action_space.n)
     assert (tmp_path / "a.zip").stat().st_size < 1_000_000
 
@@ -99,12 +101,15 @@ def test_zero_padding_rows_do_not_change_the_real_rows_logits_or_the_value(envs)
 def test_suite_env_pads_to_the_largest_kernel_and_masks_the_padding(envs):
     small, big = _env("softmax"), _env("matmul_leaky")
     suite = SuiteEnv([small, big])
+    assert isinstance(suite.action_space, Discrete)
+    assert isinstance(small.action_space, Discrete) and isinstance(big.action_space, Discrete)
     assert suite.action_space.n == max(small.action_space.n, big.action_space.n)
     seen = set()
     for seed in range(8):
         obs, info = suite.reset(seed=seed)
         seen.add(info["kernel"])
         inner = suite.env
+        assert isinstance(inner.action_space, Discrete) and inner.observation_space.shape is not None
         n = inner.action_space.n
         mask = suite.action_masks()
         assert obs.shape == suite.observation_space.shape
@@ -133,7 +138,7 @@ def test_fine_tuning_from_a_checkpoint_stays_in_budget_and_says_where_it_started
     env = _env("rmsnorm", evaluations=40)
     r = ppo_search(env, seed=0, policy=tmp_path / "c.zip")
     assert r.evaluations == 40 and r.best_ratio <= 1.0
-    assert TRAINED_ON in r.policy and "c.zip" in r.policy and r.as_dict()["policy"] == r.policy
+    assert r.policy is not None and TRAINED_ON in r.policy and "c.zip" in r.policy and r.as_dict()["policy"] == r.policy
     scratch = ppo_search(_env("rmsnorm", evaluations=40), seed=0, policy=None)
     assert scratch.policy == "scratch" and scratch.evaluations == 40
 

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from gymnasium.spaces import Discrete
 
 from kbuild.cli import main
 from kbuild.sass.schedule import Schedule
@@ -55,6 +56,7 @@ def test_env_passes_gymnasium_and_sb3_checkers(schedule):
     obs, _ = env.reset(seed=3)
     assert obs.shape == env.observation_space.shape and env.observation_space.contains(obs)
     mask = env.action_masks()
+    assert isinstance(env.action_space, Discrete)
     assert mask.shape == (env.action_space.n,) and mask.any()
 
 
@@ -137,7 +139,7 @@ def test_acceptance_rule():
     assert not d.accepted and "does not beat the A/A spread" in d.reason
     # Clearly faster: accepted, with the speedup and its interval.
     d = decide(verifier_problems=[], check=GOOD_CHECK, timing=_timing(0.90, (0.88, 0.92), (0.995, 1.004)))
-    assert d.accepted and math.isclose(d.speedup, 1 / 0.90)
+    assert d.accepted and d.speedup is not None and math.isclose(d.speedup, 1 / 0.90)
     assert "samples_ms" in d.as_dict()  # the report keeps the raw acceptance timings
     # Any verifier problem, too few input sets, or a failed check keeps the baseline.
     assert not decide(verifier_problems=["x"], check=GOOD_CHECK, timing=_timing(0.5, (0.4, 0.6), (1, 1))).accepted
