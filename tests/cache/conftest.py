@@ -51,8 +51,8 @@ class BackendCase:
     kind: str
     backend: Backend
     url: str | None
-    corrupt_blob: Callable[[str, bytes], None]
-    plant_record: Callable[[str, bytes], None]
+    corrupt_blob: Callable[[str, bytes], object]
+    plant_record: Callable[[str, bytes], object]
     plant_no_value: Callable[[str, str], None]
     """``plant_no_value("ac" | "cas", name)``: put something no kbuild writes where a record or cubin belongs,
     as an attacker or a careless script would: a Redis list (``LPUSH``), a WebDAV collection (``PUT <path>/x``),

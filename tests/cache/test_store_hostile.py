@@ -203,7 +203,8 @@ def test_entry_backfilled_from_a_poisoned_remote_is_rejected_once_a_secret_is_se
 
     # 1. No secret yet: the poisoned entry is served (nothing can tell) and backfilled into the local tier.
     with open_(settings(tmp_path / "s", [(url, False)])) as store:
-        assert store.get(good.key).cubin == fake
+        served = store.get(good.key)
+        assert served is not None and served.cubin == fake
         assert store.local.backend.has_record(good.key)
 
     # 2. The secret is set: neither the local copy nor the remote one is shipped.
@@ -318,10 +319,11 @@ def test_http_cubin_over_the_cap_is_a_miss(tmp_path, nginx_server, caplog):
 
     url = f"{nginx_server.url}/big-{make_key(str(tmp_path))[:8]}"
     art = make_artefact("big-cubin")
-    tier = Tier(HttpBackend(url))
+    backend = HttpBackend(url)
+    tier = Tier(backend)
     tier.put(art)
     (nginx_server.root / url.rsplit("/", 1)[1] / "cas" / art.cubin_sha256).write_bytes(b"\0" * (3 << 20))
-    tier.backend.max_blob_bytes = 1 << 20  # the 256 MiB production cap, scaled down: same code path
+    backend.max_blob_bytes = 1 << 20  # the 256 MiB production cap, scaled down: same code path
     with caplog.at_level(logging.WARNING), peak_memory() as peak:
         assert tier.get(art.key) is None
     assert f"over the {art.size}-byte cap" in caplog.text  # the size its record states is the smaller cap

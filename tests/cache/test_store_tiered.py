@@ -262,7 +262,9 @@ def test_secret_signs_new_records_and_unsigned_local_entries_are_replaced(tmp_pa
         assert store.get(old.key) == old
         new = make_artefact("new")
         store.put(new)
-        record = json.loads(store.local.backend.get_record(new.key))
+        raw = store.local.backend.get_record(new.key)
+        assert raw is not None
+        record = json.loads(raw)
         assert record["signature"].startswith("hmac-sha256:")
         _, problems = store.local.verify(secret="k")
         assert problems == []
