@@ -19,6 +19,7 @@ import copy
 import hashlib
 import json
 import math
+import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -271,7 +272,7 @@ def _write(value: Any, indent: int, used: int = 0) -> str:
 # Reading
 
 
-def load(path: str, *, where: str | None = None) -> Recording:
+def load(path: str | os.PathLike[str], *, where: str | None = None) -> Recording:
     """The recording in the file ``path``; a :class:`UsageError` naming it and what is wrong otherwise."""
     from kbuild.jsonio import read_json_file
 
