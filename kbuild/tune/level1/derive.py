@@ -116,7 +116,8 @@ class OutputCheck(Protocol):
     the recorded calls. :class:`kbuild.tune.level1.output_check.RecordedOutputCheck` is a recorded
     specialisation's (on a GPU of the target, else Triton's interpreter); :func:`derive_space` takes one."""
 
-    def __call__(self, subject: Subject, candidates: Sequence[Mapping[str, Any]]) -> Sequence[tuple[bool, str]]: ...
+    def __call__(self, subject: Subject, candidates: Sequence[Mapping[str, Any]], /) -> Sequence[tuple[bool, str]]:
+        ...
 
 
 @dataclass(frozen=True)
