@@ -169,10 +169,8 @@ def check_option(name: str, value: Any, key: str, *, recorded: bool = False) -> 
         raise SpaceError(key, f"expected an integer, got {value!r}")
     if name == "num_warps" and (not 1 <= value <= 32 or value & (value - 1)):
         raise SpaceError(key, f"expected a power of two from 1 to 32, got {value}")
-    if name == "num_stages" and recorded and value < 0:
-        raise SpaceError(key, f"expected 0 or more, got {value}")
-    if name == "num_stages" and not recorded and not 1 <= value <= 8:
-        raise SpaceError(key, f"expected 1 to 8, got {value}")
+    if name == "num_stages" and (value < 0 if recorded else not 1 <= value <= 8):
+        raise SpaceError(key, f"expected {'0 or more' if recorded else '1 to 8'}, got {value}")
     if name == "maxnreg":
         if value == 0:
             return None

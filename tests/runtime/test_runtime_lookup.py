@@ -116,7 +116,8 @@ def test_an_entry_chosen_for_several_keys_answers_each() -> None:
     ours = SimpleNamespace(kwargs={"BLOCK": 64}, num_warps=4, num_stages=3, num_ctas=1, maxnreg=None)
     both = shipped(autotune={"key": [1024, "torch.float16"], "also_keys": [[4096, "torch.float16"]]})
     choices = lookup.autotune_choices([both], [ours], arch=90, triton_version="3.6.0")
-    assert [(c.key, c.config) if isinstance(c, lookup.Choice) else c for c in choices] == [
+    assert all(isinstance(c, lookup.Choice) for c in choices), choices
+    assert [(c.key, c.config) for c in choices if isinstance(c, lookup.Choice)] == [
         ((1024, "torch.float16"), ours), ((4096, "torch.float16"), ours)]
 
 
